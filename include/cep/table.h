@@ -63,6 +63,16 @@ CEP_EXPORT int cep_table_create(const struct cep_table_attr *attr,
  * CM callback. */
 CEP_EXPORT int cep_table_destroy(struct cep_table *table);
 
+/* --- Threads ----------------------------------------------------------- */
+
+/* libcep registers a calling thread with urcu-memb on its first call and
+ * unregisters it at thread exit. A thread that also uses urcu-memb directly
+ * must register through these instead (liburcu forbids registering twice);
+ * unregister only outside any libcep call and with no reference held that
+ * it still needs to look up through. Both are idempotent. */
+CEP_EXPORT void cep_thread_register(void);
+CEP_EXPORT void cep_thread_unregister(void);
+
 /* --- CEPs -------------------------------------------------------------- */
 
 struct cep_create_attr {

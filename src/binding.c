@@ -1,0 +1,302 @@
+/*
+ * The binding word: one 32-bit atomic per registered QPN holding INVALID,
+ * RESERVED (QP being destroyed, terminal) or the comm ID of the bound CEP.
+ *
+ * Guarantees (checked by tests/model/binding.pml and cep-stress):
+ * - a QP holds at most one CEP, and never one bound after its destruction
+ *   began (the seed's races 1 and 2): only a CAS from INVALID binds;
+ * - the binding's reference is taken before that CAS and dropped exactly
+ *   once, by whoever moves the CEP's qp_link off LINKED (bind's rollback,
+ *   cep_unbind, or cep_destroy): no CEP leaks and none is freed early;
+ * - every transition is one CAS or XCHG; all are seq_cst because bind and
+ *   destroy form a Dekker pair: bind stores the binding then reads the
+ *   link, destroy stores the link then CASes the binding, so at least one
+ *   of them sees the other and the word never keeps a destroyed CEP's cid.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "table_internal.h"
+
+static int match_qp(struct cds_lfht_node *n, const void *key)
+{
+	struct cep_qp *qp = caa_container_of(n, struct cep_qp, node);
+
+	cep_tsan_acquire(qp); /* pairs with the release before publication */
+	return qp->qpn == *(const uint32_t *)key;
+}
+
+static unsigned long hash_qpn(const struct cep_table *t, uint32_t qpn)
+{
+	return (unsigned long)cep_hash64(t->hash_seed ^ 0x51504e51504e5150ull, qpn);
+}
+
+struct cep_qp *cep_qp_find(struct cep_table *t, uint32_t qpn)
+{
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *n;
+
+	cds_lfht_lookup(t->qps, hash_qpn(t, qpn), match_qp, &qpn, &it);
+	n = cds_lfht_iter_get_node(&it);
+	if (!n)
+		return NULL;
+	cep_tsan_acquire(caa_container_of(n, struct cep_qp, node));
+	return caa_container_of(n, struct cep_qp, node);
+}
+
+void cep_qp_free_rcu(struct rcu_head *head)
+{
+	struct cep_qp *qp = caa_container_of(head, struct cep_qp, rcu);
+
+	cep_rcu_callback_begin(qp);
+	free(qp);
+}
+
+static bool is_cid(uint32_t b)
+{
+	return b != CEP_BINDING_INVALID && b != CEP_BINDING_RESERVED;
+}
+
+CEP_EXPORT int cep_qp_register(struct cep_table *t, uint32_t qpn)
+{
+	struct cep_qp *qp;
+	struct cds_lfht_node *got;
+
+	if (!t || qpn > 0xffffff)
+		return -EINVAL;
+	qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return -ENOMEM;
+	qp->qpn = qpn;
+	atomic_init(&qp->binding, CEP_BINDING_INVALID);
+	cds_lfht_node_init(&qp->node);
+	cep_tsan_release(qp); /* initialised before publication */
+	cep_rcu_read_lock();
+	got = cds_lfht_add_unique(t->qps, hash_qpn(t, qpn), match_qp, &qpn, &qp->node);
+	cep_rcu_read_unlock();
+	if (got != &qp->node) {
+		free(qp); /* never published */
+		return -EEXIST;
+	}
+	CEP_STAT_INC(t, qps_added);
+	return 0;
+}
+
+/* Move @cep's link from LINKED|qpn back to UNLINKED; if we did, the
+ * binding's reference is ours to drop. */
+static void link_rollback(struct cep *cep, uint32_t qpn)
+{
+	uint64_t l = CEP_LINK_LINKED | qpn;
+
+	if (atomic_compare_exchange_strong(&cep->qp_link, &l, CEP_LINK_UNLINKED))
+		cep_put(cep);
+	/* else a destroy took the link (DEAD) and drops the reference. */
+}
+
+CEP_EXPORT int cep_bind(struct cep *cep, uint32_t qpn)
+{
+	struct cep_table *t;
+	struct cep_qp *qp;
+	uint64_t link = CEP_LINK_UNLINKED;
+	uint32_t cid, old = CEP_BINDING_INVALID;
+	bool ok;
+
+	if (!cep || qpn > 0xffffff)
+		return -EINVAL;
+	t = cep->table;
+	cid = cep->local_comm_id;
+	/* One QP per CEP: claim our own link first. */
+	if (!atomic_compare_exchange_strong(&cep->qp_link, &link, CEP_LINK_LINKED | qpn)) {
+		CEP_STAT_INC(t, bind_fail);
+		return link == CEP_LINK_DEAD ? -ESTALE : -EALREADY;
+	}
+#ifndef CEP_PLANTED_BUG_C
+	cep_get(cep); /* the binding's reference, before the CAS publishes cid */
+#endif
+	CEP_YIELD();
+	cep_rcu_read_lock();
+	qp = cep_qp_find(t, qpn);
+	if (!qp) {
+		cep_rcu_read_unlock();
+#ifdef CEP_PLANTED_BUG_C
+		cep_get(cep);
+#endif
+		link_rollback(cep, qpn);
+		CEP_STAT_INC(t, bind_fail);
+		return -ENOENT;
+	}
+#ifdef CEP_PLANTED_BUG_A
+	/* Planted bug (a): load then store, the race IBAL had. */
+	old = atomic_load(&qp->binding);
+	CEP_YIELD();
+	ok = old == CEP_BINDING_INVALID;
+	if (ok)
+		atomic_store(&qp->binding, cid);
+#else
+	/* INVALID -> cid: the only way a QP gets a CEP. */
+	ok = atomic_compare_exchange_strong(&qp->binding, &old, cid);
+#endif
+	CEP_YIELD();
+#ifdef CEP_PLANTED_BUG_C
+	/* Planted bug (c): the reference after the CAS - a QP destruction in
+	 * between can destroy the CEP and drop a reference not yet taken. */
+	cep_get(cep);
+#endif
+	if (!ok) {
+		cep_rcu_read_unlock();
+		link_rollback(cep, qpn);
+		CEP_STAT_INC(t, bind_fail);
+		if (old == CEP_BINDING_RESERVED) {
+			/* The QP is going away: the caller's CEP must not survive
+			 * it half-bound (seed race 1). */
+			cep_destroy(cep);
+			return -ESHUTDOWN;
+		}
+		return -EISCONN;
+	}
+	/* Dekker with cep_destroy()/cep_unbind(): if our link changed
+	 * after we claimed it, its new owner may have missed our cid. */
+	if (atomic_load(&cep->qp_link) != (CEP_LINK_LINKED | qpn)) {
+		uint32_t c = cid;
+
+		atomic_compare_exchange_strong(&qp->binding, &c, CEP_BINDING_INVALID);
+		cep_rcu_read_unlock();
+		CEP_STAT_INC(t, bind_fail);
+		return -ESTALE;
+	}
+	cep_rcu_read_unlock();
+	CEP_STAT_INC(t, bound);
+	return 0;
+}
+
+void cep_binding_release(struct cep_table *t, uint32_t qpn, uint32_t cid)
+{
+	struct cep_qp *qp = cep_qp_find(t, qpn);
+	uint32_t c = cid;
+
+	/* cid -> INVALID; fails harmlessly if RESERVED (QP dying) or if the
+	 * bind that set the link never reached its CAS. */
+	if (qp)
+		atomic_compare_exchange_strong(&qp->binding, &c, CEP_BINDING_INVALID);
+}
+
+CEP_EXPORT int cep_unbind(struct cep *cep)
+{
+	uint64_t l;
+
+	if (!cep)
+		return -EINVAL;
+	l = atomic_load(&cep->qp_link);
+	if ((l & ~0xffffffffull) != CEP_LINK_LINKED)
+		return -ENOENT;
+	/* Take the link: then the binding's reference is ours to drop. */
+	if (!atomic_compare_exchange_strong(&cep->qp_link, &l, CEP_LINK_UNLINKED))
+		return -ENOENT;
+	CEP_YIELD();
+	cep_rcu_read_lock();
+	cep_binding_release(cep->table, CEP_LINK_QPN(l), cep->local_comm_id);
+	cep_rcu_read_unlock();
+	cep_put(cep);
+	return 0;
+}
+
+CEP_EXPORT int cep_qp_destroy_begin(struct cep_table *t, uint32_t qpn, uint32_t *old_binding)
+{
+	struct cep_qp *qp;
+	struct cep *cep;
+	uint32_t old;
+
+	if (!t || qpn > 0xffffff)
+		return -EINVAL;
+	cep_rcu_read_lock();
+	qp = cep_qp_find(t, qpn);
+	if (!qp) {
+		cep_rcu_read_unlock();
+		return -ENOENT;
+	}
+	/* Terminal: no bind can succeed from here on (seed race 1). */
+	old = atomic_exchange(&qp->binding, CEP_BINDING_RESERVED);
+	cep_rcu_read_unlock();
+	if (old_binding)
+		*old_binding = old;
+	CEP_YIELD();
+	if (!is_cid(old))
+		return 0;
+	/* The CEP still holds the binding's reference until it is destroyed;
+	 * if the lookup misses, a concurrent cep_destroy() owns it. */
+	if (cep_lookup_comm_id(t, old, &cep) == 0) {
+		if (t->teardown)
+			t->teardown(cep, t->ctx);
+		else
+			cep_destroy(cep);
+		cep_put(cep);
+	}
+	return 0;
+}
+
+CEP_EXPORT int cep_qp_unregister(struct cep_table *t, uint32_t qpn)
+{
+	struct cep_qp *qp;
+	int ret;
+
+	if (!t || qpn > 0xffffff)
+		return -EINVAL;
+	cep_rcu_read_lock();
+	qp = cep_qp_find(t, qpn);
+	if (!qp) {
+		cep_rcu_read_unlock();
+		return -ENOENT;
+	}
+	if (atomic_load(&qp->binding) != CEP_BINDING_RESERVED) {
+		cep_rcu_read_unlock();
+		return -EBUSY;
+	}
+	ret = cds_lfht_del(t->qps, &qp->node);
+	cep_rcu_read_unlock();
+	if (ret)
+		return -ENOENT; /* a concurrent unregister won */
+	CEP_STAT_INC(t, qps_removed);
+	cep_call_rcu(&qp->rcu, qp, cep_qp_free_rcu);
+	return 0;
+}
+
+CEP_EXPORT int cep_qp_binding(struct cep_table *t, uint32_t qpn, uint32_t *binding)
+{
+	struct cep_qp *qp;
+
+	if (!t || !binding)
+		return -EINVAL;
+	cep_rcu_read_lock();
+	qp = cep_qp_find(t, qpn);
+	if (qp)
+		*binding = atomic_load(&qp->binding);
+	cep_rcu_read_unlock();
+	return qp ? 0 : -ENOENT;
+}
+
+CEP_EXPORT int cep_lookup_qpn(struct cep_table *t, uint32_t qpn, struct cep **out)
+{
+	struct cep_qp *qp;
+	struct cep *cep;
+	uint32_t b;
+
+	if (!t || !out)
+		return -EINVAL;
+	*out = NULL;
+	cep_rcu_read_lock();
+	qp = cep_qp_find(t, qpn);
+	b = qp ? atomic_load(&qp->binding) : CEP_BINDING_INVALID;
+	cep_rcu_read_unlock();
+	if (!qp || b == CEP_BINDING_INVALID)
+		return -ENOENT;
+	if (b == CEP_BINDING_RESERVED)
+		return -ESHUTDOWN;
+	if (cep_lookup_comm_id(t, b, &cep))
+		return -ENOENT;
+	if (atomic_load(&cep->qp_link) != (CEP_LINK_LINKED | qpn)) {
+		cep_put(cep); /* unbound since we read the word */
+		return -ENOENT;
+	}
+	*out = cep;
+	return 0;
+}
