@@ -50,6 +50,7 @@ void cep_qp_free_rcu(struct rcu_head *head)
 
 	cep_rcu_callback_begin(qp);
 	free(qp);
+	cep_rcu_callback_end();
 }
 
 static bool is_cid(uint32_t b)

@@ -12,6 +12,7 @@
 #include "rcu.h"
 
 char cep_tsan_grace_period;
+char cep_tsan_callbacks_done;
 
 static pthread_key_t rcu_key;
 static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
@@ -67,4 +68,5 @@ void cep_rcu_barrier(void)
 {
 	cep_rcu_thread_ensure();
 	urcu_memb_barrier();
+	cep_tsan_acquire(&cep_tsan_callbacks_done);
 }

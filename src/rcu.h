@@ -39,6 +39,13 @@ static inline void cep_rcu_callback_begin(void *obj)
 	cep_tsan_acquire(obj);
 }
 
+/* Ends every RCU callback: what it did happens before cep_rcu_barrier()
+ * returns (e.g. before the table the callback read is freed). */
+static inline void cep_rcu_callback_end(void)
+{
+	cep_tsan_release(&cep_tsan_callbacks_done);
+}
+
 /* Wait for all pending RCU callbacks (not from a read side or callback). */
 void cep_rcu_barrier(void);
 

@@ -110,11 +110,13 @@ static struct cep *node_to_cep(struct cds_lfht_node *n)
 static void cep_free_rcu(struct rcu_head *head)
 {
 	struct cep *cep = caa_container_of(head, struct cep, rcu);
-	struct cep_table *t = cep->table;
+	struct cep_table *t;
 
 	cep_rcu_callback_begin(cep);
+	t = cep->table;
 	if (cep->magic != CEP_MAGIC_LIVE) {
 		CEP_STAT_INC(t, double_free);
+		cep_rcu_callback_end();
 		return; /* never free twice */
 	}
 	cep->magic = CEP_MAGIC_FREED;
@@ -123,6 +125,7 @@ static void cep_free_rcu(struct rcu_head *head)
 		t->release(cep, t->ctx);
 	CEP_STAT_INC(t, freed);
 	free(cep);
+	cep_rcu_callback_end();
 }
 
 CEP_EXPORT void cep_get(struct cep *cep)
@@ -513,6 +516,7 @@ static void mask_set_free(struct rcu_head *head)
 
 	cep_rcu_callback_begin(ms);
 	free(ms);
+	cep_rcu_callback_end();
 }
 
 static int popcount64(uint64_t v)

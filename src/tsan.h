@@ -32,5 +32,8 @@ void __tsan_release(void *addr);
  * releases it before rcu_read_unlock, every RCU callback acquires it first.
  * So a reader's accesses happen before the callback that frees what it read. */
 extern char cep_tsan_grace_period;
+/* Released at the end of every RCU callback, acquired when rcu_barrier
+ * returns: the callbacks' work happens before the barrier's caller goes on. */
+extern char cep_tsan_callbacks_done;
 
 #endif /* CEP_TSAN_H */
