@@ -1,0 +1,50 @@
+/*
+ * cep-stress: scenarios that race libcep's concurrent paths, each checked
+ * by the core's invariant checker at quiescent points. A scenario reports
+ * violations through stress_fail(); the program exits non-zero on any.
+ */
+#ifndef CEP_STRESS_H
+#define CEP_STRESS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct stress_opts {
+	int threads;      /* racing threads per scenario */
+	double duration;  /* seconds per scenario */
+	uint64_t seed;    /* printed; the same seed replays the same choices */
+	int verbose;
+};
+
+struct scenario {
+	const char *name;
+	const char *what;
+	/* Returns 0 when every check held; violations also go to stress_fail. */
+	int (*run)(const struct stress_opts *o);
+};
+
+/* Record a violation (thread-safe); the run fails. */
+void stress_fail(const char *scenario, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int stress_failures(void);
+
+/* Deterministic per-thread random stream. */
+static inline uint64_t stress_rand(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+double stress_now(void);
+
+/* Scenario sets, defined by the files that implement them. */
+extern const struct scenario stress_core_scenarios[];
+extern const int stress_core_count;
+extern const struct scenario stress_cm_scenarios[];
+extern const int stress_cm_count;
+
+#endif /* CEP_STRESS_H */
