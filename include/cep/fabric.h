@@ -91,7 +91,9 @@ struct cep_fabric_port_attr {
  *   this port's own fn, it waits for every delivery but the caller's.
  * - destroy(): after it returns the transport pointer is dead (the slot's
  *   memory belongs to the fabric and may be reused by a new port). MADs
- *   still held by the fabric for this port are dropped on delivery.
+ *   still held by the fabric for this port are dropped on delivery. Not
+ *   from inside this port's own fn, and not concurrently with this port's
+ *   send() or start().
  */
 CEP_EXPORT int cep_fabric_port_create(struct cep_fabric *f,
 				      const struct cep_fabric_port_attr *attr,
