@@ -1,0 +1,56 @@
+# Helpers for scripts running inside a guest of guestbed.sh (source "$GB_LIB").
+# Readiness between guests is explicit: gb_signal creates a flag file in the
+# shared run directory, gb_wait polls for the peer's flag and gives up early
+# when the peer has already exited (its .rc file exists) or at a deadline.
+
+# gb_signal FLAG: tell the peer that FLAG holds (e.g. "rxe-up").
+gb_signal() {
+	echo "$(date +%s.%N)" >"$GB_SHARE/$GB_NAME.$1.tmp" &&
+		mv "$GB_SHARE/$GB_NAME.$1.tmp" "$GB_SHARE/$GB_NAME.$1"
+}
+
+# gb_wait FLAG [SECONDS]: wait until the peer signalled FLAG (default 120 s).
+gb_wait() {
+	local end=$(( $(date +%s) + ${2:-120} ))
+	while [ ! -e "$GB_SHARE/$GB_PEER.$1" ]; do
+		if [ -e "$GB_SHARE/$GB_PEER.rc" ]; then
+			echo "gb_wait $1: peer $GB_PEER exited ($(cat "$GB_SHARE/$GB_PEER.rc"))" >&2
+			return 1
+		fi
+		if [ "$(date +%s)" -ge "$end" ]; then
+			echo "gb_wait $1: timed out" >&2
+			return 1
+		fi
+		sleep 0.02
+	done
+}
+
+# gb_wait_tcp_listen PORT [SECONDS]: wait until a local socket listens on PORT.
+gb_wait_tcp_listen() {
+	local hex end=$(( $(date +%s) + ${2:-60} ))
+	hex=$(printf '%04X' "$1")
+	until grep -qE "^ *[0-9]+: [0-9A-F]+:$hex [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+		[ "$(date +%s)" -ge "$end" ] && { echo "gb_wait_tcp_listen $1: timed out" >&2; return 1; }
+		sleep 0.02
+	done
+}
+
+# gb_rxe_up [MODULE...]: load rxe and the user-space access modules (plus any
+# extra MODULE, e.g. ib_cm), create rxe0 on eth0, wait until port 1 is ACTIVE
+# and GID index 1 holds the RoCE v2 GID of our IPv4 address.
+gb_rxe_up() {
+	local m
+	for m in rdma_rxe ib_uverbs ib_umad "$@"; do
+		modprobe "$m" || { echo "gb_rxe_up: modprobe $m failed" >&2; return 1; }
+	done
+	rdma link add rxe0 type rxe netdev eth0 || return 1
+	local p=/sys/class/infiniband/rxe0/ports/1 end=$(( $(date +%s) + 30 ))
+	until grep -q ACTIVE "$p/state" 2>/dev/null &&
+		grep -q "^0000:0000:0000:0000:0000:ffff:" "$p/gids/1" 2>/dev/null; do
+		[ "$(date +%s)" -ge "$end" ] && { echo "gb_rxe_up: rxe0 port not ready" >&2; return 1; }
+		sleep 0.02
+	done
+}
+
+# gb_gid IDX: this guest's GID at index IDX on rxe0 port 1.
+gb_gid() { cat "/sys/class/infiniband/rxe0/ports/1/gids/$1"; }
