@@ -5,13 +5,14 @@
  * Guarantees (checked by tests/model/binding.pml and cep-stress):
  * - a QP holds at most one CEP, and never one bound after its destruction
  *   began (the seed's races 1 and 2): only a CAS from INVALID binds;
- * - the binding's reference is taken before that CAS and dropped exactly
- *   once, by whoever moves the CEP's qp_link off LINKED (bind's rollback,
- *   cep_unbind, or cep_destroy): no CEP leaks and none is freed early;
- * - every transition is one CAS or XCHG; all are seq_cst because bind and
- *   destroy form a Dekker pair: bind stores the binding then reads the
- *   link, destroy stores the link then CASes the binding, so at least one
- *   of them sees the other and the word never keeps a destroyed CEP's cid.
+ * - the binding's reference is taken before the CEP claims its link and
+ *   dropped exactly once, by whoever moves qp_link off BINDING/LINKED
+ *   (bind's rollback, cep_unbind, or cep_destroy): no CEP leaks and none
+ *   is freed early;
+ * - every transition is one CAS or XCHG (seq_cst). A bind completes with
+ *   CAS BINDING -> LINKED after its word CAS; a destroy that took the link
+ *   first makes that CAS fail and the binder undoes its word, so the word
+ *   never keeps a destroyed CEP's cid.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -83,15 +84,15 @@ CEP_EXPORT int cep_qp_register(struct cep_table *t, uint32_t qpn)
 	return 0;
 }
 
-/* Move @cep's link from LINKED|qpn back to UNLINKED; if we did, the
+/* Move @cep's link from BINDING|qpn back to UNLINKED; if we did, the
  * binding's reference is ours to drop. */
 static void link_rollback(struct cep *cep, uint32_t qpn)
 {
-	uint64_t l = CEP_LINK_LINKED | qpn;
+	uint64_t l = CEP_LINK_BINDING | qpn;
 
 	if (atomic_compare_exchange_strong(&cep->qp_link, &l, CEP_LINK_UNLINKED))
 		cep_put(cep);
-	/* else a destroy took the link (DEAD) and drops the reference. */
+	/* else a destroy took the link (DEAD) and dropped the reference. */
 }
 
 CEP_EXPORT int cep_bind(struct cep *cep, uint32_t qpn)
@@ -106,14 +107,20 @@ CEP_EXPORT int cep_bind(struct cep *cep, uint32_t qpn)
 		return -EINVAL;
 	t = cep->table;
 	cid = cep->local_comm_id;
+#ifndef CEP_PLANTED_BUG_C
+	/* The binding's reference, before anything can see our claim: a
+	 * destroy that finds BINDING drops it (model flaw 1: taken after the
+	 * claim, a concurrent destroy dropped a reference not yet taken). */
+	cep_get(cep);
+#endif
 	/* One QP per CEP: claim our own link first. */
-	if (!atomic_compare_exchange_strong(&cep->qp_link, &link, CEP_LINK_LINKED | qpn)) {
+	if (!atomic_compare_exchange_strong(&cep->qp_link, &link, CEP_LINK_BINDING | qpn)) {
+#ifndef CEP_PLANTED_BUG_C
+		cep_put(cep); /* never the last: the caller holds one */
+#endif
 		CEP_STAT_INC(t, bind_fail);
 		return link == CEP_LINK_DEAD ? -ESTALE : -EALREADY;
 	}
-#ifndef CEP_PLANTED_BUG_C
-	cep_get(cep); /* the binding's reference, before the CAS publishes cid */
-#endif
 	CEP_YIELD();
 	cep_rcu_read_lock();
 	qp = cep_qp_find(t, qpn);
@@ -155,9 +162,10 @@ CEP_EXPORT int cep_bind(struct cep *cep, uint32_t qpn)
 		}
 		return -EISCONN;
 	}
-	/* Dekker with cep_destroy()/cep_unbind(): if our link changed
-	 * after we claimed it, its new owner may have missed our cid. */
-	if (atomic_load(&cep->qp_link) != (CEP_LINK_LINKED | qpn)) {
+	/* BINDING -> LINKED. Only cep_destroy() can have moved it (to DEAD):
+	 * it may have missed our cid in the word, so undo it ourselves. */
+	link = CEP_LINK_BINDING | qpn;
+	if (!atomic_compare_exchange_strong(&cep->qp_link, &link, CEP_LINK_LINKED | qpn)) {
 		uint32_t c = cid;
 
 		atomic_compare_exchange_strong(&qp->binding, &c, CEP_BINDING_INVALID);
@@ -188,8 +196,8 @@ CEP_EXPORT int cep_unbind(struct cep *cep)
 	if (!cep)
 		return -EINVAL;
 	l = atomic_load(&cep->qp_link);
-	if ((l & ~0xffffffffull) != CEP_LINK_LINKED)
-		return -ENOENT;
+	if (CEP_LINK_KIND(l) != CEP_LINK_LINKED)
+		return -ENOENT; /* BINDING is the binder's, not ours to undo */
 	/* Take the link: then the binding's reference is ours to drop. */
 	if (!atomic_compare_exchange_strong(&cep->qp_link, &l, CEP_LINK_UNLINKED))
 		return -ENOENT;
@@ -226,6 +234,16 @@ CEP_EXPORT int cep_qp_destroy_begin(struct cep_table *t, uint32_t qpn, uint32_t 
 	/* The CEP still holds the binding's reference until it is destroyed;
 	 * if the lookup misses, a concurrent cep_destroy() owns it. */
 	if (cep_lookup_comm_id(t, old, &cep) == 0) {
+		uint64_t l = atomic_load(&cep->qp_link);
+
+		/* The ID may have been freed and drawn again by a CEP of
+		 * another QP since our exchange (model flaw 3): tear down only
+		 * the CEP that names this QP. */
+		if (CEP_LINK_QPN(l) != qpn || (CEP_LINK_KIND(l) != CEP_LINK_LINKED &&
+					       CEP_LINK_KIND(l) != CEP_LINK_BINDING)) {
+			cep_put(cep);
+			return 0;
+		}
 		if (t->teardown)
 			t->teardown(cep, t->ctx);
 		else

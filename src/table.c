@@ -604,17 +604,19 @@ CEP_EXPORT int cep_destroy(struct cep *cep)
 	if (!cep)
 		return -EINVAL;
 	t = cep->table;
-	/* One winner; seq_cst: key_claim/key_insert and cep_bind read state
-	 * after their own store (Dekker), so either they see DESTROYING or we
-	 * see their claim/link. */
+	/* One winner; seq_cst: key_claim/key_insert read state after their
+	 * own store (Dekker), so either they see DESTROYING or we see their
+	 * claim. */
 	if (!atomic_compare_exchange_strong(&cep->state, &s, CEP_DESTROYING))
 		return -EALREADY;
 	CEP_STAT_INC(t, destroyed);
 	CEP_YIELD();
 
-	/* Take the link: whoever moves it off LINKED owns the binding's ref. */
+	/* Take the link: whoever moves it off BINDING/LINKED owns the
+	 * binding's reference. A bind caught in BINDING sees DEAD when it
+	 * tries to complete, and undoes its word. */
 	link = atomic_exchange(&cep->qp_link, CEP_LINK_DEAD);
-	if ((link & ~0xffffffffull) == CEP_LINK_LINKED) {
+	if (CEP_LINK_KIND(link) == CEP_LINK_LINKED || CEP_LINK_KIND(link) == CEP_LINK_BINDING) {
 		cep_rcu_read_lock();
 		cep_binding_release(t, CEP_LINK_QPN(link), cep->local_comm_id);
 		cep_rcu_read_unlock();
@@ -673,7 +675,7 @@ CEP_EXPORT int cep_bound_qpn(const struct cep *cep, uint32_t *qpn)
 {
 	uint64_t l = atomic_load(&((struct cep *)cep)->qp_link);
 
-	if ((l & ~0xffffffffull) != CEP_LINK_LINKED)
+	if (CEP_LINK_KIND(l) != CEP_LINK_LINKED)
 		return -ENOENT;
 	if (qpn)
 		*qpn = CEP_LINK_QPN(l);
@@ -850,10 +852,13 @@ CEP_EXPORT int cep_table_check(struct cep_table *t, char *msg, size_t msglen)
 		if (atomic_load(&cep->state) != CEP_LIVE)
 			violation(&o, "cep %#x destroyed but still indexed; ", cep->local_comm_id);
 		l = atomic_load(&cep->qp_link);
-		if (atomic_load(&cep->refcnt) < 1u + ((l & ~0xffffffffull) == CEP_LINK_LINKED))
+		if (CEP_LINK_KIND(l) == CEP_LINK_BINDING)
+			violation(&o, "cep %#x in the middle of a bind at quiescence; ",
+				  cep->local_comm_id);
+		if (atomic_load(&cep->refcnt) < 1u + (CEP_LINK_KIND(l) == CEP_LINK_LINKED))
 			violation(&o, "cep %#x refcount %u below its holders; ",
 				  cep->local_comm_id, atomic_load(&cep->refcnt));
-		if ((l & ~0xffffffffull) == CEP_LINK_LINKED) {
+		if (CEP_LINK_KIND(l) == CEP_LINK_LINKED) {
 			struct cep_qp *qp = cep_qp_find(t, CEP_LINK_QPN(l));
 			uint32_t b = qp ? atomic_load(&qp->binding) : CEP_BINDING_RESERVED;
 

@@ -20,11 +20,16 @@
 enum { CEP_LIVE = 1, CEP_DESTROYING = 2, CEP_FREED = 3 };
 
 /* cep.qp_link: which QP owns the binding's reference on this CEP.
- * UNLINKED / LINKED | qpn / DEAD (destroyed: terminal). Whoever moves it
- * away from LINKED owns (and drops) the binding's reference. */
+ * UNLINKED / BINDING | qpn (a bind in progress) / LINKED | qpn / DEAD
+ * (destroyed: terminal). Whoever moves it away from BINDING or LINKED owns
+ * (and drops) the binding's reference. BINDING keeps an unbind-and-rebind
+ * on another thread from being mistaken for our own link (ABA, found by
+ * tests/model/binding.pml). */
 #define CEP_LINK_UNLINKED 0ull
 #define CEP_LINK_LINKED   (1ull << 32)
 #define CEP_LINK_DEAD     (2ull << 32)
+#define CEP_LINK_BINDING  (3ull << 32)
+#define CEP_LINK_KIND(l)  ((l) & ~0xffffffffull)
 #define CEP_LINK_QPN(l)   ((uint32_t)((l) & 0xffffffu))
 
 /* Secondary keys: per CEP and index, NONE -> CLAIMED -> PRESENT -> GONE.
