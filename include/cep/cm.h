@@ -1,0 +1,352 @@
+/*
+ * libcep connection manager: the IBTA vol. 1 chapter 12 protocol engine
+ * (REQ/MRA/REJ/REP/RTU, DREQ/DREP, LAP/APR, SIDR) over one transport port,
+ * driven by a multi-threaded MAD dispatcher.
+ *
+ * Guarantees: each connection (struct cep_cm_id) is owned by one worker
+ * thread, chosen by its local comm ID; its received MADs, timers and events
+ * are processed there, in order. Protocol state is guarded by a per-id lock
+ * taken by the worker and by API calls from any thread, so API calls are
+ * safe against concurrent MAD processing for the same id. No global lock is
+ * taken on the MAD path. A QP's connection is recorded only in the core
+ * table's binding word (cep/table.h). See docs/cm.md.
+ */
+#ifndef CEP_CM_H
+#define CEP_CM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cep/export.h>
+#include <cep/table.h>
+#include <cep/transport.h>
+#include <cep/wire.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cep_cm;         /* a CM context: one transport port, N workers */
+struct cep_cm_id;      /* one connection, listener or SIDR endpoint */
+struct cep_cm_channel; /* an event channel (fd readable while events wait) */
+
+/* ---- states, events and drop reasons (names from tables) -------------- */
+
+#define CEP_CM_STATE_MAP(X) \
+	X(IDLE) X(LISTEN) X(REQ_SENT) X(REQ_RCVD) X(MRA_REQ_SENT) \
+	X(MRA_REQ_RCVD) X(REP_SENT) X(REP_RCVD) X(MRA_REP_SENT) \
+	X(MRA_REP_RCVD) X(ESTABLISHED) X(DREQ_SENT) X(DREQ_RCVD) \
+	X(TIMEWAIT) X(SIDR_REQ_SENT) X(SIDR_REQ_RCVD)
+
+enum cep_cm_state {
+#define CEP_CM_STATE_ENUM_(n) CEP_CM_##n,
+	CEP_CM_STATE_MAP(CEP_CM_STATE_ENUM_)
+#undef CEP_CM_STATE_ENUM_
+	CEP_CM_STATE_COUNT
+};
+
+/* Alternate-path (LAP) sub-state of an ESTABLISHED connection. */
+#define CEP_CM_LAP_STATE_MAP(X) \
+	X(LAP_IDLE) X(LAP_SENT) X(LAP_RCVD) X(MRA_LAP_SENT) X(MRA_LAP_RCVD)
+
+enum cep_cm_lap_state {
+#define CEP_CM_LAP_ENUM_(n) CEP_CM_##n,
+	CEP_CM_LAP_STATE_MAP(CEP_CM_LAP_ENUM_)
+#undef CEP_CM_LAP_ENUM_
+	CEP_CM_LAP_STATE_COUNT
+};
+
+/* X(name, description) */
+#define CEP_CM_EVENT_MAP(X) \
+	X(REQ_RECEIVED,      "REQ received (new passive id; accept, reject or MRA)") \
+	X(REQ_ERROR,         "REQ retries exhausted: REJ timeout sent") \
+	X(REP_RECEIVED,      "REP received (RTU sent unless manual_rtu)") \
+	X(REP_ERROR,         "REP retries exhausted: REJ timeout sent") \
+	X(RTU_RECEIVED,      "RTU received: passive side established") \
+	X(ESTABLISHED,       "RTU sent: active side established") \
+	X(REJ_RECEIVED,      "REJ received (see status = reason)") \
+	X(MRA_RECEIVED,      "MRA received: peer's timer extended") \
+	X(DREQ_RECEIVED,     "DREQ received (DREP sent unless manual_drep)") \
+	X(DREQ_ERROR,        "DREQ retries exhausted: timewait entered") \
+	X(DREP_RECEIVED,     "DREP received: timewait entered") \
+	X(TIMEWAIT_EXIT,     "timewait over: remote ids and QP released") \
+	X(LAP_RECEIVED,      "LAP received (answer with cep_cm_apr)") \
+	X(LAP_ERROR,         "LAP retries exhausted") \
+	X(APR_RECEIVED,      "APR received (status = AP status)") \
+	X(SIDR_REQ_RECEIVED, "SIDR_REQ received (new id; answer with cep_cm_sidr_rep)") \
+	X(SIDR_REQ_ERROR,    "SIDR_REQ retries exhausted") \
+	X(SIDR_REP_RECEIVED, "SIDR_REP received (status = SIDR status)") \
+	X(QP_DESTROYED,      "the bound QP is being destroyed: REJ or DREQ sent, the id ends") \
+	X(DESTROYED,         "asynchronous destroy complete: last event of the id")
+
+enum cep_cm_event_type {
+#define CEP_CM_EVENT_ENUM_(n, s) CEP_CM_EV_##n,
+	CEP_CM_EVENT_MAP(CEP_CM_EVENT_ENUM_)
+#undef CEP_CM_EVENT_ENUM_
+	CEP_CM_EVENT_COUNT
+};
+
+/* Why a received MAD changed nothing. X(name, description) */
+#define CEP_CM_DROP_MAP(X) \
+	X(DECODE,       "MAD failed validation (cep/wire.h)") \
+	X(QUEUE_FULL,   "owning worker's receive queue full") \
+	X(NO_CEP,       "no CEP with the addressed comm ID") \
+	X(MISMATCH,     "comm ID found but remote comm ID / QPN / GUID differ") \
+	X(BAD_STATE,    "message not allowed in the CEP's state") \
+	X(UNSUPPORTED,  "message type not handled (ClassPortInfo...)") \
+	X(NO_MEMORY,    "allocation failed while handling") \
+	X(STOPPED,      "CM context being destroyed")
+
+enum cep_cm_drop {
+#define CEP_CM_DROP_ENUM_(n, s) CEP_CM_DROP_##n,
+	CEP_CM_DROP_MAP(CEP_CM_DROP_ENUM_)
+#undef CEP_CM_DROP_ENUM_
+	CEP_CM_DROP_COUNT
+};
+
+CEP_EXPORT const char *cep_cm_state_name(unsigned state);     /* "REQ_SENT" */
+CEP_EXPORT const char *cep_cm_lap_state_name(unsigned state); /* "LAP_SENT" */
+CEP_EXPORT const char *cep_cm_event_name(unsigned type);      /* "REP_RECEIVED" */
+CEP_EXPORT const char *cep_cm_event_str(unsigned type);       /* sentence */
+CEP_EXPORT const char *cep_cm_drop_name(unsigned why);        /* "NO_CEP" */
+
+/* ---- events ------------------------------------------------------------ */
+
+struct cep_cm_event {
+	enum cep_cm_event_type type;
+	struct cep_cm_id *id;        /* the id the event is for */
+	struct cep_cm_id *listen_id; /* REQ/SIDR_REQ_RECEIVED: the listener */
+	void *context;               /* id's context at delivery */
+	/* REJ_RECEIVED: reject reason; APR: AP status; SIDR_REP: status;
+	 * *_ERROR: -ETIMEDOUT; 0 otherwise. */
+	int status;
+	/* The received message (decoded), or type CEP_MSG_INVALID when the
+	 * event has none (timeouts, ESTABLISHED, TIMEWAIT_EXIT, DESTROYED). */
+	struct cep_msg msg;
+	const uint8_t *private_data; /* into msg; NULL when none */
+	size_t private_data_len;
+	struct cep_mad_addr from;    /* sender of msg */
+};
+
+/* Callback on the owning worker's thread, with no libcep lock held. @ev is
+ * valid during the call only. It may call any cep_cm_* function except
+ * cep_cm_destroy() and cep_cm_destroy_id_sync() (-EDEADLK). Returning
+ * non-zero asks for @id to be destroyed after the call (as
+ * cep_cm_destroy_id). It must not block for long: it stalls every CEP of
+ * its worker. */
+typedef int (*cep_cm_handler)(struct cep_cm_id *id, const struct cep_cm_event *ev);
+
+/* ---- CM context ---------------------------------------------------------- */
+
+struct cep_cm_attr {
+	size_t size;                  /* sizeof(struct cep_cm_attr) */
+	struct cep_transport *transport; /* the port; the CM calls start/stop,
+					    the caller keeps ownership */
+	unsigned workers;             /* 0 = online CPUs */
+	unsigned queue_depth;         /* per worker receive ring, power of 2;
+					 0 = 4096 */
+	size_t table_size;            /* initial buckets per index; 0 = default */
+	uint8_t mra_service_timeout;  /* advertised in automatic MRAs (5 bits);
+					 0 = 20 (~4 s) */
+	uint8_t auto_mra;             /* send MRA when the application takes more
+					 than half the peer's response timeout */
+};
+
+/* Create a CM context on @attr->transport and start its workers.
+ * 0, -EINVAL, -ENOMEM, or the transport's start() error. */
+CEP_EXPORT int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out);
+
+/* Stop the transport and the workers, destroy every id left (without
+ * sending anything), free the context. Callers must have stopped using
+ * ids. -EDEADLK from a CM callback. Returns the table's destroy status. */
+CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
+
+/* The core table of this context (for cep_table_check/stats). */
+CEP_EXPORT struct cep_table *cep_cm_table(struct cep_cm *cm);
+CEP_EXPORT unsigned cep_cm_workers(const struct cep_cm *cm);
+/* The port's CA GUID (host order) as queried at create. */
+CEP_EXPORT uint64_t cep_cm_ca_guid(const struct cep_cm *cm);
+
+/* Register / destroy an application QP (its binding word). Destroy
+ * reserves the binding; a connection bound to it is torn down (DREQ if
+ * established, then timewait), then the QPN is forgotten. 0 or the table's
+ * errors. Any thread except CM callbacks for destroy. */
+CEP_EXPORT int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn);
+CEP_EXPORT int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn);
+
+/* Block until no MAD is queued, no work is pending and no timer is firing
+ * on any worker, or @timeout_ms passes (-ETIMEDOUT). Timers armed for
+ * later may still fire afterwards. Not from a callback (-EDEADLK). */
+CEP_EXPORT int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms);
+
+/* ---- event channels ---------------------------------------------------- */
+
+CEP_EXPORT int cep_cm_channel_create(struct cep_cm_channel **out);
+/* -EBUSY while events are queued or ids still use the channel. */
+CEP_EXPORT int cep_cm_channel_destroy(struct cep_cm_channel *ch);
+/* Readable (EPOLLIN) while at least one event waits. */
+CEP_EXPORT int cep_cm_channel_fd(const struct cep_cm_channel *ch);
+/* Take the oldest event: 0, -EAGAIN (none). The event and its id stay
+ * valid until cep_cm_ack_event(). Any thread. */
+CEP_EXPORT int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event **out);
+CEP_EXPORT void cep_cm_ack_event(struct cep_cm_event *ev);
+
+/* ---- ids -------------------------------------------------------------- */
+
+struct cep_cm_id_attr {
+	size_t size;                    /* sizeof(struct cep_cm_id_attr) */
+	cep_cm_handler handler;         /* exactly one of handler / channel */
+	struct cep_cm_channel *channel;
+	void *context;
+};
+
+/* Create an IDLE id. 0, -EINVAL, -ENOMEM. Any thread. */
+CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr,
+				struct cep_cm_id **out);
+
+/* Destroy asynchronously: does what the state asks (REJ while connecting,
+ * DREQ when established, DREP when a DREQ waits; timewait continues
+ * without the user), then delivers DESTROYED as the id's last event; the
+ * pointer is dead after that event returns (callback) or is acked
+ * (channel). 0, -EALREADY. Any thread, also from a callback. */
+CEP_EXPORT int cep_cm_destroy_id(struct cep_cm_id *id);
+/* As cep_cm_destroy_id() and wait (bounded: -ETIMEDOUT after 10 s, logged)
+ * for DESTROYED to have been handled (callback ids only: a channel id's
+ * DESTROYED must be acked by the caller, so this returns -EINVAL).
+ * -EDEADLK from inside a CM callback. */
+CEP_EXPORT int cep_cm_destroy_id_sync(struct cep_cm_id *id);
+
+CEP_EXPORT uint32_t cep_cm_id_local_comm_id(const struct cep_cm_id *id);
+CEP_EXPORT uint32_t cep_cm_id_remote_comm_id(struct cep_cm_id *id);
+CEP_EXPORT void *cep_cm_id_context(struct cep_cm_id *id);
+CEP_EXPORT void cep_cm_id_set_context(struct cep_cm_id *id, void *context);
+CEP_EXPORT enum cep_cm_state cep_cm_id_state(struct cep_cm_id *id);
+CEP_EXPORT enum cep_cm_lap_state cep_cm_id_lap_state(struct cep_cm_id *id);
+/* The underlying core CEP (a reference is not taken). */
+CEP_EXPORT struct cep *cep_cm_id_cep(const struct cep_cm_id *id);
+
+/* Listen (IDLE -> LISTEN) on service IDs matching (service_id & mask).
+ * 0, -EINVAL (state, mask 0), -EADDRINUSE (same key listened on). */
+CEP_EXPORT int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask);
+
+/* CM time values are IBTA 5-bit exponents: 4.096 us * 2^t. */
+struct cep_cm_conn_param {
+	size_t size;                        /* sizeof(struct cep_cm_conn_param) */
+	uint64_t service_id;
+	struct cep_path primary;            /* local_* = this port */
+	struct cep_path alternate;          /* all zero: none */
+	uint32_t qpn;                       /* registered local QPN: bound here */
+	uint32_t starting_psn;
+	uint32_t qkey;
+	uint16_t pkey;
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	uint8_t remote_cm_response_timeout; /* how long the peer may take */
+	uint8_t local_cm_response_timeout;  /* how long we take to answer REP */
+	uint8_t max_cm_retries;             /* 0..15 */
+	uint8_t packet_life_time;           /* of the path, 5 bits */
+	uint8_t retry_count;
+	uint8_t rnr_retry_count;
+	uint8_t path_mtu;                   /* 1..5; 0 = port's active MTU */
+	uint8_t transport_service_type;     /* enum cep_transport_service */
+	uint8_t srq;
+	uint8_t manual_rtu;                 /* 1: the application calls cep_cm_rtu */
+	const void *private_data;
+	size_t private_data_len;            /* <= CEP_REQ_PRIVATE_DATA_SIZE */
+	const struct cep_mad_addr *peer;    /* CM address; NULL: from primary */
+};
+
+/* Active side: bind @p->qpn to this id, send REQ (IDLE -> REQ_SENT), arm
+ * the retry timer. 0, -EINVAL (state or parameters), -EMSGSIZE (private
+ * data), and cep_bind()'s errors (-ENOENT, -ESHUTDOWN, -EISCONN...). */
+CEP_EXPORT int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p);
+
+struct cep_cm_accept_param {
+	size_t size;
+	uint32_t qpn;                   /* registered local QPN: bound here */
+	uint32_t starting_psn;
+	uint32_t qkey;
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	uint8_t target_ack_delay;
+	uint8_t failover_accepted;
+	uint8_t rnr_retry_count;
+	uint8_t srq;
+	uint8_t manual_drep;            /* 1: the application calls cep_cm_drep */
+	const void *private_data;
+	size_t private_data_len;        /* <= CEP_REP_PRIVATE_DATA_SIZE */
+};
+
+/* Passive side: bind, send REP (REQ_RCVD/MRA_REQ_SENT -> REP_SENT).
+ * 0, -EINVAL (state), -EMSGSIZE, bind errors. */
+CEP_EXPORT int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p);
+/* Active side after REP_RECEIVED with manual_rtu: send RTU -> ESTABLISHED
+ * (no ESTABLISHED event follows: the caller knows). Also from MRA_REP_SENT.
+ * 0, -EINVAL (state), -EMSGSIZE. */
+CEP_EXPORT int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len);
+/* Send REJ in any connecting state (and REP_RCVD), with reason, ARI and
+ * private data. 0, -EINVAL (state, reason 0 or > CEP_REJ_REASON_MAX),
+ * -EMSGSIZE. */
+CEP_EXPORT int cep_cm_reject(struct cep_cm_id *id, unsigned reason,
+			     const void *ari, size_t ari_len,
+			     const void *pdata, size_t len);
+/* Send MRA for the REQ, REP or LAP being processed. */
+CEP_EXPORT int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout,
+			  const void *pdata, size_t len);
+/* ESTABLISHED -> DREQ_SENT (DREQ with retries). */
+CEP_EXPORT int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len);
+/* DREQ_RCVD -> TIMEWAIT (DREP). */
+CEP_EXPORT int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len);
+/* ESTABLISHED, LAP_IDLE: send LAP for @alt -> LAP_SENT. */
+CEP_EXPORT int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
+			  uint8_t remote_cm_response_timeout,
+			  const void *pdata, size_t len);
+/* LAP_RCVD / MRA_LAP_SENT: send APR with @status -> LAP_IDLE. */
+CEP_EXPORT int cep_cm_apr(struct cep_cm_id *id, unsigned status,
+			  const void *info, size_t info_len,
+			  const void *pdata, size_t len);
+
+struct cep_cm_sidr_param {
+	size_t size;
+	uint64_t service_id;
+	uint16_t pkey;
+	uint8_t timeout;                /* 5-bit exponent for each try */
+	uint8_t max_cm_retries;
+	const void *private_data;
+	size_t private_data_len;        /* <= CEP_SIDR_REQ_PRIVATE_DATA_SIZE */
+	const struct cep_mad_addr *peer; /* required */
+};
+/* IDLE -> SIDR_REQ_SENT. */
+CEP_EXPORT int cep_cm_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p);
+/* SIDR_REQ_RCVD -> IDLE, sending SIDR_REP. */
+CEP_EXPORT int cep_cm_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn,
+			       uint32_t qkey, const void *pdata, size_t len);
+
+/* ---- statistics ---------------------------------------------------------- */
+
+struct cep_cm_stats {
+	size_t size;                            /* caller sets sizeof */
+	uint64_t sent[CEP_MSG_COUNT];           /* by message type */
+	uint64_t received[CEP_MSG_COUNT];       /* decoded, by type */
+	uint64_t retries;                       /* MADs resent on timeout */
+	uint64_t timeouts;                      /* retries exhausted */
+	uint64_t duplicates;                    /* recognised duplicates */
+	uint64_t drops[CEP_CM_DROP_COUNT];
+	uint64_t rej_sent[CEP_REJ_REASON_MAX + 1];
+	uint64_t rej_received[CEP_REJ_REASON_MAX + 1];
+	uint64_t send_errors;                   /* transport send() failures */
+	uint64_t events[CEP_CM_EVENT_COUNT];
+	int64_t states[CEP_CM_STATE_COUNT];     /* ids per state now */
+	uint64_t ids;                           /* ids alive (memory) */
+};
+/* Sum of per-worker counters (each read atomically). Any thread. */
+CEP_EXPORT int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st);
+
+/* Conversion used for every CM timer: 4.096 us * 2^t, in microseconds. */
+CEP_EXPORT uint64_t cep_cm_time_us(unsigned t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CEP_CM_H */

@@ -1,0 +1,836 @@
+/*
+ * CM engine, connections: REQ, REP, RTU, MRA, REJ, DREQ, DREP handlers,
+ * QP teardown, and the connection API (connect, accept, RTU, reject, MRA,
+ * disconnect, DREP). Same template and locking rules as cm.c.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_internal.h"
+
+/* Release an established connection found stale by a new REQ/REP. */
+static void release_stale(struct cep_cm_id *old)
+{
+	pthread_mutex_lock(&old->lock);
+	cm_start_dreq(old, NULL, 0);
+	pthread_mutex_unlock(&old->lock);
+}
+
+static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
+		    const struct cep_msg *m, const struct cep_mad_addr *from)
+{
+	STAT_ADD(cm, w, duplicates);
+	pthread_mutex_lock(&cur->lock);
+	switch (cur->state) {
+	case CEP_CM_MRA_REQ_SENT:
+		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, NULL, 0);
+		break;
+	case CEP_CM_TIMEWAIT: {
+		struct cep_mad_addr to = cm_reply_addr(from);
+		struct cep_msg r;
+
+		cep_msg_init(&r, CEP_MSG_REJ, m->hdr.tid);
+		r.u.rej.local_comm_id = cep_local_comm_id(cur->cep);
+		r.u.rej.remote_comm_id = m->u.req.local_comm_id;
+		r.u.rej.reason = CEP_REJ_STALE_CONN;
+		r.u.rej.message_rejected = CEP_MSG_CODE_REQ;
+		cm_send_raw(cm, w, &r, &to, NULL);
+		break;
+	}
+	default: /* REQ_RCVD and later: the answer is on its way or retried */
+		break;
+	}
+	pthread_mutex_unlock(&cur->lock);
+}
+
+void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+		       const struct cep_mad_addr *from)
+{
+	const struct cep_req *rq = &m->u.req;
+	struct cep_cm_id *id, *lid;
+	struct cep *existing = NULL, *lcep;
+	struct cep_cm_event ev;
+	int ret;
+
+	if (rq->transport_service_type == CEP_TS_RD) {
+		/* no RD (EE contexts) in this CM: refuse, keep nothing */
+		cm_reply_rej(cm, w, from, m->hdr.tid, 0, rq->local_comm_id,
+			     CEP_REJ_INVALID_TRANSPORT_TYPE, CEP_MSG_CODE_REQ);
+		return;
+	}
+	if (cm_alloc_id(cm, w, NULL, NULL, NULL, &id)) {
+		cm_drop(cm, w, CEP_CM_DROP_NO_MEMORY);
+		return;
+	}
+	ret = cep_insert_remote_id(id->cep, rq->local_comm_id, rq->local_ca_guid, &existing);
+	if (ret == -EEXIST) {
+		if (existing) {
+			dup_req(cm, w, cep_context(existing), m, from);
+			cep_put(existing);
+		}
+		cm_discard_id(id);
+		return;
+	}
+	if (ret) {
+		cm_drop(cm, w, CEP_CM_DROP_NO_MEMORY);
+		cm_discard_id(id);
+		return;
+	}
+	if (cep_lookup_listener(cm->table, rq->service_id, &lcep)) {
+		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
+			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
+		cm_discard_id(id);
+		return;
+	}
+	lid = cep_context(lcep);
+	ret = cep_insert_remote_qpn(id->cep, rq->local_qpn, rq->local_ca_guid, &existing);
+	if (ret) {
+		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
+			  ret == -EEXIST ? CEP_REJ_STALE_CONN : CEP_REJ_NO_RESOURCES,
+			  CEP_MSG_CODE_REQ);
+		cm_discard_id(id);
+		if (existing) {
+			release_stale(cep_context(existing));
+			cep_put(existing);
+		}
+		cep_put(lcep);
+		return;
+	}
+	pthread_mutex_lock(&lid->lock);
+	int listening = lid->state == CEP_CM_LISTEN && !(lid->flags & F_USER_GONE);
+	void *lctx = lid->context;
+	pthread_mutex_unlock(&lid->lock);
+	if (!listening) {
+		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
+			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
+		cm_discard_id(id);
+		cep_put(lcep);
+		return;
+	}
+	/* Inherit the listener's delivery. handler/channel are read only on
+	 * this (the owning) worker; the user learns the id from the event. */
+	id->handler = lid->handler;
+	id->channel = lid->channel;
+	if (id->channel)
+		atomic_fetch_add(&id->channel->users, 1);
+	pthread_mutex_lock(&id->lock);
+	if (id->channel)
+		id->flags |= F_CHANNEL_USER;
+	id->context = lctx;
+	id->remote_id = rq->local_comm_id;
+	id->remote_qpn = rq->local_qpn;
+	id->remote_ca_guid = rq->local_ca_guid;
+	id->service_id = rq->service_id;
+	id->tid = m->hdr.tid;
+	id->peer = cm_reply_addr(from);
+	id->timeout_ms = cm_ms(rq->local_cm_response_timeout);
+	id->peer_timeout_ms = cm_ms(rq->remote_cm_response_timeout);
+	id->max_retries = rq->max_cm_retries;
+	id->timewait_ms = 2 * cm_ms(rq->primary.local_ack_timeout);
+	id->pkt_life_ms = cm_ms(rq->primary.local_ack_timeout) / 2 + 1;
+	cm_set_state(id, CEP_CM_REQ_RCVD);
+	if (cm->auto_mra)
+		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
+	cm_ev_init(&ev, id, CEP_CM_EV_REQ_RECEIVED);
+	ev.listen_id = lid;
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	cm_deliver_and_maybe_destroy(id, &ev);
+	cep_put(lcep);
+}
+
+/* Lock held, REP_RCVD: send RTU and become ESTABLISHED. */
+static void do_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	cm_send_simple(id, CEP_MSG_RTU, pdata, len, 0);
+	cm_clear_timer(id);
+	cm_set_state(id, CEP_CM_ESTABLISHED);
+}
+
+void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+		       const struct cep_mad_addr *from)
+{
+	const struct cep_rep *rp = &m->u.rep;
+	struct cep_cm_id *id = cm_find_id(cm, rp->remote_comm_id);
+	struct cep *existing = NULL;
+	struct cep_cm_event ev;
+	int ret;
+
+	if (!id) {
+		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
+		cm_reply_rej(cm, w, from, m->hdr.tid, rp->remote_comm_id, rp->local_comm_id,
+			  CEP_REJ_INVALID_COMM_ID, CEP_MSG_CODE_REP);
+		return;
+	}
+	pthread_mutex_lock(&id->lock);
+	switch (id->state) {
+	case CEP_CM_REQ_SENT:
+	case CEP_CM_MRA_REQ_RCVD:
+		break;
+	case CEP_CM_ESTABLISHED:
+		if (id->remote_id == rp->local_comm_id) { /* RTU lost: again */
+			STAT_ADD(cm, w, duplicates);
+			cm_send_simple(id, CEP_MSG_RTU, NULL, 0, 0);
+		} else {
+			cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+		}
+		goto out;
+	case CEP_CM_MRA_REP_SENT:
+		STAT_ADD(cm, w, duplicates);
+		cm_send_mra(id, CEP_MSG_CODE_REP, id->mra_timeout, NULL, 0);
+		goto out;
+	case CEP_CM_REP_RCVD:
+		STAT_ADD(cm, w, duplicates);
+		goto out;
+	default:
+		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		goto out;
+	}
+	ret = cep_insert_remote_id(id->cep, rp->local_comm_id, rp->local_ca_guid, &existing);
+	if (ret == 0)
+		ret = cep_insert_remote_qpn(id->cep, rp->local_qpn, rp->local_ca_guid, &existing);
+	if (ret) {
+		/* Stale: refuse this REP, release the old connection; this id
+		 * keeps waiting (and times out) as the kernel's CM does. */
+		struct cep_mad_addr to = cm_reply_addr(from);
+		struct cep_msg r;
+
+		cep_msg_init(&r, CEP_MSG_REJ, m->hdr.tid);
+		r.u.rej.local_comm_id = cep_local_comm_id(id->cep);
+		r.u.rej.remote_comm_id = rp->local_comm_id;
+		r.u.rej.reason = CEP_REJ_STALE_CONN;
+		r.u.rej.message_rejected = CEP_MSG_CODE_REP;
+		cm_send_raw(cm, w, &r, &to, NULL);
+		cm_drop_remote_keys(id);
+		pthread_mutex_unlock(&id->lock);
+		if (existing) {
+			struct cep_cm_id *old = cep_context(existing);
+
+			if (old != id)
+				release_stale(old);
+			cep_put(existing);
+		}
+		cm_id_put(id);
+		return;
+	}
+	id->remote_id = rp->local_comm_id;
+	id->remote_qpn = rp->local_qpn;
+	id->remote_ca_guid = rp->local_ca_guid;
+	cm_free_retry(id);
+	cm_clear_timer(id);
+	cm_set_state(id, CEP_CM_REP_RCVD);
+	if (cm->auto_mra)
+		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
+	if (id->flags & F_USER_GONE) {
+		/* destroyed while connecting: the REP is refused */
+		cm_send_rej(id, CEP_REJ_CONSUMER_DEFINED, CEP_MSG_CODE_REP, NULL, 0, NULL, 0);
+		cm_enter_timewait(id);
+		goto out;
+	}
+	cm_ev_init(&ev, id, CEP_CM_EV_REP_RECEIVED);
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	if (cm_deliver(id, &ev)) {
+		cep_cm_destroy_id(id);
+		cm_id_put(id);
+		return;
+	}
+	pthread_mutex_lock(&id->lock);
+	if (!(id->flags & F_MANUAL_RTU) && id->state == CEP_CM_REP_RCVD) {
+		do_rtu(id, NULL, 0);
+		cm_ev_init(&ev, id, CEP_CM_EV_ESTABLISHED);
+		pthread_mutex_unlock(&id->lock);
+		cm_deliver_and_maybe_destroy(id, &ev);
+		cm_id_put(id);
+		return;
+	}
+out:
+	pthread_mutex_unlock(&id->lock);
+	cm_id_put(id);
+}
+
+/* Look up the id addressed by @remote_comm_id (our local) whose peer is
+ * @local_comm_id; on mismatch count and return NULL. Lock NOT held. */
+struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours,
+				   uint32_t theirs)
+{
+	struct cep_cm_id *id = cm_find_id(cm, ours);
+
+	if (!id) {
+		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
+		return NULL;
+	}
+	pthread_mutex_lock(&id->lock);
+	if (id->remote_id != theirs) {
+		pthread_mutex_unlock(&id->lock);
+		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+		cm_id_put(id);
+		return NULL;
+	}
+	return id; /* locked */
+}
+
+void cm_handle_rtu(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+		       const struct cep_mad_addr *from)
+{
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.rtu.remote_comm_id, m->u.rtu.local_comm_id);
+	struct cep_cm_event ev;
+
+	if (!id)
+		return;
+	if (id->state != CEP_CM_REP_SENT && id->state != CEP_CM_MRA_REP_RCVD) {
+		if (id->state == CEP_CM_ESTABLISHED)
+			STAT_ADD(cm, w, duplicates);
+		else
+			cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		pthread_mutex_unlock(&id->lock);
+		cm_id_put(id);
+		return;
+	}
+	cm_free_retry(id);
+	cm_clear_timer(id);
+	cm_set_state(id, CEP_CM_ESTABLISHED);
+	int user = !(id->flags & F_USER_GONE);
+
+	if (!user) /* destroyed while accepting: release at once */
+		cm_start_dreq(id, NULL, 0);
+	cm_ev_init(&ev, id, CEP_CM_EV_RTU_RECEIVED);
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	if (user)
+		cm_deliver_and_maybe_destroy(id, &ev);
+	cm_id_put(id);
+}
+
+void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+		       const struct cep_mad_addr *from)
+{
+	const struct cep_mra *ma = &m->u.mra;
+	struct cep_cm_id *id = cm_find_id(cm, ma->remote_comm_id);
+	struct cep_cm_event ev;
+	int ok = 0;
+
+	if (!id) {
+		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
+		return;
+	}
+	pthread_mutex_lock(&id->lock);
+	if (id->remote_id && id->remote_id != ma->local_comm_id) {
+		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+		goto out;
+	}
+	uint32_t ext = cm_ms(ma->service_timeout) + id->pkt_life_ms;
+
+	switch (ma->message_mraed) {
+	case CEP_MSG_CODE_REQ:
+		if (id->state == CEP_CM_REQ_SENT) {
+			cm_set_state(id, CEP_CM_MRA_REQ_RCVD);
+			ok = 1;
+		} else if (id->state == CEP_CM_MRA_REQ_RCVD) {
+			STAT_ADD(cm, w, duplicates);
+		} else {
+			cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		}
+		break;
+	case CEP_MSG_CODE_REP:
+		if (id->state == CEP_CM_REP_SENT) {
+			cm_set_state(id, CEP_CM_MRA_REP_RCVD);
+			ok = 1;
+		} else if (id->state == CEP_CM_MRA_REP_RCVD) {
+			STAT_ADD(cm, w, duplicates);
+		} else {
+			cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		}
+		break;
+	default:
+		if (id->state == CEP_CM_ESTABLISHED && id->lap_state == CEP_CM_LAP_SENT) {
+			id->lap_state = CEP_CM_MRA_LAP_RCVD;
+			ok = 1;
+		} else if (id->lap_state == CEP_CM_MRA_LAP_RCVD) {
+			STAT_ADD(cm, w, duplicates);
+		} else {
+			cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		}
+		break;
+	}
+	if (ok) {
+		cm_set_timer(id, TK_RETRY, ext);
+		ok = !(id->flags & F_USER_GONE);
+		cm_ev_init(&ev, id, CEP_CM_EV_MRA_RECEIVED);
+		cm_ev_msg(&ev, m, from);
+	}
+out:
+	pthread_mutex_unlock(&id->lock);
+	if (ok)
+		cm_deliver_and_maybe_destroy(id, &ev);
+	cm_id_put(id);
+}
+
+void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+		       const struct cep_mad_addr *from)
+{
+	const struct cep_rej *rj = &m->u.rej;
+	struct cep_cm_id *id = NULL;
+	struct cep_cm_event ev;
+	struct cep *cep;
+	int user;
+
+	if (rj->reason <= CEP_REJ_REASON_MAX)
+		STAT_ADD(cm, w, rej_received[rj->reason]);
+	if (rj->remote_comm_id == 0 && rj->reason == CEP_REJ_TIMEOUT) {
+		/* The active side gave up before learning our comm ID. */
+		if (cep_lookup_remote_id(cm->table, rj->local_comm_id, cm_be64(rj->ari), &cep) == 0)
+			id = cep_context(cep);
+	} else {
+		id = cm_find_id(cm, rj->remote_comm_id);
+	}
+	if (!id) {
+		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
+		return;
+	}
+	pthread_mutex_lock(&id->lock);
+	if (id->remote_id && id->remote_id != rj->local_comm_id) {
+		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+		goto drop_out;
+	}
+	switch (id->state) {
+	case CEP_CM_REQ_SENT:
+	case CEP_CM_MRA_REQ_RCVD:
+	case CEP_CM_REP_SENT:
+	case CEP_CM_MRA_REP_RCVD:
+	case CEP_CM_REQ_RCVD:
+	case CEP_CM_MRA_REQ_SENT:
+		if (rj->reason == CEP_REJ_STALE_CONN)
+			cm_enter_timewait(id);
+		else
+			cm_reset_to_idle(id);
+		break;
+	case CEP_CM_REP_RCVD:
+	case CEP_CM_MRA_REP_SENT:
+	case CEP_CM_DREQ_SENT:
+		cm_enter_timewait(id);
+		break;
+	case CEP_CM_ESTABLISHED:
+		if (id->lap_state == CEP_CM_LAP_IDLE || id->lap_state == CEP_CM_LAP_SENT) {
+			cm_enter_timewait(id);
+			break;
+		}
+		/* fall through */
+	default:
+		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		goto drop_out;
+	}
+	user = !(id->flags & F_USER_GONE);
+	cm_ev_init(&ev, id, CEP_CM_EV_REJ_RECEIVED);
+	ev.status = rj->reason;
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	if (user)
+		cm_deliver_and_maybe_destroy(id, &ev);
+	cm_id_put(id);
+	return;
+drop_out:
+	pthread_mutex_unlock(&id->lock);
+	cm_id_put(id);
+}
+
+void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+			const struct cep_mad_addr *from)
+{
+	const struct cep_dreq *dq = &m->u.dreq;
+	struct cep_cm_id *id = cm_find_id(cm, dq->remote_comm_id);
+	struct cep_cm_event ev;
+	int user;
+
+	if (!id) {
+		/* Unknown connection: answer so the peer can finish (12.9.7). */
+		struct cep_mad_addr to = cm_reply_addr(from);
+		struct cep_msg r;
+
+		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
+		cep_msg_init(&r, CEP_MSG_DREP, m->hdr.tid);
+		r.u.drep.local_comm_id = dq->remote_comm_id;
+		r.u.drep.remote_comm_id = dq->local_comm_id;
+		cm_send_raw(cm, w, &r, &to, NULL);
+		return;
+	}
+	pthread_mutex_lock(&id->lock);
+	if (id->remote_id != dq->local_comm_id || id->local_qpn != dq->remote_qpn_eecn) {
+		cm_drop(cm, w, CEP_CM_DROP_MISMATCH); /* forged or stale: change nothing */
+		goto out;
+	}
+	switch (id->state) {
+	case CEP_CM_REP_SENT:
+	case CEP_CM_MRA_REP_RCVD:
+	case CEP_CM_DREQ_SENT:
+	case CEP_CM_ESTABLISHED:
+		break;
+	case CEP_CM_TIMEWAIT:
+		STAT_ADD(cm, w, duplicates);
+		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		goto out;
+	case CEP_CM_DREQ_RCVD:
+		STAT_ADD(cm, w, duplicates);
+		goto out;
+	default:
+		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		goto out;
+	}
+	cm_free_retry(id);
+	cm_clear_timer(id);
+	id->lap_state = CEP_CM_LAP_IDLE;
+	cm_set_state(id, CEP_CM_DREQ_RCVD);
+	user = !(id->flags & F_USER_GONE);
+	if (!user || (id->flags & F_QP_GONE)) {
+		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_enter_timewait(id);
+	}
+	cm_ev_init(&ev, id, CEP_CM_EV_DREQ_RECEIVED);
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	if (!user) {
+		cm_id_put(id);
+		return;
+	}
+	if (cm_deliver(id, &ev)) {
+		cep_cm_destroy_id(id); /* sends the DREP if still due */
+		cm_id_put(id);
+		return;
+	}
+	pthread_mutex_lock(&id->lock);
+	if (!(id->flags & F_MANUAL_DREP) && id->state == CEP_CM_DREQ_RCVD) {
+		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_enter_timewait(id);
+	}
+out:
+	pthread_mutex_unlock(&id->lock);
+	cm_id_put(id);
+}
+
+void cm_handle_drep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+			const struct cep_mad_addr *from)
+{
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.drep.remote_comm_id, m->u.drep.local_comm_id);
+	struct cep_cm_event ev;
+	int user;
+
+	if (!id)
+		return;
+	if (id->state != CEP_CM_DREQ_SENT && id->state != CEP_CM_DREQ_RCVD) {
+		if (id->state == CEP_CM_TIMEWAIT)
+			STAT_ADD(cm, w, duplicates);
+		else
+			cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		pthread_mutex_unlock(&id->lock);
+		cm_id_put(id);
+		return;
+	}
+	cm_enter_timewait(id);
+	user = !(id->flags & F_USER_GONE);
+	cm_ev_init(&ev, id, CEP_CM_EV_DREP_RECEIVED);
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	if (user)
+		cm_deliver_and_maybe_destroy(id, &ev);
+	cm_id_put(id);
+}
+
+void cm_id_teardown(struct cep *cep, void *ctx)
+{
+	struct cep_cm_id *id = cep_context(cep);
+
+	(void)ctx;
+	pthread_mutex_lock(&id->lock);
+	id->flags |= F_QP_GONE;
+	cm_post_bits(id, W_QP_GONE);
+	switch (id->state) {
+	case CEP_CM_ESTABLISHED:
+		cm_start_dreq(id, NULL, 0);
+		break;
+	case CEP_CM_DREQ_RCVD:
+		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_enter_timewait(id);
+		break;
+	case CEP_CM_DREQ_SENT:
+	case CEP_CM_TIMEWAIT:
+		break; /* timewait ends it */
+	case CEP_CM_REQ_SENT:
+	case CEP_CM_MRA_REQ_RCVD:
+	case CEP_CM_REP_SENT:
+	case CEP_CM_MRA_REP_RCVD:
+	case CEP_CM_REQ_RCVD:
+	case CEP_CM_MRA_REQ_SENT:
+		cm_send_rej(id, CEP_REJ_NO_QP, CEP_MSG_CODE_OTHER, NULL, 0, NULL, 0);
+		cm_reset_to_idle(id);
+		break;
+	case CEP_CM_REP_RCVD:
+	case CEP_CM_MRA_REP_SENT:
+		cm_send_rej(id, CEP_REJ_NO_QP, CEP_MSG_CODE_REP, NULL, 0, NULL, 0);
+		cm_enter_timewait(id);
+		break;
+	default:
+		cm_maybe_table_destroy(id);
+		break;
+	}
+	pthread_mutex_unlock(&id->lock);
+}
+
+static int path_has_alt(const struct cep_path *p)
+{
+	static const struct cep_path zero;
+
+	return memcmp(p, &zero, sizeof(zero)) != 0;
+}
+
+int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
+{
+	struct cep_msg m;
+	struct cep_req *rq = &m.u.req;
+	int ret;
+
+	if (!id || !p || p->size < sizeof(*p) || p->qpn > 0xffffff || p->qpn < 2 ||
+	    p->max_cm_retries > 15 || p->remote_cm_response_timeout > 31 ||
+	    p->local_cm_response_timeout > 31 || p->packet_life_time > 31 ||
+	    p->path_mtu > 5 || p->transport_service_type > CEP_TS_UC ||
+	    p->starting_psn > 0xffffff || (p->private_data_len && !p->private_data))
+		return -EINVAL;
+	if (p->private_data_len > CEP_REQ_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	cep_msg_init(&m, CEP_MSG_REQ, 0);
+	pthread_mutex_lock(&id->lock);
+	if (id->state != CEP_CM_IDLE || (id->flags & F_USER_GONE) || cep_is_destroyed(id->cep)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	ret = cep_bind(id->cep, p->qpn);
+	if (ret)
+		goto out;
+	m.hdr.tid = ++id->tid;
+	rq->local_comm_id = cep_local_comm_id(id->cep);
+	rq->service_id = p->service_id;
+	rq->local_ca_guid = id->cm->ca_guid;
+	rq->local_qkey = p->qkey;
+	rq->local_qpn = p->qpn;
+	rq->responder_resources = p->responder_resources;
+	rq->initiator_depth = p->initiator_depth;
+	rq->remote_cm_response_timeout = p->remote_cm_response_timeout;
+	rq->transport_service_type = p->transport_service_type;
+	rq->end_to_end_flow_control = 1;
+	rq->starting_psn = p->starting_psn;
+	rq->local_cm_response_timeout = p->local_cm_response_timeout;
+	rq->retry_count = p->retry_count & 7;
+	rq->partition_key = p->pkey ? p->pkey : CEP_DEFAULT_PKEY;
+	rq->path_mtu = p->path_mtu ? p->path_mtu
+				   : (id->cm->port.active_mtu ? id->cm->port.active_mtu : 5);
+	rq->rnr_retry_count = p->rnr_retry_count & 7;
+	rq->max_cm_retries = p->max_cm_retries;
+	rq->srq = p->srq ? 1 : 0;
+	rq->primary = p->primary;
+	if (path_has_alt(&p->alternate))
+		rq->alternate = p->alternate;
+	cm_copy_pdata(rq->private_data, p->private_data, p->private_data_len);
+	if (p->peer) {
+		id->peer = *p->peer;
+	} else {
+		memset(&id->peer, 0, sizeof(id->peer));
+		id->peer.lid = p->primary.remote_lid;
+		id->peer.sl = p->primary.sl;
+		id->peer.hop_limit = p->primary.hop_limit;
+		id->peer.traffic_class = p->primary.traffic_class;
+		id->peer.flow_label = p->primary.flow_label;
+		memcpy(id->peer.gid, p->primary.remote_gid, 16);
+		id->peer.grh_present = p->primary.remote_lid == 0 || !p->primary.subnet_local;
+	}
+	id->peer.qpn = 1;
+	id->peer.qkey = CEP_QP1_QKEY;
+	id->local_qpn = p->qpn;
+	id->service_id = p->service_id;
+	id->pkt_life_ms = cm_ms(p->packet_life_time);
+	id->timeout_ms = 2 * id->pkt_life_ms + cm_ms(p->remote_cm_response_timeout);
+	id->peer_timeout_ms = cm_ms(p->local_cm_response_timeout);
+	id->timewait_ms = 2 * cm_ms(p->primary.local_ack_timeout);
+	id->max_retries = id->retries_left = p->max_cm_retries;
+	id->flags = (uint8_t)((id->flags & ~F_MANUAL_RTU) | (p->manual_rtu ? F_MANUAL_RTU : 0));
+	ret = cm_send_msg(id, &m, 1);
+	if (ret) {
+		cep_unbind(id->cep);
+		goto out;
+	}
+	cm_set_state(id, CEP_CM_REQ_SENT);
+	cm_set_timer(id, TK_RETRY, id->timeout_ms);
+out:
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
+int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
+{
+	struct cep_msg m;
+	struct cep_rep *rp = &m.u.rep;
+	int ret;
+
+	if (!id || !p || p->size < sizeof(*p) || p->qpn > 0xffffff || p->qpn < 2 ||
+	    p->starting_psn > 0xffffff || p->failover_accepted > 2 ||
+	    (p->private_data_len && !p->private_data))
+		return -EINVAL;
+	if (p->private_data_len > CEP_REP_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	if ((id->state != CEP_CM_REQ_RCVD && id->state != CEP_CM_MRA_REQ_SENT) ||
+	    (id->flags & F_USER_GONE) || cep_is_destroyed(id->cep)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	ret = cep_bind(id->cep, p->qpn);
+	if (ret)
+		goto out;
+	cep_msg_init(&m, CEP_MSG_REP, id->tid);
+	rp->local_comm_id = cep_local_comm_id(id->cep);
+	rp->remote_comm_id = id->remote_id;
+	rp->local_qkey = p->qkey;
+	rp->local_qpn = p->qpn;
+	rp->starting_psn = p->starting_psn;
+	rp->responder_resources = p->responder_resources;
+	rp->initiator_depth = p->initiator_depth;
+	rp->target_ack_delay = p->target_ack_delay & 31;
+	rp->failover_accepted = p->failover_accepted;
+	rp->end_to_end_flow_control = 1;
+	rp->rnr_retry_count = p->rnr_retry_count & 7;
+	rp->srq = p->srq ? 1 : 0;
+	rp->local_ca_guid = id->cm->ca_guid;
+	cm_copy_pdata(rp->private_data, p->private_data, p->private_data_len);
+	id->local_qpn = p->qpn;
+	id->flags = (uint8_t)((id->flags & ~F_MANUAL_DREP) | (p->manual_drep ? F_MANUAL_DREP : 0));
+	ret = cm_send_msg(id, &m, 1);
+	if (ret) {
+		cep_unbind(id->cep);
+		goto out;
+	}
+	cm_set_state(id, CEP_CM_REP_SENT);
+	id->retries_left = id->max_retries;
+	cm_set_timer(id, TK_RETRY, id->timeout_ms);
+out:
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
+int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	int ret = 0;
+
+	if (!id || (len && !pdata))
+		return -EINVAL;
+	if (len > CEP_RTU_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	if (id->state == CEP_CM_REP_RCVD || id->state == CEP_CM_MRA_REP_SENT)
+		do_rtu(id, pdata, len);
+	else
+		ret = -EINVAL;
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
+/* Lock held: reject in the current state (see cep_cm_reject). */
+int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
+		     const void *pdata, size_t len)
+{
+	switch (id->state) {
+	case CEP_CM_REQ_RCVD:
+	case CEP_CM_MRA_REQ_SENT:
+		cm_send_rej(id, reason, CEP_MSG_CODE_REQ, ari, ari_len, pdata, len);
+		cm_reset_to_idle(id);
+		return 0;
+	case CEP_CM_REQ_SENT:
+	case CEP_CM_MRA_REQ_RCVD:
+	case CEP_CM_REP_SENT:
+	case CEP_CM_MRA_REP_RCVD:
+		cm_send_rej(id, reason, CEP_MSG_CODE_OTHER, ari, ari_len, pdata, len);
+		cm_reset_to_idle(id);
+		return 0;
+	case CEP_CM_REP_RCVD:
+	case CEP_CM_MRA_REP_SENT:
+		cm_send_rej(id, reason, CEP_MSG_CODE_REP, ari, ari_len, pdata, len);
+		cm_enter_timewait(id);
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
+		  const void *pdata, size_t len)
+{
+	int ret;
+
+	if (!id || reason == 0 || reason > CEP_REJ_REASON_MAX || (ari_len && !ari) ||
+	    (len && !pdata))
+		return -EINVAL;
+	if (ari_len > CEP_REJ_ARI_SIZE || len > CEP_REJ_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	ret = cm_do_reject(id, reason, ari, ari_len, pdata, len);
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
+int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len)
+{
+	int ret = 0;
+
+	if (!id || service_timeout > 31 || (len && !pdata))
+		return -EINVAL;
+	if (len > CEP_MRA_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	if (id->state == CEP_CM_REQ_RCVD) {
+		cm_send_mra(id, CEP_MSG_CODE_REQ, service_timeout, pdata, len);
+		cm_set_state(id, CEP_CM_MRA_REQ_SENT);
+	} else if (id->state == CEP_CM_REP_RCVD) {
+		cm_send_mra(id, CEP_MSG_CODE_REP, service_timeout, pdata, len);
+		cm_set_state(id, CEP_CM_MRA_REP_SENT);
+	} else if (id->state == CEP_CM_ESTABLISHED && id->lap_state == CEP_CM_LAP_RCVD) {
+		cm_send_mra(id, CEP_MSG_CODE_OTHER, service_timeout, pdata, len);
+		id->lap_state = CEP_CM_MRA_LAP_SENT;
+	} else {
+		ret = -EINVAL;
+	}
+	if (ret == 0)
+		cm_clear_timer(id); /* no automatic MRA any more */
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
+int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	int ret;
+
+	if (!id || (len && !pdata))
+		return -EINVAL;
+	if (len > CEP_DREQ_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	ret = cm_start_dreq(id, pdata, len);
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
+int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	int ret = 0;
+
+	if (!id || (len && !pdata))
+		return -EINVAL;
+	if (len > CEP_DREP_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	if (id->state == CEP_CM_DREQ_RCVD) {
+		cm_send_simple(id, CEP_MSG_DREP, pdata, len, 0);
+		cm_enter_timewait(id);
+	} else {
+		ret = -EINVAL;
+	}
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}

@@ -1,0 +1,139 @@
+/*
+ * CM event channels: a mutex-protected FIFO of event copies and an eventfd
+ * that is readable exactly while the FIFO is not empty (both changed under
+ * the channel mutex). Each queued event holds a reference on its id's CEP,
+ * dropped by cep_cm_ack_event(), so the id outlives every event about it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "cm_internal.h"
+
+struct chan_ev {
+	struct cep_cm_event ev;   /* first: cep_cm_ack_event casts back */
+	struct chan_ev *next;
+	struct cep_cm_channel *ch;
+};
+
+int cep_cm_channel_create(struct cep_cm_channel **out)
+{
+	struct cep_cm_channel *ch;
+
+	if (!out)
+		return -EINVAL;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		return -ENOMEM;
+	ch->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ch->efd < 0) {
+		int e = -errno;
+
+		free(ch);
+		return e;
+	}
+	pthread_mutex_init(&ch->mtx, NULL);
+	*out = ch;
+	return 0;
+}
+
+int cep_cm_channel_destroy(struct cep_cm_channel *ch)
+{
+	int busy;
+
+	if (!ch)
+		return -EINVAL;
+	pthread_mutex_lock(&ch->mtx);
+	busy = ch->queued != 0 || atomic_load(&ch->users) != 0;
+	pthread_mutex_unlock(&ch->mtx);
+	if (busy)
+		return -EBUSY;
+	close(ch->efd);
+	pthread_mutex_destroy(&ch->mtx);
+	free(ch);
+	return 0;
+}
+
+int cep_cm_channel_fd(const struct cep_cm_channel *ch)
+{
+	return ch ? ch->efd : -EINVAL;
+}
+
+int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev)
+{
+	struct chan_ev *e = malloc(sizeof(*e));
+
+	if (!e)
+		return -ENOMEM;
+	e->ev = *ev;
+	if (ev->private_data) /* re-point into the copy */
+		e->ev.private_data = (const uint8_t *)&e->ev.msg +
+			(ev->private_data - (const uint8_t *)&ev->msg);
+	e->next = NULL;
+	e->ch = ch;
+	cep_get(cep_cm_id_cep(ev->id));
+	if (ev->listen_id)
+		cep_get(cep_cm_id_cep(ev->listen_id));
+	pthread_mutex_lock(&ch->mtx);
+	if (ch->tail)
+		ch->tail->next = e;
+	else
+		ch->head = e;
+	ch->tail = e;
+	if (ch->queued++ == 0) {
+		uint64_t one = 1;
+
+		if (write(ch->efd, &one, sizeof(one)) < 0) {
+			/* cannot overflow from 0: nothing to do */
+		}
+	}
+	pthread_mutex_unlock(&ch->mtx);
+	return 0;
+}
+
+int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event **out)
+{
+	struct chan_ev *e;
+
+	if (!ch || !out)
+		return -EINVAL;
+	pthread_mutex_lock(&ch->mtx);
+	e = ch->head;
+	if (e) {
+		ch->head = e->next;
+		if (!ch->head)
+			ch->tail = NULL;
+		if (--ch->queued == 0) {
+			uint64_t v;
+
+			if (read(ch->efd, &v, sizeof(v)) < 0) {
+				/* already 0: nothing to do */
+			}
+		}
+	}
+	pthread_mutex_unlock(&ch->mtx);
+	if (!e)
+		return -EAGAIN;
+	*out = &e->ev;
+	return 0;
+}
+
+void cep_cm_ack_event(struct cep_cm_event *ev)
+{
+	struct chan_ev *e = (struct chan_ev *)ev;
+	struct cep *cep, *lcep = NULL;
+
+	if (!ev)
+		return;
+	cep = cep_cm_id_cep(ev->id);
+	if (ev->listen_id)
+		lcep = cep_cm_id_cep(ev->listen_id);
+	if (ev->type == CEP_CM_EV_DESTROYED)
+		atomic_fetch_sub(&e->ch->users, 1);
+	free(e);
+	cep_put(cep);
+	if (lcep)
+		cep_put(lcep);
+}

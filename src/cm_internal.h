@@ -1,0 +1,195 @@
+/*
+ * Private layout of the CM engine (cm.c, cm_event.c). Concurrency rule per
+ * field: "const" (set before the id is reachable), "lock" (the id's mutex),
+ * "owner" (only the owning worker thread), "atomic".
+ */
+#ifndef CEP_CM_INTERNAL_H
+#define CEP_CM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <cep/cm.h>
+
+#include "dispatch.h"
+#include "timer.h"
+
+/* Per-worker counters: relaxed atomics (any thread may add to the owning
+ * worker's row; readers sum the rows). */
+struct cm_wstats {
+	_Atomic uint64_t sent[CEP_MSG_COUNT];
+	_Atomic uint64_t received[CEP_MSG_COUNT];
+	_Atomic uint64_t retries, timeouts, duplicates, send_errors;
+	_Atomic uint64_t drops[CEP_CM_DROP_COUNT];
+	_Atomic uint64_t rej_sent[CEP_REJ_REASON_MAX + 1];
+	_Atomic uint64_t rej_received[CEP_REJ_REASON_MAX + 1];
+	_Atomic uint64_t events[CEP_CM_EVENT_COUNT];
+	_Atomic int64_t states[CEP_CM_STATE_COUNT];
+} __attribute__((aligned(64)));
+
+struct cep_cm {
+	struct cep_transport *tp;      /* const */
+	struct cep_table *table;       /* const */
+	struct cep_dispatch *d;        /* const */
+	unsigned nworkers;             /* const */
+	uint64_t ca_guid;              /* const, host order */
+	struct cep_port_info port;     /* const */
+	uint8_t mra_timeout;           /* const */
+	uint8_t auto_mra;              /* const */
+	_Atomic int stopping;          /* set once by cep_cm_destroy */
+	_Atomic unsigned next_worker;  /* round robin for active ids */
+	_Atomic int64_t ids;           /* ids allocated and not yet freed */
+	struct cm_wstats *ws;          /* [nworkers] */
+};
+
+/* id->work_bits */
+enum {
+	W_TIMER = 1u << 0,     /* re-sync the wheel with id->deadline */
+	W_DESTROYED = 1u << 1, /* deliver DESTROYED, drop the user's reference */
+	W_QP_GONE = 1u << 2,   /* deliver QP_DESTROYED */
+};
+
+/* id->flags (lock) */
+enum {
+	F_USER_GONE = 1u << 0,   /* cep_cm_destroy_id called */
+	F_QP_GONE = 1u << 1,     /* the bound QP is being destroyed */
+	F_MANUAL_RTU = 1u << 2,
+	F_MANUAL_DREP = 1u << 3,
+	F_CHANNEL_USER = 1u << 4, /* counted in channel->users */
+};
+
+/* id->timer_kind (lock) */
+enum { TK_RETRY = 1, TK_AUTO_MRA = 2, TK_TIMEWAIT = 3 };
+
+struct cm_waiter {
+	pthread_mutex_t mtx;
+	pthread_cond_t cv;
+	int done;                      /* mtx */
+	_Atomic int refs;              /* waiter + DESTROYED work */
+};
+
+struct cep_cm_id {
+	struct cep *cep;               /* const once cm_alloc_id unlocks (context = this) */
+	struct cep_cm *cm;             /* const */
+	unsigned worker;               /* const: local comm ID % nworkers */
+	pthread_mutex_t lock;
+	struct cep_timer timer;        /* owner: wheel node, holds a reference */
+	struct cep_work work;          /* queued at most once (work_bits) */
+	_Atomic uint32_t work_bits;    /* atomic: pending W_* */
+	cep_cm_handler handler;        /* const */
+	struct cep_cm_channel *channel;/* const */
+	void *context;                 /* lock */
+	struct cm_waiter *waiter;      /* lock: cep_cm_destroy_id_sync */
+	uint64_t deadline;             /* lock: ms, 0 = no timer wanted */
+	uint64_t tid;                  /* lock */
+	uint64_t remote_ca_guid;       /* lock */
+	uint64_t service_id;           /* lock */
+	uint32_t remote_id;            /* lock: remote comm ID (0 unknown) */
+	uint32_t local_qpn;            /* lock */
+	uint32_t remote_qpn;           /* lock */
+	uint32_t timeout_ms;           /* lock: retry period */
+	uint32_t peer_timeout_ms;      /* lock: peer's wait for us (auto MRA) */
+	uint32_t timewait_ms;          /* lock */
+	uint32_t pkt_life_ms;          /* lock */
+	uint8_t state;                 /* lock: enum cep_cm_state */
+	uint8_t lap_state;             /* lock: enum cep_cm_lap_state */
+	uint8_t retries_left;          /* lock */
+	uint8_t max_retries;           /* lock */
+	uint8_t timer_kind;            /* lock */
+	uint8_t mra_timeout;           /* lock: service timeout of our last MRA */
+	uint8_t flags;                 /* lock */
+	uint8_t *retry;                /* lock: encoded MAD being retried */
+	struct cep_mad_addr peer;      /* lock: where the peer's CM listens */
+};
+
+/* Event channel (cm_event.c). */
+struct cep_cm_channel {
+	pthread_mutex_t mtx;
+	struct chan_ev *head, *tail;   /* mtx */
+	size_t queued;                 /* mtx */
+	_Atomic int users;             /* ids using the channel */
+	int efd;                       /* eventfd: readable iff queued > 0 */
+};
+
+/* Queue a copy of @ev (the id reference it carries is taken here). */
+int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev);
+
+#define STAT_ADD(cm, w, field) \
+	atomic_fetch_add_explicit(&(cm)->ws[(w)].field, 1, memory_order_relaxed)
+
+/* ---- shared by cm.c, cm_conn.c, cm_lap.c, cm_sidr.c --------------------
+ * "locked": the caller holds id->lock. "worker": the owning worker only.
+ * "no lock": must not hold any id lock. Every caller holds a reference. */
+
+/* Pure helpers. */
+uint32_t cm_ms(unsigned t);                    /* 4.096 us x 2^t, ms, >= 1 */
+uint64_t cm_be64(const uint8_t *p);
+void cm_put_be64(uint8_t *p, uint64_t v);
+uint64_t cm_sidr_source(const struct cep_mad_addr *from);
+void cm_copy_pdata(uint8_t *dst, const void *src, size_t len);
+struct cep_mad_addr cm_reply_addr(const struct cep_mad_addr *from);
+
+/* Queue W_* bits for the owning worker (any thread, lock may be held). */
+void cm_post_bits(struct cep_cm_id *id, uint32_t bits);
+
+/* State and timers (locked). */
+void cm_set_state(struct cep_cm_id *id, unsigned s);
+void cm_free_retry(struct cep_cm_id *id);
+void cm_set_timer(struct cep_cm_id *id, unsigned kind, uint32_t ms);
+void cm_clear_timer(struct cep_cm_id *id);
+
+/* Sending (locked, except cm_send_raw / cm_reply_rej: any). */
+int cm_send_raw(struct cep_cm *cm, unsigned w, struct cep_msg *m,
+		const struct cep_mad_addr *to, uint8_t *keep);
+int cm_send_msg(struct cep_cm_id *id, struct cep_msg *m, int retain);
+void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
+		 const void *ari, size_t ari_len, const void *pdata, size_t len);
+void cm_send_mra(struct cep_cm_id *id, unsigned msg_code, uint8_t service_timeout,
+		 const void *pdata, size_t len);
+void cm_send_simple(struct cep_cm_id *id, enum cep_msg_type t, const void *pdata,
+		    size_t len, int retain);
+void cm_reply_rej(struct cep_cm *cm, unsigned w, const struct cep_mad_addr *from,
+		  uint64_t tid, uint32_t local, uint32_t remote, unsigned reason,
+		  unsigned msg_code);
+
+/* Transitions (locked). */
+void cm_drop_remote_keys(struct cep_cm_id *id);
+void cm_maybe_table_destroy(struct cep_cm_id *id);
+void cm_reset_to_idle(struct cep_cm_id *id);
+void cm_enter_timewait(struct cep_cm_id *id);
+int cm_start_dreq(struct cep_cm_id *id, const void *pdata, size_t len);
+int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
+		 const void *pdata, size_t len);
+void cm_do_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
+		    const void *pdata, size_t len);
+
+/* Events: build (locked), deliver (worker, no lock). */
+void cm_ev_init(struct cep_cm_event *ev, struct cep_cm_id *id, enum cep_cm_event_type t);
+void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
+	       const struct cep_mad_addr *from);
+int cm_deliver(struct cep_cm_id *id, struct cep_cm_event *ev);
+void cm_deliver_and_maybe_destroy(struct cep_cm_id *id, struct cep_cm_event *ev);
+
+/* Ids and lookups (no lock). cm_find_id returns a reference (cm_id_put);
+ * cm_find_peer also checks the peer's comm ID and returns the id locked. */
+struct cep_cm_id *cm_find_id(struct cep_cm *cm, uint32_t comm_id);
+struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours, uint32_t theirs);
+void cm_id_put(struct cep_cm_id *id);
+void cm_drop(struct cep_cm *cm, unsigned w, enum cep_cm_drop why);
+int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
+		struct cep_cm_channel *ch, void *context, struct cep_cm_id **out);
+void cm_discard_id(struct cep_cm_id *id);
+
+/* MAD handlers (worker w, no lock). */
+#define CM_HANDLER_(n) void cm_handle_##n(struct cep_cm *cm, unsigned w, \
+	const struct cep_msg *m, const struct cep_mad_addr *from)
+CM_HANDLER_(req); CM_HANDLER_(rep); CM_HANDLER_(rtu); CM_HANDLER_(mra);
+CM_HANDLER_(rej); CM_HANDLER_(dreq); CM_HANDLER_(drep); CM_HANDLER_(lap);
+CM_HANDLER_(apr); CM_HANDLER_(sidr_req); CM_HANDLER_(sidr_rep);
+#undef CM_HANDLER_
+
+/* The table's teardown callback (QP destruction; caller's thread). */
+void cm_id_teardown(struct cep *cep, void *ctx);
+
+#endif /* CEP_CM_INTERNAL_H */

@@ -1,0 +1,151 @@
+/*
+ * CM engine, alternate paths: LAP and APR handlers and API (an ESTABLISHED
+ * connection's LAP sub-state). Same template and locking rules as cm.c.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "cm_internal.h"
+
+void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+		       const struct cep_mad_addr *from)
+{
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.lap.remote_comm_id, m->u.lap.local_comm_id);
+	struct cep_cm_event ev;
+	int user;
+
+	if (!id)
+		return;
+	if (id->local_qpn != m->u.lap.remote_qpn_eecn) {
+		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+		goto out;
+	}
+	if (id->state != CEP_CM_ESTABLISHED) {
+		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		goto out;
+	}
+	switch (id->lap_state) {
+	case CEP_CM_LAP_IDLE:
+		break;
+	case CEP_CM_MRA_LAP_SENT:
+		STAT_ADD(cm, w, duplicates);
+		cm_send_mra(id, CEP_MSG_CODE_OTHER, id->mra_timeout, NULL, 0);
+		goto out;
+	case CEP_CM_LAP_RCVD:
+		STAT_ADD(cm, w, duplicates);
+		goto out;
+	default: /* both sides sent LAP: ours wins nothing, refuse theirs */
+		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
+		goto out;
+	}
+	id->lap_state = CEP_CM_LAP_RCVD;
+	id->peer_timeout_ms = cm_ms(m->u.lap.remote_cm_response_timeout);
+	if (cm->auto_mra)
+		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
+	user = !(id->flags & F_USER_GONE);
+	cm_ev_init(&ev, id, CEP_CM_EV_LAP_RECEIVED);
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	if (user)
+		cm_deliver_and_maybe_destroy(id, &ev);
+	cm_id_put(id);
+	return;
+out:
+	pthread_mutex_unlock(&id->lock);
+	cm_id_put(id);
+}
+
+void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+		       const struct cep_mad_addr *from)
+{
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.apr.remote_comm_id, m->u.apr.local_comm_id);
+	struct cep_cm_event ev;
+	int user;
+
+	if (!id)
+		return;
+	if (id->state != CEP_CM_ESTABLISHED ||
+	    (id->lap_state != CEP_CM_LAP_SENT && id->lap_state != CEP_CM_MRA_LAP_RCVD)) {
+		cm_drop(cm, w, id->lap_state == CEP_CM_LAP_IDLE ? CEP_CM_DROP_BAD_STATE
+							     : CEP_CM_DROP_BAD_STATE);
+		pthread_mutex_unlock(&id->lock);
+		cm_id_put(id);
+		return;
+	}
+	id->lap_state = CEP_CM_LAP_IDLE;
+	cm_free_retry(id);
+	cm_clear_timer(id);
+	user = !(id->flags & F_USER_GONE);
+	cm_ev_init(&ev, id, CEP_CM_EV_APR_RECEIVED);
+	ev.status = m->u.apr.ap_status;
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	if (user)
+		cm_deliver_and_maybe_destroy(id, &ev);
+	cm_id_put(id);
+}
+
+int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
+	       uint8_t remote_cm_response_timeout, const void *pdata, size_t len)
+{
+	struct cep_msg m;
+	int ret = 0;
+
+	if (!id || !alt || remote_cm_response_timeout > 31 || (len && !pdata))
+		return -EINVAL;
+	if (len > CEP_LAP_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	if (id->state != CEP_CM_ESTABLISHED || id->lap_state != CEP_CM_LAP_IDLE) {
+		ret = -EINVAL;
+		goto out;
+	}
+	cep_msg_init(&m, CEP_MSG_LAP, id->tid);
+	m.u.lap.local_comm_id = cep_local_comm_id(id->cep);
+	m.u.lap.remote_comm_id = id->remote_id;
+	m.u.lap.remote_qpn_eecn = id->remote_qpn;
+	m.u.lap.remote_cm_response_timeout = remote_cm_response_timeout;
+	m.u.lap.alternate = *alt;
+	cm_copy_pdata(m.u.lap.private_data, pdata, len);
+	ret = cm_send_msg(id, &m, 1);
+	if (ret)
+		goto out;
+	id->lap_state = CEP_CM_LAP_SENT;
+	id->retries_left = id->max_retries;
+	id->timeout_ms = 2 * id->pkt_life_ms + cm_ms(remote_cm_response_timeout);
+	cm_set_timer(id, TK_RETRY, id->timeout_ms);
+out:
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
+int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
+	       const void *pdata, size_t len)
+{
+	struct cep_msg m;
+	int ret = 0;
+
+	if (!id || status > CEP_APR_STATUS_MAX || (info_len && !info) || (len && !pdata))
+		return -EINVAL;
+	if (info_len > CEP_APR_INFO_SIZE || len > CEP_APR_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	if (id->state != CEP_CM_ESTABLISHED ||
+	    (id->lap_state != CEP_CM_LAP_RCVD && id->lap_state != CEP_CM_MRA_LAP_SENT)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	cep_msg_init(&m, CEP_MSG_APR, id->tid);
+	m.u.apr.local_comm_id = cep_local_comm_id(id->cep);
+	m.u.apr.remote_comm_id = id->remote_id;
+	m.u.apr.ap_status = (uint8_t)status;
+	m.u.apr.additional_info_length = (uint8_t)info_len;
+	cm_copy_pdata(m.u.apr.additional_info, info, info_len);
+	cm_copy_pdata(m.u.apr.private_data, pdata, len);
+	cm_send_msg(id, &m, 0);
+	id->lap_state = CEP_CM_LAP_IDLE;
+	cm_clear_timer(id);
+out:
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}

@@ -1,0 +1,185 @@
+/*
+ * CM engine, service ID resolution: SIDR_REQ and SIDR_REP handlers and API
+ * (UD QPs: one request, one reply, retried on timeout). Same template and
+ * locking rules as cm.c.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "cm_internal.h"
+
+void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+			    const struct cep_mad_addr *from)
+{
+	const struct cep_sidr_req *sq = &m->u.sidr_req;
+	struct cep_cm_id *id, *lid;
+	struct cep *existing = NULL, *lcep;
+	struct cep_cm_event ev;
+	int ret;
+
+	if (cm_alloc_id(cm, w, NULL, NULL, NULL, &id)) {
+		cm_drop(cm, w, CEP_CM_DROP_NO_MEMORY);
+		return;
+	}
+	ret = cep_insert_remote_id(id->cep, sq->request_id, cm_sidr_source(from), &existing);
+	if (ret) {
+		if (ret == -EEXIST)
+			STAT_ADD(cm, w, duplicates); /* being answered */
+		else
+			cm_drop(cm, w, CEP_CM_DROP_NO_MEMORY);
+		if (existing)
+			cep_put(existing);
+		cm_discard_id(id);
+		return;
+	}
+	void *lctx = NULL;
+
+	ret = cep_lookup_listener(cm->table, sq->service_id, &lcep);
+	lid = ret ? NULL : cep_context(lcep);
+	if (lid) {
+		pthread_mutex_lock(&lid->lock);
+		if (lid->state != CEP_CM_LISTEN || (lid->flags & F_USER_GONE))
+			ret = -ENOENT;
+		lctx = lid->context;
+		pthread_mutex_unlock(&lid->lock);
+	}
+	if (ret) {
+		struct cep_mad_addr to = cm_reply_addr(from);
+		struct cep_msg r;
+
+		cep_msg_init(&r, CEP_MSG_SIDR_REP, m->hdr.tid);
+		r.u.sidr_rep.request_id = sq->request_id;
+		r.u.sidr_rep.status = CEP_SIDR_UNSUPPORTED;
+		r.u.sidr_rep.service_id = sq->service_id;
+		cm_send_raw(cm, w, &r, &to, NULL);
+		cm_discard_id(id);
+		if (lid)
+			cep_put(lcep);
+		return;
+	}
+	id->handler = lid->handler;
+	id->channel = lid->channel;
+	if (id->channel)
+		atomic_fetch_add(&id->channel->users, 1);
+	pthread_mutex_lock(&id->lock);
+	if (id->channel)
+		id->flags |= F_CHANNEL_USER;
+	id->context = lctx;
+	id->remote_id = sq->request_id;
+	id->service_id = sq->service_id;
+	id->tid = m->hdr.tid;
+	id->peer = cm_reply_addr(from);
+	cm_set_state(id, CEP_CM_SIDR_REQ_RCVD);
+	cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REQ_RECEIVED);
+	ev.listen_id = lid;
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	cm_deliver_and_maybe_destroy(id, &ev);
+	cep_put(lcep);
+}
+
+void cm_handle_sidr_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+			    const struct cep_mad_addr *from)
+{
+	struct cep_cm_id *id = cm_find_id(cm, m->u.sidr_rep.request_id);
+	struct cep_cm_event ev;
+	int user;
+
+	if (!id) {
+		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
+		return;
+	}
+	pthread_mutex_lock(&id->lock);
+	if (id->state != CEP_CM_SIDR_REQ_SENT) {
+		STAT_ADD(cm, w, duplicates);
+		pthread_mutex_unlock(&id->lock);
+		cm_id_put(id);
+		return;
+	}
+	cm_set_state(id, CEP_CM_IDLE);
+	cm_free_retry(id);
+	cm_clear_timer(id);
+	cm_maybe_table_destroy(id);
+	user = !(id->flags & F_USER_GONE);
+	cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REP_RECEIVED);
+	ev.status = m->u.sidr_rep.status;
+	cm_ev_msg(&ev, m, from);
+	pthread_mutex_unlock(&id->lock);
+	if (user)
+		cm_deliver_and_maybe_destroy(id, &ev);
+	cm_id_put(id);
+}
+
+int cep_cm_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
+{
+	struct cep_msg m;
+	int ret;
+
+	if (!id || !p || p->size < sizeof(*p) || !p->peer || p->timeout > 31 ||
+	    p->max_cm_retries > 15 || (p->private_data_len && !p->private_data))
+		return -EINVAL;
+	if (p->private_data_len > CEP_SIDR_REQ_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	if (id->state != CEP_CM_IDLE || (id->flags & F_USER_GONE) || cep_is_destroyed(id->cep)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	cep_msg_init(&m, CEP_MSG_SIDR_REQ, ++id->tid);
+	m.u.sidr_req.request_id = cep_local_comm_id(id->cep);
+	m.u.sidr_req.partition_key = p->pkey ? p->pkey : CEP_DEFAULT_PKEY;
+	m.u.sidr_req.service_id = p->service_id;
+	cm_copy_pdata(m.u.sidr_req.private_data, p->private_data, p->private_data_len);
+	id->peer = *p->peer;
+	id->peer.qpn = 1;
+	id->peer.qkey = CEP_QP1_QKEY;
+	id->service_id = p->service_id;
+	ret = cm_send_msg(id, &m, 1);
+	if (ret)
+		goto out;
+	id->timeout_ms = cm_ms(p->timeout);
+	id->max_retries = id->retries_left = p->max_cm_retries;
+	cm_set_state(id, CEP_CM_SIDR_REQ_SENT);
+	cm_set_timer(id, TK_RETRY, id->timeout_ms);
+out:
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
+/* Lock held: SIDR_REQ_RCVD -> IDLE with a SIDR_REP. */
+void cm_do_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
+			const void *pdata, size_t len)
+{
+	struct cep_msg m;
+
+	cep_msg_init(&m, CEP_MSG_SIDR_REP, id->tid);
+	m.u.sidr_rep.request_id = id->remote_id;
+	m.u.sidr_rep.status = (uint8_t)status;
+	m.u.sidr_rep.qpn = qpn;
+	m.u.sidr_rep.qkey = qkey;
+	m.u.sidr_rep.service_id = id->service_id;
+	cm_copy_pdata(m.u.sidr_rep.private_data, pdata, len);
+	cm_send_msg(id, &m, 0);
+	/* a retried SIDR_REQ after this is a new request */
+	cep_remove_remote_id(id->cep);
+	cm_set_state(id, CEP_CM_IDLE);
+	cm_maybe_table_destroy(id);
+}
+
+int cep_cm_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
+		    const void *pdata, size_t len)
+{
+	int ret = 0;
+
+	if (!id || status > CEP_SIDR_STATUS_MAX || qpn > 0xffffff || (len && !pdata))
+		return -EINVAL;
+	if (len > CEP_SIDR_REP_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&id->lock);
+	if (id->state == CEP_CM_SIDR_REQ_RCVD)
+		cm_do_sidr_rep(id, status, qpn, qkey, pdata, len);
+	else
+		ret = -EINVAL;
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}

@@ -1,0 +1,397 @@
+/*
+ * Dispatcher workers. Receive rings are bounded MPSC queues with a sequence
+ * number per slot (C11 atomics, so ThreadSanitizer sees every hand-off
+ * without annotations); the work stack is a Treiber stack the worker empties
+ * with one exchange (no ABA: the consumer never pops single nodes). A worker
+ * sleeps on a condition variable only after announcing it, and producers
+ * wake it only when it announced; the sleep is also bounded by the next
+ * timer tick, so a wake-up can be late by at most one tick, never lost.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dispatch.h"
+
+struct slot {
+	_Atomic size_t seq;  /* == pos: free for producer pos; pos+1: full */
+	uint16_t len;
+	struct cep_mad_addr from;
+	uint8_t mad[CEP_MAD_SIZE];
+};
+
+struct worker {
+	struct cep_dispatch *d;
+	unsigned idx;
+	pthread_t thread;
+	struct slot *ring;
+	size_t mask;
+	_Atomic size_t tail;              /* producers' claim counter */
+	size_t head;                      /* consumer only */
+	struct cep_work *_Atomic works;   /* Treiber stack */
+	_Atomic int sleeping;
+	pthread_mutex_t mtx;
+	pthread_cond_t cv;
+	int wake;                         /* under mtx */
+	_Atomic uint64_t posted, done;    /* items in and out (quiesce) */
+	_Atomic int in_timers;            /* firing timers now (quiesce) */
+	_Atomic uint64_t st_mads, st_works, st_full, st_timers, st_sleeps;
+	struct cep_wheel wheel;           /* worker thread only */
+	uint64_t now;                     /* worker thread only */
+} __attribute__((aligned(64)));
+
+struct cep_dispatch {
+	struct cep_dispatch_attr attr;
+	_Atomic int stop;
+	unsigned started;
+	struct worker *w;
+};
+
+static _Thread_local const struct cep_dispatch *self_d;
+static _Thread_local int self_idx = -1;
+
+/* Call after the item is published and counted in w->posted (seq_cst).
+ * Dekker pair with worker_main: the worker stores sleeping then reads
+ * posted, we add to posted then read sleeping, all seq_cst, so either it
+ * sees our item or we see it asleep (no lost wake-up). */
+static void wake_worker(struct worker *w)
+{
+	if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
+		pthread_mutex_lock(&w->mtx);
+		w->wake = 1;
+		pthread_cond_signal(&w->cv);
+		pthread_mutex_unlock(&w->mtx);
+	}
+}
+
+int cep_dispatch_post_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad,
+			  size_t len, const struct cep_mad_addr *from)
+{
+	struct worker *w = &d->w[wi];
+	size_t pos;
+	struct slot *s;
+
+	if (len > CEP_MAD_SIZE)
+		return -EINVAL;
+	pos = atomic_load_explicit(&w->tail, memory_order_relaxed);
+	for (;;) {
+		size_t seq;
+		intptr_t dif;
+
+		s = &w->ring[pos & w->mask];
+		/* acquire: the consumer's reads of this slot's last use happen
+		 * before our overwrite. */
+		seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+		dif = (intptr_t)seq - (intptr_t)pos;
+		if (dif == 0) {
+			if (atomic_compare_exchange_weak_explicit(&w->tail, &pos, pos + 1,
+						memory_order_relaxed, memory_order_relaxed))
+				break;
+		} else if (dif < 0) {
+			atomic_fetch_add_explicit(&w->st_full, 1, memory_order_relaxed);
+			return -ENOBUFS;
+		} else {
+			pos = atomic_load_explicit(&w->tail, memory_order_relaxed);
+		}
+	}
+	s->len = (uint16_t)len;
+	s->from = *from;
+	memcpy(s->mad, mad, len);
+	/* release: the slot's contents are visible to the consumer that sees
+	 * seq == pos + 1. */
+	atomic_store_explicit(&s->seq, pos + 1, memory_order_release);
+	atomic_fetch_add_explicit(&w->posted, 1, memory_order_seq_cst);
+	wake_worker(w);
+	return 0;
+}
+
+void cep_dispatch_post_work(struct cep_dispatch *d, unsigned wi, struct cep_work *work)
+{
+	struct worker *w = &d->w[wi];
+	struct cep_work *top = atomic_load_explicit(&w->works, memory_order_relaxed);
+
+	do {
+		atomic_store_explicit(&work->next, top, memory_order_relaxed);
+		/* release: the work's fields (and the poster's writes) are visible
+		 * to the worker that takes the stack. */
+	} while (!atomic_compare_exchange_weak_explicit(&w->works, &top, work,
+				memory_order_release, memory_order_relaxed));
+	atomic_fetch_add_explicit(&w->posted, 1, memory_order_seq_cst);
+	wake_worker(w);
+}
+
+static size_t drain_ring(struct worker *w, size_t budget)
+{
+	size_t n = 0;
+
+	while (n < budget) {
+		struct slot *s = &w->ring[w->head & w->mask];
+
+		/* acquire: pairs with the producer's release of this slot. */
+		if (atomic_load_explicit(&s->seq, memory_order_acquire) != w->head + 1)
+			break;
+		w->d->attr.ops.mad(w->d->attr.ctx, w->idx, s->mad, s->len, &s->from);
+		/* release: our reads of the slot happen before a producer reuses it. */
+		atomic_store_explicit(&s->seq, w->head + w->mask + 1, memory_order_release);
+		w->head++;
+		n++;
+		atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
+	}
+	if (n)
+		atomic_fetch_add_explicit(&w->st_mads, n, memory_order_relaxed);
+	return n;
+}
+
+static size_t drain_works(struct worker *w)
+{
+	/* acquire: pairs with the posters' release CAS. */
+	struct cep_work *list = atomic_exchange_explicit(&w->works, NULL, memory_order_acquire);
+	struct cep_work *rev = NULL;
+	size_t n = 0;
+
+	while (list) { /* reverse: run in posting order */
+		struct cep_work *next = atomic_load_explicit(&list->next, memory_order_relaxed);
+
+		atomic_store_explicit(&list->next, rev, memory_order_relaxed);
+		rev = list;
+		list = next;
+	}
+	while (rev) {
+		struct cep_work *next = atomic_load_explicit(&rev->next, memory_order_relaxed);
+
+		/* The node may be re-posted by fn (or after it): read next first. */
+		rev->fn(rev);
+		rev = next;
+		n++;
+		atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
+	}
+	if (n)
+		atomic_fetch_add_explicit(&w->st_works, n, memory_order_relaxed);
+	return n;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct cep_dispatch *d = w->d;
+	unsigned idle = 0;
+
+	self_d = d;
+	self_idx = (int)w->idx;
+	if (d->attr.ops.thread_start)
+		d->attr.ops.thread_start(d->attr.ctx, w->idx);
+	w->now = cep_now_ms();
+	cep_wheel_init(&w->wheel, w->now);
+	for (;;) {
+		size_t n = drain_ring(w, 256);
+
+		n += drain_works(w);
+		w->now = cep_now_ms();
+		if (w->wheel.armed) {
+			size_t f;
+
+			/* seq_cst: quiesce must see either this flag or the effects
+			 * of the timers it covers, not neither. */
+			atomic_store_explicit(&w->in_timers, 1, memory_order_seq_cst);
+			f = cep_wheel_run(&w->wheel, w->now);
+			atomic_store_explicit(&w->in_timers, 0, memory_order_seq_cst);
+
+			if (f)
+				atomic_fetch_add_explicit(&w->st_timers, f, memory_order_relaxed);
+			n += f;
+		}
+		if (n) {
+			idle = 0;
+			continue;
+		}
+		if (atomic_load_explicit(&d->stop, memory_order_acquire))
+			break;
+		if (++idle < 64) {
+			sched_yield();
+			continue;
+		}
+		/* Dekker pair with wake_worker (both seq_cst): see the item or be
+		 * seen asleep. done is ours; posted may lag a published item, never
+		 * lead it. */
+		atomic_store_explicit(&w->sleeping, 1, memory_order_seq_cst);
+		if (atomic_load_explicit(&w->posted, memory_order_seq_cst) ==
+			    atomic_load_explicit(&w->done, memory_order_relaxed) &&
+		    !atomic_load_explicit(&d->stop, memory_order_relaxed)) {
+			struct timespec ts;
+			long ns = w->wheel.armed ? 1000000L : 50000000L;
+
+			atomic_fetch_add_explicit(&w->st_sleeps, 1, memory_order_relaxed);
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += ns;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_mutex_lock(&w->mtx);
+			if (!w->wake)
+				pthread_cond_timedwait(&w->cv, &w->mtx, &ts);
+			w->wake = 0;
+			pthread_mutex_unlock(&w->mtx);
+		}
+		atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
+		idle = 0;
+	}
+	self_d = NULL;
+	self_idx = -1;
+	return NULL;
+}
+
+int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatch **out)
+{
+	struct cep_dispatch *d;
+
+	if (!attr || !out || attr->workers == 0 || attr->workers > 1024 ||
+	    attr->queue_depth < 2 || (attr->queue_depth & (attr->queue_depth - 1)) ||
+	    !attr->ops.mad)
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->attr = *attr;
+	if (posix_memalign((void **)&d->w, 64, sizeof(*d->w) * attr->workers)) {
+		free(d);
+		return -ENOMEM;
+	}
+	memset(d->w, 0, sizeof(*d->w) * attr->workers);
+	for (unsigned i = 0; i < attr->workers; i++) {
+		struct worker *w = &d->w[i];
+
+		w->d = d;
+		w->idx = i;
+		w->mask = attr->queue_depth - 1;
+		w->ring = calloc(attr->queue_depth, sizeof(*w->ring));
+		if (!w->ring)
+			goto fail;
+		for (size_t j = 0; j < attr->queue_depth; j++)
+			atomic_init(&w->ring[j].seq, j);
+		pthread_mutex_init(&w->mtx, NULL);
+		pthread_cond_init(&w->cv, NULL);
+	}
+	for (unsigned i = 0; i < attr->workers; i++) {
+		if (pthread_create(&d->w[i].thread, NULL, worker_main, &d->w[i])) {
+			atomic_store(&d->stop, 1);
+			for (unsigned j = 0; j < i; j++) {
+				wake_worker(&d->w[j]);
+				pthread_join(d->w[j].thread, NULL);
+			}
+			goto fail;
+		}
+		d->started = i + 1;
+	}
+	*out = d;
+	return 0;
+fail:
+	for (unsigned i = 0; i < attr->workers; i++)
+		free(d->w[i].ring);
+	free(d->w);
+	free(d);
+	return -ENOMEM;
+}
+
+void cep_dispatch_stop(struct cep_dispatch *d,
+		       void (*drain)(struct cep_timer *t, void *ctx), void *ctx)
+{
+	if (!d->started)
+		return;
+	atomic_store_explicit(&d->stop, 1, memory_order_release);
+	for (unsigned i = 0; i < d->started; i++) {
+		struct worker *w = &d->w[i];
+
+		pthread_mutex_lock(&w->mtx);
+		w->wake = 1;
+		pthread_cond_signal(&w->cv);
+		pthread_mutex_unlock(&w->mtx);
+		pthread_join(w->thread, NULL);
+	}
+	for (unsigned i = 0; i < d->started; i++) {
+		/* Workers are joined: their items and wheels are ours now. */
+		struct worker *w = &d->w[i];
+
+		while (drain_ring(w, SIZE_MAX) || drain_works(w))
+			;
+		if (drain)
+			cep_wheel_drain(&w->wheel, drain, ctx);
+	}
+	d->started = 0;
+}
+
+void cep_dispatch_destroy(struct cep_dispatch *d)
+{
+	if (!d)
+		return;
+	cep_dispatch_stop(d, NULL, NULL);
+	for (unsigned i = 0; i < d->attr.workers; i++) {
+		pthread_mutex_destroy(&d->w[i].mtx);
+		pthread_cond_destroy(&d->w[i].cv);
+		free(d->w[i].ring);
+	}
+	free(d->w);
+	free(d);
+}
+
+unsigned cep_dispatch_workers(const struct cep_dispatch *d)
+{
+	return d->attr.workers;
+}
+
+int cep_dispatch_self(const struct cep_dispatch *d)
+{
+	return self_d == d ? self_idx : -1;
+}
+
+struct cep_wheel *cep_dispatch_wheel(struct cep_dispatch *d, unsigned w)
+{
+	return &d->w[w].wheel;
+}
+
+uint64_t cep_dispatch_now(struct cep_dispatch *d, unsigned w)
+{
+	return d->w[w].now;
+}
+
+int cep_dispatch_quiesce(struct cep_dispatch *d, unsigned timeout_ms)
+{
+	uint64_t end = cep_now_ms() + timeout_ms;
+
+	for (;;) {
+		int busy = 0;
+
+		for (unsigned i = 0; i < d->attr.workers; i++) {
+			struct worker *w = &d->w[i];
+			/* acquire: the worker's processing of those items happened. */
+			uint64_t done = atomic_load_explicit(&w->done, memory_order_acquire);
+
+			if (done != atomic_load_explicit(&w->posted, memory_order_relaxed) ||
+			    atomic_load_explicit(&w->in_timers, memory_order_seq_cst))
+				busy = 1;
+		}
+		if (!busy)
+			return 0;
+		if (cep_now_ms() > end)
+			return -ETIMEDOUT;
+		struct timespec ts = { 0, 200000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	for (unsigned i = 0; i < d->attr.workers; i++) {
+		struct worker *w = &d->w[i];
+
+		st->mads += atomic_load_explicit(&w->st_mads, memory_order_relaxed);
+		st->works += atomic_load_explicit(&w->st_works, memory_order_relaxed);
+		st->full += atomic_load_explicit(&w->st_full, memory_order_relaxed);
+		st->timers += atomic_load_explicit(&w->st_timers, memory_order_relaxed);
+		st->sleeps += atomic_load_explicit(&w->st_sleeps, memory_order_relaxed);
+	}
+}

@@ -1,0 +1,82 @@
+/*
+ * MAD dispatcher: N worker threads, each with a bounded lock-free MPSC
+ * receive ring (a full ring is a counted drop, never unbounded memory), an
+ * unbounded intrusive work stack (each work item is queued at most once at
+ * a time, so it is bounded by the objects that embed it) and a timer wheel.
+ * Everything posted to worker w runs on worker w's thread, in order per
+ * producer for MADs.
+ */
+#ifndef CEP_DISPATCH_H
+#define CEP_DISPATCH_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cep/transport.h>
+
+#include "timer.h"
+
+struct cep_dispatch;
+
+/* Intrusive work node: embed, set fn, post with cep_dispatch_post_work().
+ * The poster must keep the object alive until fn has run. */
+struct cep_work {
+	struct cep_work *_Atomic next;
+	void (*fn)(struct cep_work *w);
+};
+
+struct cep_dispatch_ops {
+	/* A MAD posted to @worker; the bytes are valid during the call. */
+	void (*mad)(void *ctx, unsigned worker, const uint8_t *mad, size_t len,
+		    const struct cep_mad_addr *from);
+	/* Called on each worker thread once at start (may be NULL). */
+	void (*thread_start)(void *ctx, unsigned worker);
+};
+
+struct cep_dispatch_attr {
+	unsigned workers;      /* >= 1 */
+	unsigned queue_depth;  /* power of 2 >= 2 */
+	struct cep_dispatch_ops ops;
+	void *ctx;
+};
+
+int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatch **out);
+/* Stop the workers (each drains its ring and work stack first) and join
+ * them. Timers still armed are handed to @drain (may be NULL) on the
+ * caller's thread after the join. Not from a worker. */
+void cep_dispatch_stop(struct cep_dispatch *d,
+		       void (*drain)(struct cep_timer *t, void *ctx), void *ctx);
+void cep_dispatch_destroy(struct cep_dispatch *d);
+
+unsigned cep_dispatch_workers(const struct cep_dispatch *d);
+
+/* Copy a MAD into worker @w's ring. 0 or -ENOBUFS (ring full: counted).
+ * Lock-free; any thread, including transport receive threads. */
+int cep_dispatch_post_mad(struct cep_dispatch *d, unsigned w, const uint8_t *mad,
+			  size_t len, const struct cep_mad_addr *from);
+/* Queue @work on worker @w. Never fails. Lock-free; any thread. */
+void cep_dispatch_post_work(struct cep_dispatch *d, unsigned w, struct cep_work *work);
+
+/* The calling thread's worker index in @d, or -1. */
+int cep_dispatch_self(const struct cep_dispatch *d);
+/* Worker @w's timer wheel: only from worker @w's thread. */
+struct cep_wheel *cep_dispatch_wheel(struct cep_dispatch *d, unsigned w);
+/* Current tick of worker @w (its thread only). */
+uint64_t cep_dispatch_now(struct cep_dispatch *d, unsigned w);
+
+/* Wait until every ring and work stack is empty and no worker is in the
+ * middle of an item or of firing timers; -ETIMEDOUT after @timeout_ms.
+ * Timers armed for later do not count. Not from a worker. */
+int cep_dispatch_quiesce(struct cep_dispatch *d, unsigned timeout_ms);
+
+struct cep_dispatch_stats {
+	uint64_t mads;      /* MADs processed */
+	uint64_t works;     /* work items run */
+	uint64_t full;      /* MADs dropped: ring full */
+	uint64_t timers;    /* timers fired */
+	uint64_t sleeps;    /* times a worker went to sleep */
+};
+void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st);
+
+#endif /* CEP_DISPATCH_H */

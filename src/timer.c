@@ -1,0 +1,127 @@
+/*
+ * Hashed timer wheel: slot = expiry tick mod CEP_WHEEL_SLOTS; each timer
+ * keeps its absolute expiry, so timers beyond one revolution simply stay
+ * in their slot until their tick comes round. Single-threaded by contract.
+ */
+#include <time.h>
+
+#include "timer.h"
+
+uint64_t cep_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void cep_wheel_init(struct cep_wheel *w, uint64_t now_ms)
+{
+	for (size_t i = 0; i < CEP_WHEEL_SLOTS; i++) {
+		w->slot[i].next = &w->slot[i];
+		w->slot[i].prev = &w->slot[i];
+	}
+	w->last = now_ms;
+	w->armed = 0;
+}
+
+static void unlink_timer(struct cep_wheel *w, struct cep_timer *t)
+{
+	t->prev->next = t->next;
+	t->next->prev = t->prev;
+	t->next = t->prev = NULL;
+	w->armed--;
+}
+
+void cep_timer_arm(struct cep_wheel *w, struct cep_timer *t, uint64_t expires_ms,
+		   cep_timer_fn fn)
+{
+	struct cep_timer *head;
+
+	if (t->next)
+		unlink_timer(w, t);
+	if (expires_ms <= w->last)
+		expires_ms = w->last + 1;
+	t->expires = expires_ms;
+	t->fn = fn;
+	head = &w->slot[expires_ms & (CEP_WHEEL_SLOTS - 1)];
+	t->next = head;
+	t->prev = head->prev;
+	head->prev->next = t;
+	head->prev = t;
+	w->armed++;
+}
+
+int cep_timer_cancel(struct cep_wheel *w, struct cep_timer *t)
+{
+	if (!t->next)
+		return 0;
+	unlink_timer(w, t);
+	return 1;
+}
+
+static size_t run_slot(struct cep_wheel *w, struct cep_timer *head, uint64_t now)
+{
+	struct cep_timer pending;
+	size_t fired = 0;
+
+	/* Move due timers to a private list first: a fn may re-arm into this
+	 * very slot, and must not be visited again in this pass. */
+	pending.next = pending.prev = &pending;
+	for (struct cep_timer *t = head->next, *n; t != head; t = n) {
+		n = t->next;
+		if (t->expires > now)
+			continue;
+		t->prev->next = t->next;
+		t->next->prev = t->prev;
+		t->next = &pending;
+		t->prev = pending.prev;
+		pending.prev->next = t;
+		pending.prev = t;
+	}
+	while (pending.next != &pending) {
+		struct cep_timer *t = pending.next;
+
+		t->prev->next = t->next;
+		t->next->prev = t->prev;
+		t->next = t->prev = NULL;
+		w->armed--;
+		fired++;
+		t->fn(t);
+	}
+	return fired;
+}
+
+size_t cep_wheel_run(struct cep_wheel *w, uint64_t now_ms)
+{
+	size_t fired = 0;
+	uint64_t from = w->last + 1;
+
+	if (now_ms <= w->last)
+		return 0;
+	if (w->armed == 0) {
+		w->last = now_ms;
+		return 0;
+	}
+	if (now_ms - w->last >= CEP_WHEEL_SLOTS)
+		from = now_ms - CEP_WHEEL_SLOTS + 1; /* every slot once */
+	w->last = now_ms;
+	for (uint64_t tick = from; tick <= now_ms; tick++)
+		fired += run_slot(w, &w->slot[tick & (CEP_WHEEL_SLOTS - 1)], now_ms);
+	return fired;
+}
+
+void cep_wheel_drain(struct cep_wheel *w, void (*fn)(struct cep_timer *t, void *ctx),
+		     void *ctx)
+{
+	for (size_t i = 0; i < CEP_WHEEL_SLOTS; i++) {
+		struct cep_timer *head = &w->slot[i];
+
+		while (head->next != head) {
+			struct cep_timer *t = head->next;
+
+			unlink_timer(w, t);
+			fn(t, ctx);
+		}
+	}
+}

@@ -1,0 +1,47 @@
+/*
+ * Per-worker hashed timer wheel (1 ms ticks): O(1) arm and cancel of
+ * intrusive timers, bulk expiry per tick. A wheel and its timers belong to
+ * one thread (a dispatcher worker); nothing here is thread-safe.
+ */
+#ifndef CEP_TIMER_H
+#define CEP_TIMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CEP_WHEEL_SLOTS 1024u /* power of 2: ~1 s per revolution */
+
+struct cep_timer;
+typedef void (*cep_timer_fn)(struct cep_timer *t);
+
+/* Intrusive: embed in the object that times out. Zero-initialised = idle. */
+struct cep_timer {
+	struct cep_timer *next, *prev; /* NULL when not armed */
+	uint64_t expires;              /* absolute tick (ms) */
+	cep_timer_fn fn;
+};
+
+struct cep_wheel {
+	struct cep_timer slot[CEP_WHEEL_SLOTS]; /* list heads (sentinels) */
+	uint64_t last;                          /* last tick processed */
+	size_t armed;
+};
+
+/* Monotonic milliseconds. */
+uint64_t cep_now_ms(void);
+
+void cep_wheel_init(struct cep_wheel *w, uint64_t now_ms);
+/* Arm (or move) @t to fire at @expires_ms (clamped to the next tick). */
+void cep_timer_arm(struct cep_wheel *w, struct cep_timer *t, uint64_t expires_ms,
+		   cep_timer_fn fn);
+/* Cancel: 1 if it was armed, 0 if not. */
+int cep_timer_cancel(struct cep_wheel *w, struct cep_timer *t);
+static inline int cep_timer_armed(const struct cep_timer *t) { return t->next != NULL; }
+/* Fire every timer due at or before @now_ms, each unlinked before its fn
+ * runs (fn may re-arm it or arm others). Returns the number fired. */
+size_t cep_wheel_run(struct cep_wheel *w, uint64_t now_ms);
+/* Unlink every armed timer and call @fn on each (bulk cancel). */
+void cep_wheel_drain(struct cep_wheel *w, void (*fn)(struct cep_timer *t, void *ctx),
+		     void *ctx);
+
+#endif /* CEP_TIMER_H */

@@ -1,0 +1,433 @@
+/*
+ * CM scenario harness: two CM nodes (A, B) and one raw port (C, a scripted
+ * peer that sends hand-built MADs and records what it receives) on one
+ * in-process fabric. Events of each node are logged; tests wait for them
+ * with a bounded wait, so a missing event fails instead of hanging.
+ */
+#ifndef CEP_TEST_CM_HARNESS_H
+#define CEP_TEST_CM_HARNESS_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include <cep/cm.h>
+#include <cep/fabric.h>
+#include <cep/table.h>
+
+#include "../common/check.h"
+
+#define GUID_A 0x0002c90300000a01ull
+#define GUID_B 0x0002c90300000b02ull
+#define GUID_C 0x0002c90300000c03ull
+#define LID_A 1
+#define LID_B 2
+#define LID_C 3
+#define SID 0x1000000000000001ull
+#define MAXLOG 256
+
+struct logged {
+	struct cep_cm_event ev;
+	struct cep_cm_id *id;
+};
+
+/* What a node does on its own, from the callback. */
+struct policy {
+	enum { ON_REQ_ACCEPT, ON_REQ_REJECT, ON_REQ_MRA, ON_REQ_NOTHING } on_req;
+	uint32_t accept_qpn;
+	const char *rep_pdata;
+	unsigned rej_reason;
+	int reject_rep;        /* active: reject the REP in the callback */
+	int mra_rep;           /* active: MRA the REP in the callback */
+	int on_sidr_answer;    /* passive SIDR: answer at once */
+	int destroy_on_req;    /* return non-zero from the REQ callback */
+};
+
+struct node {
+	const char *name;
+	struct cep_transport *tp;
+	struct cep_cm *cm;
+	pthread_mutex_t mtx;
+	struct logged log[MAXLOG];
+	int n;
+	struct policy pol;
+	struct cep_cm_id *last_req_id; /* passive id of the last REQ/SIDR_REQ */
+	struct cep_cm_id *made[64];    /* ids created by the test */
+	int nmade;
+};
+
+struct raw {
+	struct cep_transport *tp;
+	pthread_mutex_t mtx;
+	struct cep_msg got[MAXLOG];
+	int n;
+};
+
+static struct cep_fabric *fab;
+static struct node A = { .name = "A" }, B = { .name = "B" };
+static struct raw C;
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	struct node *n = ev->context ? ev->context : NULL;
+	int ret = 0;
+
+	if (!n)
+		return 0;
+	pthread_mutex_lock(&n->mtx);
+	if (n->n < MAXLOG) {
+		n->log[n->n].ev = *ev;
+		if (ev->private_data) /* points into *ev: re-point into the copy */
+			n->log[n->n].ev.private_data = (const uint8_t *)&n->log[n->n].ev.msg +
+				(ev->private_data - (const uint8_t *)&ev->msg);
+		n->log[n->n].id = id;
+		n->n++;
+	}
+	if (ev->type == CEP_CM_EV_REQ_RECEIVED || ev->type == CEP_CM_EV_SIDR_REQ_RECEIVED)
+		n->last_req_id = id;
+	pthread_mutex_unlock(&n->mtx);
+	switch (ev->type) {
+	case CEP_CM_EV_REQ_RECEIVED:
+		if (n->pol.destroy_on_req)
+			return 1;
+		if (n->pol.on_req == ON_REQ_ACCEPT) {
+			struct cep_cm_accept_param ap = { .size = sizeof(ap),
+				.qpn = n->pol.accept_qpn, .starting_psn = 0x4242,
+				.responder_resources = 4, .initiator_depth = 4 };
+
+			if (n->pol.rep_pdata) {
+				ap.private_data = n->pol.rep_pdata;
+				ap.private_data_len = strlen(n->pol.rep_pdata) + 1;
+			}
+			ret = cep_cm_accept(id, &ap);
+			if (ret)
+				fprintf(stderr, "%s: accept: %d\n", n->name, ret);
+		} else if (n->pol.on_req == ON_REQ_REJECT) {
+			static const char why[] = "go away";
+
+			cep_cm_reject(id, n->pol.rej_reason, "ari", 3, why, sizeof(why));
+		} else if (n->pol.on_req == ON_REQ_MRA) {
+			cep_cm_mra(id, 16, NULL, 0); /* ~268 ms */
+		}
+		return 0;
+	case CEP_CM_EV_REP_RECEIVED:
+		if (n->pol.reject_rep)
+			cep_cm_reject(id, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0);
+		else if (n->pol.mra_rep)
+			cep_cm_mra(id, 16, NULL, 0);
+		return 0;
+	case CEP_CM_EV_SIDR_REQ_RECEIVED:
+		if (n->pol.on_sidr_answer)
+			cep_cm_sidr_rep(id, CEP_SIDR_SUCCESS, 0x777, 0x1234, "sidr", 5);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* Count events of @type on @n (optionally for @id). */
+static int count_ev(struct node *n, enum cep_cm_event_type type, struct cep_cm_id *id)
+{
+	int c = 0;
+
+	pthread_mutex_lock(&n->mtx);
+	for (int i = 0; i < n->n; i++)
+		if (n->log[i].ev.type == type && (!id || n->log[i].id == id))
+			c++;
+	pthread_mutex_unlock(&n->mtx);
+	return c;
+}
+
+/* Wait (<= 5 s) until @n logged @count events of @type; 1 on success. */
+static int wait_ev(struct node *n, enum cep_cm_event_type type, int count)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (count_ev(n, type, NULL) >= count)
+			return 1;
+		sleep_ms(1);
+	}
+	fprintf(stderr, "%s: timed out waiting for %d x %s (have %d)\n", n->name, count,
+		cep_cm_event_name(type), count_ev(n, type, NULL));
+	return 0;
+}
+
+/* The last logged event of @type (copy), or type COUNT when none. */
+static struct logged last_ev(struct node *n, enum cep_cm_event_type type)
+{
+	struct logged l;
+
+	memset(&l, 0, sizeof(l));
+	l.ev.type = CEP_CM_EVENT_COUNT;
+	pthread_mutex_lock(&n->mtx);
+	for (int i = n->n - 1; i >= 0; i--)
+		if (n->log[i].ev.type == type) {
+			l = n->log[i];
+			break;
+		}
+	pthread_mutex_unlock(&n->mtx);
+	return l;
+}
+
+static void raw_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_mad_addr *from)
+{
+	struct raw *r = ctx;
+	struct cep_msg m;
+
+	(void)from;
+	if (cep_msg_decode(mad, len, &m, NULL))
+		return;
+	pthread_mutex_lock(&r->mtx);
+	if (r->n < MAXLOG)
+		r->got[r->n++] = m;
+	pthread_mutex_unlock(&r->mtx);
+}
+
+static int raw_count(enum cep_msg_type t)
+{
+	int c = 0;
+
+	pthread_mutex_lock(&C.mtx);
+	for (int i = 0; i < C.n; i++)
+		c += C.got[i].type == t;
+	pthread_mutex_unlock(&C.mtx);
+	return c;
+}
+
+static int raw_wait(enum cep_msg_type t, int count)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (raw_count(t) >= count)
+			return 1;
+		sleep_ms(1);
+	}
+	fprintf(stderr, "C: timed out waiting for %d x %s (have %d)\n", count, cep_msg_name(t),
+		raw_count(t));
+	return 0;
+}
+
+static struct cep_msg raw_last(enum cep_msg_type t)
+{
+	struct cep_msg m;
+
+	memset(&m, 0, sizeof(m));
+	pthread_mutex_lock(&C.mtx);
+	for (int i = C.n - 1; i >= 0; i--)
+		if (C.got[i].type == t) {
+			m = C.got[i];
+			break;
+		}
+	pthread_mutex_unlock(&C.mtx);
+	return m;
+}
+
+/* Send a hand-built message from C to the node at @lid. */
+static void raw_send(struct cep_msg *m, uint16_t lid)
+{
+	uint8_t mad[CEP_MAD_SIZE];
+	struct cep_mad_addr to = { .lid = lid, .qpn = 1, .qkey = CEP_QP1_QKEY };
+
+	CHECK_EQ(cep_msg_encode(m, mad), 0);
+	CHECK_EQ(C.tp->ops->send(C.tp, mad, sizeof(mad), &to), 0);
+}
+
+static void path_to(struct cep_path *p, uint16_t slid, uint16_t dlid)
+{
+	memset(p, 0, sizeof(*p));
+	p->local_lid = slid;
+	p->remote_lid = dlid;
+	p->subnet_local = 1;
+	p->local_ack_timeout = 10;   /* timewait = 2 x 4.2 ms */
+	p->hop_limit = 0;
+	p->sl = 0;
+	p->packet_rate = 3;
+}
+
+/* A REQ from C (raw) to B for service SID. */
+static void raw_req(struct cep_msg *m, uint32_t comm_id, uint32_t qpn)
+{
+	cep_msg_init(m, CEP_MSG_REQ, 0x99000000ull | comm_id);
+	m->u.req.local_comm_id = comm_id;
+	m->u.req.service_id = SID;
+	m->u.req.local_ca_guid = GUID_C;
+	m->u.req.local_qpn = qpn;
+	m->u.req.starting_psn = 1;
+	m->u.req.remote_cm_response_timeout = 12;
+	m->u.req.local_cm_response_timeout = 13; /* B retries REP every 34 ms */
+	m->u.req.max_cm_retries = 3;
+	m->u.req.partition_key = 0xffff;
+	m->u.req.path_mtu = 5;
+	path_to(&m->u.req.primary, LID_C, LID_B);
+}
+
+static void node_init(struct node *n, uint64_t guid, uint16_t lid, unsigned workers, int auto_mra)
+{
+	struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = guid, .lid = lid,
+					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
+	struct cep_cm_attr ca = { .size = sizeof(ca), .workers = workers, .auto_mra = (uint8_t)auto_mra,
+				  .mra_service_timeout = 16 };
+
+	pthread_mutex_init(&n->mtx, NULL);
+	CHECK_EQ(cep_fabric_port_create(fab, &pa, &n->tp), 0);
+	ca.transport = n->tp;
+	CHECK_EQ(cep_cm_create(&ca, &n->cm), 0);
+}
+
+static void setup(unsigned workers, int auto_mra_b)
+{
+	struct cep_fabric_attr fa = { .size = sizeof(fa), .seed = 1 };
+	struct cep_fabric_port_attr pc = { .size = sizeof(pc), .ca_guid = GUID_C, .lid = LID_C,
+					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
+
+	CHECK_EQ(cep_fabric_create(&fa, &fab), 0);
+	node_init(&A, GUID_A, LID_A, workers, 0);
+	node_init(&B, GUID_B, LID_B, workers, auto_mra_b);
+	pthread_mutex_init(&C.mtx, NULL);
+	CHECK_EQ(cep_fabric_port_create(fab, &pc, &C.tp), 0);
+	CHECK_EQ(C.tp->ops->start(C.tp, raw_recv, &C), 0);
+	for (uint32_t q = 0x100; q < 0x110; q++) {
+		CHECK_EQ(cep_cm_qp_register(A.cm, q), 0);
+		CHECK_EQ(cep_cm_qp_register(B.cm, q), 0);
+	}
+}
+
+static struct cep_cm_id *make_id(struct node *n)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = on_event, .context = n };
+	struct cep_cm_id *id = NULL;
+
+	CHECK_EQ(cep_cm_create_id(n->cm, &ia, &id), 0);
+	pthread_mutex_lock(&n->mtx);
+	if (n->nmade < 64)
+		n->made[n->nmade++] = id;
+	pthread_mutex_unlock(&n->mtx);
+	return id;
+}
+
+static struct cep_cm_id *listen_on(struct node *n, uint64_t sid)
+{
+	struct cep_cm_id *l = make_id(n);
+
+	CHECK_EQ(cep_cm_listen(l, sid, ~0ull), 0);
+	return l;
+}
+
+static void conn_param(struct cep_cm_conn_param *p, uint32_t qpn, uint16_t slid, uint16_t dlid)
+{
+	memset(p, 0, sizeof(*p));
+	p->size = sizeof(*p);
+	p->service_id = SID;
+	p->qpn = qpn;
+	p->starting_psn = 0x1234;
+	p->responder_resources = 4;
+	p->initiator_depth = 4;
+	p->remote_cm_response_timeout = 15; /* ~134 ms: no retry even on a loaded box */
+	p->local_cm_response_timeout = 15;
+	p->packet_life_time = 8;            /* ~1 ms */
+	p->max_cm_retries = 3;
+	path_to(&p->primary, slid, dlid);
+}
+
+static void check_binding(struct node *n, uint32_t qpn, uint32_t want)
+{
+	uint32_t b = 0xdead;
+
+	CHECK_EQ(cep_qp_binding(cep_cm_table(n->cm), qpn, &b), 0);
+	CHECK_EQ(b, want);
+}
+
+/* Destroy every id the test made or was given that is not destroyed yet.
+ * Call when quiescent: the DESTROYED log entry is written before the id's
+ * user reference is dropped, so an id without one is still valid. */
+static void destroy_all_ids(struct node *n)
+{
+	struct cep_cm_id *todo[MAXLOG + 64];
+	int k = 0;
+
+	CHECK_EQ(cep_cm_quiesce(n->cm, 5000), 0);
+	pthread_mutex_lock(&n->mtx);
+	for (int i = 0; i < n->nmade + n->n; i++) {
+		struct cep_cm_id *id;
+		int gone = 0, seen = 0;
+
+		if (i < n->nmade) {
+			id = n->made[i];
+		} else {
+			struct cep_cm_event *ev = &n->log[i - n->nmade].ev;
+
+			if (ev->type != CEP_CM_EV_REQ_RECEIVED &&
+			    ev->type != CEP_CM_EV_SIDR_REQ_RECEIVED)
+				continue;
+			id = n->log[i - n->nmade].id;
+		}
+		for (int j = 0; j < n->n; j++)
+			if (n->log[j].id == id && n->log[j].ev.type == CEP_CM_EV_DESTROYED)
+				gone = 1;
+		for (int j = 0; j < k; j++)
+			seen |= todo[j] == id;
+		if (!gone && !seen)
+			todo[k++] = id;
+	}
+	pthread_mutex_unlock(&n->mtx);
+	for (int i = 0; i < k; i++)
+		CHECK_EQ(cep_cm_destroy_id_sync(todo[i]), 0);
+}
+
+/* Wait for timewaits to end, check both tables, tear everything down. */
+static void teardown_all(void)
+{
+	char msg[512];
+	struct cep_table_stats st;
+	struct cep_cm_stats cs = { .size = sizeof(cs) };
+
+	destroy_all_ids(&A);
+	destroy_all_ids(&B);
+	for (int i = 0; i < 400; i++) { /* timewaits end */
+		struct cep_table_stats sa, sb;
+
+		cep_table_stats(cep_cm_table(A.cm), &sa);
+		cep_table_stats(cep_cm_table(B.cm), &sb);
+		if (sa.live == 0 && sb.live == 0)
+			break;
+		sleep_ms(5);
+	}
+	struct node *nodes[2] = { &A, &B };
+
+	for (int k = 0; k < 2; k++) {
+		struct node *n = nodes[k];
+
+		CHECK_EQ(cep_cm_quiesce(n->cm, 5000), 0);
+		cep_table_stats(cep_cm_table(n->cm), &st);
+		if (st.live)
+			fprintf(stderr, "%s: %llu CEPs still live\n", n->name,
+				(unsigned long long)st.live);
+		CHECK_EQ(st.live, 0);
+		msg[0] = 0;
+		int rc = cep_table_check(cep_cm_table(n->cm), msg, sizeof(msg));
+
+		CHECK_EQ(rc, 0);
+		if (rc)
+			fprintf(stderr, "%s: table check: %s\n", n->name, msg);
+		cep_cm_get_stats(n->cm, &cs);
+		for (uint32_t q = 0x100; q < 0x110; q++) {
+			uint32_t b = 1;
+
+			if (cep_qp_binding(cep_cm_table(n->cm), q, &b) == 0)
+				CHECK(b == CEP_BINDING_INVALID || b == CEP_BINDING_RESERVED);
+		}
+		CHECK_EQ(cep_cm_destroy(n->cm), 0);
+		n->tp->ops->destroy(n->tp);
+	}
+	C.tp->ops->destroy(C.tp);
+	CHECK_EQ(cep_fabric_destroy(fab), 0);
+}
+
+#endif /* CEP_TEST_CM_HARNESS_H */

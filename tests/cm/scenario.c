@@ -1,0 +1,940 @@
+/*
+ * CM protocol scenarios, one per line of docs/protocol-coverage.md.
+ * Usage: test-cm-scenario NAME. Each scenario sets up two CM nodes and a
+ * scripted raw peer on the in-process fabric, drives one protocol path,
+ * checks states, events, wire messages and counters, then checks that no
+ * CEP leaked and every binding is back to INVALID (or RESERVED).
+ */
+#include <unistd.h>
+
+#include "harness.h"
+
+/* The event carried private data starting with the string @want. */
+static int pd_eq(struct logged l, const char *want)
+{
+	return l.ev.private_data && !strcmp((const char *)l.ev.private_data, want);
+}
+
+static struct cep_cm_stats stats_of(struct node *n)
+{
+	struct cep_cm_stats s = { .size = sizeof(s) };
+
+	CHECK_EQ(cep_cm_get_stats(n->cm, &s), 0);
+	return s;
+}
+
+/* A connects to B; returns A's id (ESTABLISHED) and B's passive id. */
+static struct cep_cm_id *establish(struct cep_cm_id **passive, uint32_t qa, uint32_t qb)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a = make_id(&A);
+	int est = count_ev(&A, CEP_CM_EV_ESTABLISHED, NULL);
+	int rtu = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	conn_param(&p, qa, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, est + 1));
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtu + 1));
+	*passive = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+	return a;
+}
+
+/* C (raw) connects to B; B accepts on qb. Returns B's id. */
+static struct cep_cm_id *raw_establish(uint32_t comm_id, uint32_t qpn, uint32_t qb,
+				       uint32_t *b_comm)
+{
+	struct cep_msg m;
+	int reps = raw_count(CEP_MSG_REP);
+	int rtus = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	raw_req(&m, comm_id, qpn);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, reps + 1));
+	struct cep_msg rep = raw_last(CEP_MSG_REP);
+
+	CHECK_EQ(rep.u.rep.remote_comm_id, comm_id);
+	CHECK_EQ(rep.u.rep.local_qpn, qb);
+	*b_comm = rep.u.rep.local_comm_id;
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = comm_id;
+	m.u.rtu.remote_comm_id = *b_comm;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtus + 1));
+	return last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+}
+
+static void raw_dreq(uint32_t local, uint32_t remote, uint32_t qpn)
+{
+	struct cep_msg m;
+
+	cep_msg_init(&m, CEP_MSG_DREQ, 7);
+	m.u.dreq.local_comm_id = local;
+	m.u.dreq.remote_comm_id = remote;
+	m.u.dreq.remote_qpn_eecn = qpn;
+	raw_send(&m, LID_B);
+}
+
+/* REQ -> REP -> RTU with private data both ways; both ESTABLISHED, both
+ * QPs bound; then DREQ -> DREP, timewait, exit, bindings INVALID. */
+static void t_establish(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+	static const char req_pd[] = "hello from A";
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	B.pol.rep_pdata = "hello from B";
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	p.private_data = req_pd;
+	p.private_data_len = sizeof(req_pd);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK_EQ(cep_cm_connect(a, &p), -EINVAL); /* not IDLE */
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	struct logged rq = last_ev(&B, CEP_CM_EV_REQ_RECEIVED);
+
+	CHECK(rq.ev.private_data && !strcmp((const char *)rq.ev.private_data, req_pd));
+	CHECK_EQ(rq.ev.msg.u.req.local_qpn, 0x100);
+	CHECK_EQ(rq.ev.msg.u.req.local_ca_guid, GUID_A);
+	CHECK_EQ(rq.ev.msg.u.req.starting_psn, 0x1234);
+	struct logged rp = last_ev(&A, CEP_CM_EV_REP_RECEIVED);
+
+	CHECK(rp.ev.private_data && !strcmp((const char *)rp.ev.private_data, "hello from B"));
+	CHECK_EQ(rp.ev.msg.u.rep.local_qpn, 0x101);
+	b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+	CHECK(b == rq.id);
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(cep_cm_id_remote_comm_id(a), cep_cm_id_local_comm_id(b));
+	check_binding(&A, 0x100, cep_cm_id_local_comm_id(a));
+	check_binding(&B, 0x101, cep_cm_id_local_comm_id(b));
+	CHECK_EQ(stats_of(&A).states[CEP_CM_ESTABLISHED], 1);
+	CHECK_EQ(stats_of(&B).states[CEP_CM_ESTABLISHED], 1);
+	CHECK_EQ(stats_of(&B).states[CEP_CM_LISTEN], 1);
+	CHECK_EQ(stats_of(&A).ids, 1);
+	/* the QP is taken: a second connect on it fails with the bind error */
+	struct cep_cm_id *a2 = make_id(&A);
+
+	CHECK_EQ(cep_cm_connect(a2, &p), -EISCONN);
+	/* release */
+	CHECK_EQ(cep_cm_disconnect(a, "bye", 4), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED), "bye"));
+	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	check_binding(&A, 0x100, CEP_BINDING_INVALID);
+	check_binding(&B, 0x101, CEP_BINDING_INVALID);
+	struct cep_cm_stats sa = stats_of(&A), sb = stats_of(&B);
+
+	CHECK_EQ(sa.sent[CEP_MSG_REQ], 1);
+	CHECK_EQ(sb.received[CEP_MSG_REQ], 1);
+	CHECK_EQ(sb.sent[CEP_MSG_REP], 1);
+	CHECK_EQ(sa.sent[CEP_MSG_RTU], 1);
+	CHECK_EQ(sa.sent[CEP_MSG_DREQ], 1);
+	CHECK_EQ(sb.sent[CEP_MSG_DREP], 1);
+	CHECK_EQ(sa.retries, 0);
+	teardown_all();
+}
+
+/* The passive side rejects the REQ (consumer reason, ARI, private data). */
+static void t_rej_consumer(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_REJECT;
+	B.pol.rej_reason = CEP_REJ_CONSUMER_DEFINED;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_REJ_RECEIVED, 1));
+	struct logged l = last_ev(&A, CEP_CM_EV_REJ_RECEIVED);
+
+	CHECK_EQ(l.ev.status, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(l.ev.msg.u.rej.reject_info_length, 3);
+	CHECK(!memcmp(l.ev.msg.u.rej.ari, "ari", 3));
+	CHECK(pd_eq(l, "go away"));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	check_binding(&A, 0x100, CEP_BINDING_INVALID);
+	CHECK_EQ(stats_of(&A).rej_received[CEP_REJ_CONSUMER_DEFINED], 1);
+	CHECK_EQ(stats_of(&B).rej_sent[CEP_REJ_CONSUMER_DEFINED], 1);
+	/* the QP can be used again */
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	struct cep_cm_id *a2 = make_id(&A);
+
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	teardown_all();
+}
+
+/* No listener for the service ID: REJ "invalid service ID". */
+static void t_rej_no_listener(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_REJ_RECEIVED, 1));
+	CHECK_EQ(last_ev(&A, CEP_CM_EV_REJ_RECEIVED).ev.status, CEP_REJ_INVALID_SERVICE_ID);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 0);
+	/* a REQ for RD (unsupported transport): REJ "invalid transport type" */
+	struct cep_msg m;
+
+	listen_on(&B, SID);
+	raw_req(&m, 0x4f00, 0x900);
+	m.u.req.transport_service_type = CEP_TS_RD;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_INVALID_TRANSPORT_TYPE);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x4f00);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 0);
+	teardown_all();
+}
+
+/* The active side rejects the REP: passive gets REJ, active in timewait. */
+static void t_rej_rep(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	A.pol.reject_rep = 1;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	p.manual_rtu = 1;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REJ_RECEIVED, 1));
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.status, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.msg.u.rej.message_rejected, CEP_MSG_CODE_REP);
+	CHECK_EQ(cep_cm_id_state(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).id), CEP_CM_IDLE);
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_ESTABLISHED, NULL), 0);
+	check_binding(&B, 0x101, CEP_BINDING_INVALID);
+	teardown_all();
+}
+
+/* The application MRAs the REQ and accepts after the active side's REQ
+ * timeout: the MRA extends it, no retry, no timeout. */
+static void t_mra_req(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_MRA;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	p.remote_cm_response_timeout = 12; /* 17 ms + 2 x 1 ms; MRA gives 268 ms */
+	p.max_cm_retries = 2; /* a loaded (sanitizer) run may still need one */
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_MRA_REQ_RCVD);
+	sleep_ms(80); /* past the unextended timeout with its retries (57 ms) */
+	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x101 };
+
+	CHECK_EQ(cep_cm_accept(b, &ap), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
+	CHECK(stats_of(&B).sent[CEP_MSG_MRA] >= 1); /* resent for a retried REQ */
+	teardown_all();
+}
+
+/* Automatic MRA: B's application does nothing for longer than half of A's
+ * response timeout; B sends MRA by itself; a later accept establishes. */
+static void t_mra_auto(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(2, 1);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	p.remote_cm_response_timeout = 15; /* 134 ms: auto MRA after ~67 ms */
+	p.max_cm_retries = 2; /* a loaded (sanitizer) run may still need one */
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	sleep_ms(80);
+	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x101 };
+
+	CHECK_EQ(cep_cm_accept(b, &ap), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
+	teardown_all();
+}
+
+/* The active side MRAs the REP, then sends RTU by hand. */
+static void t_mra_rep(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	A.pol.mra_rep = 1;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	p.manual_rtu = 1;
+	p.local_cm_response_timeout = 12; /* B would retry REP every 17 ms */
+	p.max_cm_retries = 2; /* a loaded (sanitizer) run may still need one */
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_MRA_RECEIVED, 1));
+	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_MRA_RECEIVED).id;
+
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REP_RCVD);
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_MRA_REP_SENT);
+	sleep_ms(80); /* past B's unextended REP timeout with retries (51 ms) */
+	CHECK_EQ(cep_cm_rtu(a, "rtu", 4), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_RTU_RECEIVED), "rtu"));
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REP_ERROR, NULL), 0);
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+	teardown_all();
+}
+
+/* REQ to a peer that never answers: Max CM Retries resends, then REJ
+ * "timeout" (ARI = our CA GUID) and REQ_ERROR; the QP is free again. */
+static void t_req_timeout(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.remote_cm_response_timeout = 8;
+	p.max_cm_retries = 3;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_REQ_ERROR, 1));
+	CHECK_EQ(last_ev(&A, CEP_CM_EV_REQ_ERROR).ev.status, -ETIMEDOUT);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 4);
+	struct cep_msg rej = raw_last(CEP_MSG_REJ);
+
+	CHECK_EQ(rej.u.rej.reason, CEP_REJ_TIMEOUT);
+	CHECK_EQ(rej.u.rej.reject_info_length, 8);
+	CHECK_EQ(rej.u.rej.ari[7], (uint8_t)GUID_A);
+	CHECK_EQ(stats_of(&A).retries, 3);
+	CHECK_EQ(stats_of(&A).timeouts, 1);
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	check_binding(&A, 0x100, CEP_BINDING_INVALID);
+	teardown_all();
+}
+
+/* Passive side: REP never answered by RTU: REP retries, REJ timeout,
+ * REP_ERROR. */
+static void t_rep_timeout(void)
+{
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	raw_req(&m, 0x5000, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REP_ERROR, 1));
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_count(CEP_MSG_REP), 4); /* 1 + max_cm_retries */
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_TIMEOUT);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x5000);
+	check_binding(&B, 0x101, CEP_BINDING_INVALID);
+	teardown_all();
+}
+
+/* A REJ "timeout" with remote comm ID 0 (the active side gave up before it
+ * learnt ours) still finds the passive id through (comm ID, CA GUID). */
+static void t_rej_timeout_remote(void)
+{
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	raw_req(&m, 0x5100, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	cep_msg_init(&m, CEP_MSG_REJ, 3);
+	m.u.rej.local_comm_id = 0x5100;
+	m.u.rej.remote_comm_id = 0;
+	m.u.rej.reason = CEP_REJ_TIMEOUT;
+	m.u.rej.reject_info_length = 8;
+	for (int i = 0; i < 8; i++)
+		m.u.rej.ari[i] = (uint8_t)(GUID_C >> (56 - 8 * i));
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REJ_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id), CEP_CM_IDLE);
+	teardown_all();
+}
+
+/* Duplicate REQ while REQ_RCVD: dropped, counted, one event. */
+static void t_dup_req_rcvd(void)
+{
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	raw_req(&m, 0x5200, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	raw_send(&m, LID_B);
+	raw_send(&m, LID_B);
+	CHECK_EQ(cep_cm_quiesce(B.cm, 2000), 0);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 1);
+	CHECK_EQ(stats_of(&B).duplicates, 2);
+	CHECK_EQ(raw_count(CEP_MSG_MRA) + raw_count(CEP_MSG_REJ) + raw_count(CEP_MSG_REP), 0);
+	teardown_all();
+}
+
+/* Duplicate REQ after our MRA: the MRA is sent again. */
+static void t_dup_req_mra(void)
+{
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_MRA;
+	raw_req(&m, 0x5300, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	CHECK_EQ(raw_last(CEP_MSG_MRA).u.mra.service_timeout, 16);
+	CHECK_EQ(raw_last(CEP_MSG_MRA).u.mra.remote_comm_id, 0x5300);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 1);
+	teardown_all();
+}
+
+/* Duplicate REQ while the old connection is in timewait: REJ stale. Then,
+ * after timewait, the same remote IDs are accepted again (reuse). */
+static void t_dup_req_timewait_and_reuse(void)
+{
+	struct cep_msg m;
+	uint32_t bc;
+	struct cep_cm_id *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x5400, 0x900, 0x101, &bc);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	cep_msg_init(&m, CEP_MSG_DREP, 8);
+	m.u.drep.local_comm_id = 0x5400;
+	m.u.drep.remote_comm_id = bc;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	raw_req(&m, 0x5400, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 1);
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	check_binding(&B, 0x101, CEP_BINDING_INVALID);
+	/* reuse: same remote comm ID, CA GUID and QPN, same local QP */
+	raw_establish(0x5400, 0x900, 0x101, &bc);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 2);
+	teardown_all();
+}
+
+/* Stale connection: a new REQ from the same remote QPN + CA GUID while the
+ * old connection lives: REJ stale for the new one, DREQ for the old. */
+static void t_stale_conn(void)
+{
+	struct cep_msg m;
+	uint32_t bc;
+	struct cep_cm_id *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x5500, 0x900, 0x101, &bc);
+	raw_req(&m, 0x5501, 0x900); /* new comm ID, same QPN */
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x5501);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_DREQ).u.dreq.local_comm_id, bc);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_SENT);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 1);
+	CHECK_EQ(stats_of(&B).rej_sent[CEP_REJ_STALE_CONN], 1);
+	teardown_all();
+}
+
+/* Simultaneous DREQs: both sides sent DREQ; each answers the other's with
+ * DREP and both reach timewait. */
+static void t_simultaneous_dreq(void)
+{
+	uint32_t bc;
+	struct cep_cm_id *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x5600, 0x900, 0x101, &bc);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0); /* B: DREQ_SENT */
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	raw_dreq(0x5600, bc, 0x101);               /* C's DREQ crosses it */
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	/* C's DREP for B's DREQ arrives in timewait: harmless */
+	struct cep_msg m;
+
+	cep_msg_init(&m, CEP_MSG_DREP, 8);
+	m.u.drep.local_comm_id = 0x5600;
+	m.u.drep.remote_comm_id = bc;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREP_RECEIVED, NULL), 0);
+	teardown_all();
+}
+
+/* A real A<->B pair disconnecting from both ends at once. */
+static void t_simultaneous_dreq_pair(void)
+{
+	struct cep_cm_id *a, *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	a = establish(&b, 0x100, 0x101);
+	int ra = cep_cm_disconnect(a, NULL, 0);
+	int rb = cep_cm_disconnect(b, NULL, 0);
+
+	CHECK_EQ(ra, 0);
+	CHECK(rb == 0 || rb == -EINVAL); /* A's DREQ may already have arrived */
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_DREQ_ERROR, NULL) + count_ev(&B, CEP_CM_EV_DREQ_ERROR, NULL), 0);
+	teardown_all();
+}
+
+/* DREQ never answered: retries, DREQ_ERROR, timewait, exit. */
+static void t_dreq_timeout(void)
+{
+	uint32_t bc;
+	struct cep_cm_id *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x5700, 0x900, 0x101, &bc);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_ERROR, 1));
+	CHECK_EQ(raw_count(CEP_MSG_DREQ), 4);
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	check_binding(&B, 0x101, CEP_BINDING_INVALID);
+	teardown_all();
+}
+
+/* A duplicate DREQ in timewait gets a DREP again. */
+static void t_dreq_in_timewait(void)
+{
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	raw_establish(0x5800, 0x900, 0x101, &bc);
+	raw_dreq(0x5800, bc, 0x101);
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	raw_dreq(0x5800, bc, 0x101);
+	CHECK(raw_wait(CEP_MSG_DREP, 2));
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREQ_RECEIVED, NULL), 1);
+	CHECK(stats_of(&B).duplicates >= 1);
+	teardown_all();
+}
+
+/* Forged DREQs: right local comm ID, wrong remote comm ID or QPN: nothing
+ * changes. Unknown comm IDs: DREP for a DREQ, REJ for a REP, RTU counted. */
+static void t_forged_and_unknown(void)
+{
+	uint32_t bc;
+	struct cep_cm_id *b;
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x5900, 0x900, 0x101, &bc);
+	raw_dreq(0x5999, bc, 0x101);  /* wrong remote comm ID */
+	raw_dreq(0x5900, bc, 0x102);  /* wrong QPN */
+	CHECK_EQ(cep_cm_quiesce(B.cm, 2000), 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREQ_RECEIVED, NULL), 0);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_MISMATCH], 2);
+	CHECK_EQ(raw_count(CEP_MSG_DREP), 0);
+	/* unknown comm ID */
+	raw_dreq(0x5900, bc ^ 0x40000000u, 0x101);
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	cep_msg_init(&m, CEP_MSG_REP, 9);
+	m.u.rep.local_comm_id = 0x5901;
+	m.u.rep.remote_comm_id = bc ^ 0x40000000u;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_INVALID_COMM_ID);
+	cep_msg_init(&m, CEP_MSG_RTU, 9);
+	m.u.rtu.local_comm_id = 0x5901;
+	m.u.rtu.remote_comm_id = bc ^ 0x40000000u;
+	raw_send(&m, LID_B);
+	CHECK_EQ(cep_cm_quiesce(B.cm, 2000), 0);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_NO_CEP], 3);
+	/* a MAD that fails validation is counted and changes nothing */
+	uint8_t bad[CEP_MAD_SIZE] = { 1, 0x07, 9, 3 };
+	struct cep_mad_addr to = { .lid = LID_B, .qpn = 1, .qkey = CEP_QP1_QKEY };
+
+	C.tp->ops->send(C.tp, bad, sizeof(bad), &to);
+	CHECK_EQ(cep_cm_quiesce(B.cm, 2000), 0);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_DECODE], 1);
+	/* a REQ offering comm ID 0 cannot be answered: refused the same way */
+	raw_req(&m, 0, 0x905);
+	raw_send(&m, LID_B);
+	CHECK_EQ(cep_cm_quiesce(B.cm, 2000), 0);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_DECODE], 2);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	teardown_all();
+}
+
+/* Duplicate REP (RTU lost): the RTU is sent again; duplicate RTU ignored. */
+static void t_dup_rep_rtu(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	struct cep_msg m;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	uint32_t ac = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+
+	cep_msg_init(&m, CEP_MSG_REP, 5);
+	m.u.rep.local_comm_id = 0x6000;
+	m.u.rep.remote_comm_id = ac;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	CHECK(raw_wait(CEP_MSG_RTU, 1));
+	raw_send(&m, LID_A);
+	CHECK(raw_wait(CEP_MSG_RTU, 2));
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REP_RECEIVED, NULL), 1);
+	CHECK_EQ(stats_of(&A).duplicates, 1);
+	teardown_all();
+}
+
+/* LAP -> APR (accepted), and LAP with no answer -> LAP_ERROR. */
+static void t_lap_apr(void)
+{
+	struct cep_cm_id *a, *b;
+	struct cep_path alt;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	a = establish(&b, 0x100, 0x101);
+	path_to(&alt, LID_A, LID_B);
+	alt.sl = 3;
+	CHECK_EQ(cep_cm_lap(a, &alt, 12, "lap", 4), 0);
+	CHECK_EQ(cep_cm_lap(a, &alt, 12, NULL, 0), -EINVAL); /* one at a time */
+	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, 1));
+	struct logged l = last_ev(&B, CEP_CM_EV_LAP_RECEIVED);
+
+	CHECK_EQ(l.ev.msg.u.lap.alternate.sl, 3);
+	CHECK_EQ(cep_cm_id_lap_state(b), CEP_CM_LAP_RCVD);
+	CHECK_EQ(cep_cm_apr(b, CEP_APR_SUCCESS, NULL, 0, "ok", 3), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_APR_RECEIVED, 1));
+	CHECK_EQ(last_ev(&A, CEP_CM_EV_APR_RECEIVED).ev.status, CEP_APR_SUCCESS);
+	CHECK_EQ(cep_cm_id_lap_state(a), CEP_CM_LAP_IDLE);
+	/* second LAP, rejected */
+	CHECK_EQ(cep_cm_lap(a, &alt, 12, NULL, 0), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, 2));
+	CHECK_EQ(cep_cm_apr(b, CEP_APR_REJECT, NULL, 0, NULL, 0), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_APR_RECEIVED, 2));
+	CHECK_EQ(last_ev(&A, CEP_CM_EV_APR_RECEIVED).ev.status, CEP_APR_REJECT);
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+	teardown_all();
+}
+
+static void t_lap_timeout(void)
+{
+	uint32_t bc;
+	struct cep_cm_id *b;
+	struct cep_path alt;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x6100, 0x900, 0x101, &bc);
+	path_to(&alt, LID_B, LID_C);
+	CHECK_EQ(cep_cm_lap(b, &alt, 8, NULL, 0), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_LAP_ERROR, 1));
+	CHECK_EQ(raw_count(CEP_MSG_LAP), 4);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(cep_cm_id_lap_state(b), CEP_CM_LAP_IDLE);
+	teardown_all();
+}
+
+/* SIDR with a reply, without a listener, and without any answer. */
+static void t_sidr(void)
+{
+	struct cep_cm_id *a, *a2, *a3;
+	struct cep_mad_addr to_b = { .lid = LID_B }, to_c = { .lid = LID_C };
+	struct cep_cm_sidr_param sp = { .size = sizeof(sp), .service_id = SID, .timeout = 14,
+					.max_cm_retries = 2, .private_data = "who", .private_data_len = 4,
+					.peer = &to_b };
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_sidr_answer = 1;
+	a = make_id(&A);
+	CHECK_EQ(cep_cm_sidr_req(a, &sp), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_SIDR_REP_RECEIVED, 1));
+	struct logged l = last_ev(&A, CEP_CM_EV_SIDR_REP_RECEIVED);
+
+	CHECK_EQ(l.ev.status, CEP_SIDR_SUCCESS);
+	CHECK_EQ(l.ev.msg.u.sidr_rep.qpn, 0x777);
+	CHECK_EQ(l.ev.msg.u.sidr_rep.qkey, 0x1234);
+	CHECK(l.ev.private_data && !strcmp((const char *)l.ev.private_data, "sidr"));
+	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_SIDR_REQ_RECEIVED), "who"));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	/* no listener */
+	a2 = make_id(&A);
+	sp.service_id = SID + 1;
+	CHECK_EQ(cep_cm_sidr_req(a2, &sp), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_SIDR_REP_RECEIVED, 2));
+	CHECK_EQ(last_ev(&A, CEP_CM_EV_SIDR_REP_RECEIVED).ev.status, CEP_SIDR_UNSUPPORTED);
+	/* nobody answers */
+	a3 = make_id(&A);
+	sp.peer = &to_c;
+	sp.timeout = 8;
+	CHECK_EQ(cep_cm_sidr_req(a3, &sp), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_SIDR_REQ_ERROR, 1));
+	CHECK_EQ(raw_count(CEP_MSG_SIDR_REQ), 3);
+	CHECK_EQ(cep_cm_id_state(a3), CEP_CM_IDLE);
+	teardown_all();
+}
+
+/* Destroying the QP of an established connection: DREQ, timewait, the
+ * CEP is destroyed, the binding stays RESERVED until unregistered. */
+static void t_qp_destroy(void)
+{
+	struct cep_cm_id *a, *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	a = establish(&b, 0x100, 0x101);
+	CHECK_EQ(cep_cm_qp_destroy(A.cm, 0x100), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(cep_is_destroyed(cep_cm_id_cep(a)), 1);
+	/* a bind to a destroyed QPN fails with the table's error */
+	struct cep_cm_id *a2 = make_id(&A);
+	struct cep_cm_conn_param p;
+
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a2, &p), -ENOENT);
+	CHECK(wait_ev(&A, CEP_CM_EV_QP_DESTROYED, 1));
+	/* while connecting (REP_SENT): REJ "no QP" to the peer, QP_DESTROYED.
+	 * B's QP is bound to the old connection until B's timewait ends. */
+	struct cep_msg m;
+
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+
+	raw_req(&m, 0x6200, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	struct cep_cm_id *bp = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+
+	CHECK_EQ(cep_cm_qp_destroy(B.cm, 0x101), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_NO_QP);
+	CHECK(wait_ev(&B, CEP_CM_EV_QP_DESTROYED, 1));
+	CHECK_EQ(cep_cm_id_state(bp), CEP_CM_IDLE);
+	CHECK_EQ(cep_is_destroyed(cep_cm_id_cep(bp)), 1);
+	teardown_all();
+}
+
+/* Destroy: async with DESTROYED as the last event; the blocking variant
+ * refuses inside a callback; destroying an established id sends DREQ. */
+static int sync_in_cb_result = 1;
+static int cb_try_sync(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	if (ev->type == CEP_CM_EV_REQ_RECEIVED)
+		sync_in_cb_result = cep_cm_destroy_id_sync(id);
+	return on_event(id, ev);
+}
+
+static void t_destroy(void)
+{
+	struct cep_cm_id *a, *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	a = establish(&b, 0x100, 0x101);
+	CHECK_EQ(cep_cm_destroy_id(a), 0);
+	CHECK_EQ(cep_cm_destroy_id(a), -EALREADY);
+	CHECK(wait_ev(&A, CEP_CM_EV_DESTROYED, 1));
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_DREP_RECEIVED, NULL), 0); /* user gone */
+	/* in a callback: -EDEADLK */
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = cb_try_sync, .context = &B };
+	struct cep_cm_id *l2;
+
+	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &l2), 0);
+	CHECK_EQ(cep_cm_listen(l2, SID + 5, ~0ull), 0);
+	B.pol.on_req = ON_REQ_NOTHING;
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a2 = make_id(&A);
+
+	conn_param(&p, 0x102, LID_A, LID_B);
+	p.service_id = SID + 5;
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
+	CHECK_EQ(sync_in_cb_result, -EDEADLK);
+	/* destroying the passive id while REQ_RCVD rejects the peer */
+	CHECK_EQ(cep_cm_destroy_id_sync(last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_REJ_RECEIVED, 1));
+	CHECK_EQ(cep_cm_destroy_id_sync(l2), 0);
+	teardown_all();
+}
+
+/* Event channel: the fd is readable (epoll) while events wait. */
+static void t_channel(void)
+{
+	struct cep_cm_channel *ch;
+	struct cep_cm_id *a, *l;
+	struct cep_cm_id_attr ia = { .size = sizeof(ia) };
+	struct cep_cm_conn_param p;
+	struct cep_cm_event *ev;
+	int got_req = 0, got_est = 0;
+
+	setup(2, 0);
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	ia.channel = ch;
+	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &l), 0);
+	CHECK_EQ(cep_cm_listen(l, SID, ~0ull), 0);
+	CHECK_EQ(cep_cm_get_event(ch, &ev), -EAGAIN);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	int efd = cep_cm_channel_fd(ch);
+	struct cep_cm_id *pb = NULL;
+
+	for (int i = 0; i < 5000 && !got_est; i++) {
+		uint64_t v;
+		/* readable iff an event waits: a read would succeed */
+		if (cep_cm_get_event(ch, &ev) != 0) {
+			CHECK(read(efd, &v, sizeof(v)) < 0);
+			sleep_ms(1);
+			continue;
+		}
+		if (ev->type == CEP_CM_EV_REQ_RECEIVED) {
+			struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x101 };
+
+			got_req = 1;
+			CHECK(ev->listen_id == l);
+			pb = ev->id;
+			CHECK_EQ(cep_cm_accept(ev->id, &ap), 0);
+		} else if (ev->type == CEP_CM_EV_RTU_RECEIVED) {
+			got_est = 1;
+		}
+		cep_cm_ack_event(ev);
+	}
+	CHECK(got_req && got_est);
+	CHECK_EQ(cep_cm_channel_destroy(ch), -EBUSY);
+	CHECK_EQ(cep_cm_destroy_id_sync(pb), -EINVAL); /* channel ids: async */
+	CHECK_EQ(cep_cm_destroy_id(pb), 0);
+	CHECK_EQ(cep_cm_destroy_id(l), 0);
+	int destroyed = 0;
+
+	for (int i = 0; i < 5000 && destroyed < 2; i++) {
+		if (cep_cm_get_event(ch, &ev)) {
+			sleep_ms(1);
+			continue;
+		}
+		destroyed += ev->type == CEP_CM_EV_DESTROYED;
+		cep_cm_ack_event(ev);
+	}
+	CHECK_EQ(destroyed, 2);
+	teardown_all();
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+}
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} scenarios[] = {
+	{ "establish", t_establish },
+	{ "rej-consumer", t_rej_consumer },
+	{ "rej-no-listener", t_rej_no_listener },
+	{ "rej-rep", t_rej_rep },
+	{ "mra-req", t_mra_req },
+	{ "mra-auto", t_mra_auto },
+	{ "mra-rep", t_mra_rep },
+	{ "req-timeout", t_req_timeout },
+	{ "rep-timeout", t_rep_timeout },
+	{ "rej-timeout-remote", t_rej_timeout_remote },
+	{ "dup-req-rcvd", t_dup_req_rcvd },
+	{ "dup-req-mra", t_dup_req_mra },
+	{ "dup-req-timewait-reuse", t_dup_req_timewait_and_reuse },
+	{ "stale-conn", t_stale_conn },
+	{ "simultaneous-dreq", t_simultaneous_dreq },
+	{ "simultaneous-dreq-pair", t_simultaneous_dreq_pair },
+	{ "dreq-timeout", t_dreq_timeout },
+	{ "dreq-in-timewait", t_dreq_in_timewait },
+	{ "forged-unknown", t_forged_and_unknown },
+	{ "dup-rep-rtu", t_dup_rep_rtu },
+	{ "lap-apr", t_lap_apr },
+	{ "lap-timeout", t_lap_timeout },
+	{ "sidr", t_sidr },
+	{ "qp-destroy", t_qp_destroy },
+	{ "destroy", t_destroy },
+	{ "channel", t_channel },
+};
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+			printf("%s\n", scenarios[i].name);
+		return argc == 1 ? 0 : 2;
+	}
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		if (!strcmp(argv[1], scenarios[i].name)) {
+			scenarios[i].fn();
+			return check_done(argv[1]);
+		}
+	fprintf(stderr, "unknown scenario %s\n", argv[1]);
+	return 2;
+}

@@ -1,0 +1,86 @@
+/* Timer wheel unit test: order of expiry, cancel, re-arm from a callback,
+ * timers beyond one revolution, bulk drain. */
+#include <string.h>
+
+#include "../common/check.h"
+#include "timer.h"
+
+struct item {
+	struct cep_timer t;
+	int fired;
+	uint64_t at;
+};
+
+static uint64_t now;
+static int rearm_left;
+static struct cep_wheel wheel;
+
+static void on_fire(struct cep_timer *t)
+{
+	struct item *it = (struct item *)t;
+
+	it->fired++;
+	it->at = now;
+}
+
+static void on_fire_rearm(struct cep_timer *t)
+{
+	on_fire(t);
+	if (rearm_left-- > 0)
+		cep_timer_arm(&wheel, t, now, on_fire_rearm); /* clamped to now+1 */
+}
+
+static void on_drain(struct cep_timer *t, void *ctx)
+{
+	(void)t;
+	(*(int *)ctx)++;
+}
+
+int main(void)
+{
+	static struct item it[8];
+	int drained = 0;
+
+	cep_wheel_init(&wheel, 1000);
+	cep_timer_arm(&wheel, &it[0].t, 1005, on_fire);
+	cep_timer_arm(&wheel, &it[1].t, 1003, on_fire);
+	cep_timer_arm(&wheel, &it[2].t, 1000 + CEP_WHEEL_SLOTS + 5, on_fire); /* same slot as 0 */
+	cep_timer_arm(&wheel, &it[3].t, 1010, on_fire);
+	CHECK_EQ(wheel.armed, 4);
+	CHECK_EQ(cep_timer_cancel(&wheel, &it[3].t), 1);
+	CHECK_EQ(cep_timer_cancel(&wheel, &it[3].t), 0);
+	now = 1004;
+	CHECK_EQ(cep_wheel_run(&wheel, now), 1);
+	CHECK_EQ(it[1].fired, 1);
+	CHECK_EQ(it[0].fired, 0);
+	now = 1006;
+	CHECK_EQ(cep_wheel_run(&wheel, now), 1);
+	CHECK_EQ(it[0].fired, 1);
+	CHECK_EQ(it[2].fired, 0); /* a revolution later */
+	CHECK(cep_timer_armed(&it[2].t));
+	/* move an armed timer earlier */
+	cep_timer_arm(&wheel, &it[2].t, 1008, on_fire);
+	now = 1008;
+	CHECK_EQ(cep_wheel_run(&wheel, now), 1);
+	CHECK_EQ(it[2].fired, 1);
+	CHECK_EQ(it[3].fired, 0);
+	/* re-arm from the callback fires once per tick, never twice per run */
+	rearm_left = 3;
+	cep_timer_arm(&wheel, &it[4].t, 1009, on_fire_rearm);
+	for (now = 1009; now <= 1020; now++)
+		cep_wheel_run(&wheel, now);
+	CHECK_EQ(it[4].fired, 4);
+	/* a long jump fires everything due once */
+	cep_timer_arm(&wheel, &it[5].t, 1100, on_fire);
+	cep_timer_arm(&wheel, &it[6].t, 5000, on_fire);
+	now = 4000;
+	CHECK_EQ(cep_wheel_run(&wheel, now), 1);
+	CHECK_EQ(it[5].fired, 1);
+	CHECK_EQ(it[6].fired, 0);
+	cep_timer_arm(&wheel, &it[7].t, 4500, on_fire);
+	cep_wheel_drain(&wheel, on_drain, &drained);
+	CHECK_EQ(drained, 2);
+	CHECK_EQ(wheel.armed, 0);
+	CHECK(!cep_timer_armed(&it[6].t));
+	return check_done("timer");
+}
