@@ -19,6 +19,8 @@
 
 #include <cep/umad.h>
 
+#include "pcap.h"
+
 #define CM_MGMT_CLASS 0x07
 #define CM_CLASS_VERSION 2
 #define MGMT_METHOD_SEND 0x03
@@ -43,6 +45,8 @@ struct umad_transport {
 	uint8_t gid_index;
 	uint8_t link_layer;        /* 1 InfiniBand, 2 Ethernet */
 	uint64_t ca_guid_net;
+	uint8_t my_gid[16];        /* GID at gid_index, at open: capture only */
+	uint16_t my_lid;           /* at open: capture only */
 	cep_recv_fn fn;
 	void *fn_ctx;
 	pthread_t thread;
@@ -70,6 +74,30 @@ static struct umad_transport *to_umad(struct cep_transport *t)
 static void count(_Atomic uint64_t *c)
 {
 	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* Record one MAD on this port in the process-wide capture (src/pcap.h);
+ * the CM leaves capture to the transports, which know the wire addresses.
+ * @peer is the other end; @out says which way the MAD went. */
+static void capture(const struct umad_transport *u, const uint8_t *mad, size_t len,
+		    const struct cep_mad_addr *peer, bool out)
+{
+	struct cep_pcap_meta m;
+
+	/* Skip building the metadata while capture is known to be off. */
+	if (atomic_load_explicit(&cep_capture_state, memory_order_relaxed) == CEP_CAPTURE_OFF)
+		return;
+	memset(&m, 0, sizeof(m));
+	memcpy(out ? m.sgid : m.dgid, u->my_gid, 16);
+	memcpy(out ? m.dgid : m.sgid, peer->gid, 16);
+	m.slid = out ? u->my_lid : peer->lid;
+	m.dlid = out ? peer->lid : u->my_lid;
+	m.src_qpn = out ? 1 : peer->qpn;
+	m.dst_qpn = out ? peer->qpn : 1;
+	m.qkey = peer->qkey;
+	m.sl = peer->sl;
+	m.grh = u->link_layer == IBV_LINK_LAYER_ETHERNET || peer->grh_present;
+	cep_capture_mad(mad, len, &m);
 }
 
 static bool gid_is_zero(const uint8_t gid[16])
@@ -128,6 +156,7 @@ static int umad_send_mad(struct cep_transport *t, const uint8_t *mad,
 		return -err;
 	}
 	count(&u->sent);
+	capture(u, mad, len, to, true);
 	return 0;
 }
 
@@ -204,6 +233,7 @@ static void deliver(struct umad_transport *u, void *umad, int len)
 		memcpy(from.gid, a->gid, 16);
 	}
 	count(&u->received);
+	capture(u, umad_get_mad(umad), (size_t)len, &from, false);
 	u->fn(u->fn_ctx, umad_get_mad(umad), (size_t)len, &from);
 }
 
@@ -459,6 +489,13 @@ CEP_EXPORT int cep_umad_open(const struct cep_umad_attr *attr,
 		goto fail;
 	}
 	u->gid_index = (uint8_t)a.gid_index;
+	u->my_lid = pa.lid;
+	{
+		union ibv_gid g;
+
+		if (ibv_query_gid(u->ctx, u->port_num, u->gid_index, &g) == 0)
+			memcpy(u->my_gid, g.raw, 16);
+	}
 
 	u->wake_fd = eventfd(0, EFD_CLOEXEC);
 	if (u->wake_fd < 0) {
