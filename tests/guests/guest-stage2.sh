@@ -14,7 +14,9 @@ finish() {
 	exec /bin/busybox poweroff -f
 }
 busybox hostname "guest-$name"
-mount -t tmpfs tmpfs /tmp
+# /tmp stays the overlay of the host's /tmp (writes land in the guest's
+# tmpfs upper layer): a source or build tree under the host's /tmp - as in a
+# CI clone - must stay visible to the guest scripts and programs.
 ip link set lo up
 if ! modprobe virtio_net; then echo "stage2: modprobe virtio_net failed"; finish 120; fi
 ip addr add "$GB_IP/24" dev eth0 && ip link set eth0 up || { echo "stage2: eth0"; finish 121; }
