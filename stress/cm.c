@@ -605,6 +605,7 @@ static int run_cm(const char *name, const struct stress_opts *o, const struct mi
 					    round, got);
 		}
 		round_drain(r);
+		stress_progress();
 		round++;
 	} while (stress_now() < end && stress_failures() == 0);
 

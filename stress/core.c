@@ -243,6 +243,7 @@ static int run_threads(const char *name, const struct stress_opts *o, void *(*fn
 	do {
 		pthread_barrier_wait(&r.bar); /* workers quiescent */
 		check_quiescent(&r, "at a quiescent point");
+		stress_progress();
 		rounds++;
 		/* Stop at the deadline, or at the first violation (fail fast). */
 		if (stress_now() >= end || stress_failures() > 0)

@@ -13,8 +13,8 @@ if [ $rc -eq 0 ]; then
 	echo "expect-failure: planted bug NOT caught (exit 0)" >&2
 	exit 1
 fi
-if grep -qE 'VIOLATION|ERROR: AddressSanitizer|WARNING: ThreadSanitizer|runtime error:' "$log"; then
-	what=$(grep -oE 'VIOLATION \[[^]]*\]|ERROR: AddressSanitizer: [a-z-]+|WARNING: ThreadSanitizer: [a-z -]+|runtime error' "$log" | head -1)
+if grep -qE 'VIOLATION|ERROR: AddressSanitizer|ERROR: LeakSanitizer|WARNING: ThreadSanitizer|runtime error:' "$log"; then
+	what=$(grep -oE 'VIOLATION \[[^]]*\]|ERROR: (Address|Leak)Sanitizer: [a-z-]+|WARNING: ThreadSanitizer: [a-z -]+|runtime error' "$log" | head -1)
 	echo "expect-failure: planted bug caught (exit $rc): $what"
 	exit 0
 fi

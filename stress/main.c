@@ -9,11 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <pthread.h>
 
 #include "stress.h"
 
 static atomic_int failures;
+static _Atomic uint64_t progress;
+static double watchdog_s = 60;
 static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void stress_fail(const char *scenario, const char *fmt, ...)
@@ -45,10 +48,39 @@ double stress_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+void stress_progress(void)
+{
+	atomic_fetch_add_explicit(&progress, 1, memory_order_relaxed);
+}
+
+static void *watchdog(void *arg)
+{
+	uint64_t last = atomic_load(&progress);
+	double since = stress_now();
+
+	(void)arg;
+	for (;;) {
+		struct timespec ts = { 1, 0 };
+		uint64_t now;
+
+		nanosleep(&ts, NULL);
+		now = atomic_load(&progress);
+		if (now != last) {
+			last = now;
+			since = stress_now();
+		} else if (stress_now() - since > watchdog_s) {
+			fprintf(stderr, "VIOLATION [watchdog]: no quiescent point for %.0f s: "
+				"livelock or a corrupted index\n", watchdog_s);
+			_exit(3);
+		}
+	}
+	return NULL;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: cep-stress [--threads N] [--duration SECONDS] [--seed X] "
-			"[--list] [scenario...]\n");
+			"[--watchdog SECONDS] [-v] [--list] [scenario...]\n");
 }
 
 int main(int argc, char **argv)
@@ -66,6 +98,8 @@ int main(int argc, char **argv)
 			o.duration = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
 			o.seed = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--watchdog") && i + 1 < argc)
+			watchdog_s = atof(argv[++i]);
 		else if (!strcmp(argv[i], "-v"))
 			o.verbose = 1;
 		else if (!strcmp(argv[i], "--list")) {
@@ -85,6 +119,14 @@ int main(int argc, char **argv)
 	}
 	if (!o.seed)
 		o.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
+	{
+		pthread_t wd;
+
+		/* A round lasts well under a second; a CM round's drain waits at
+		 * most ~75 s before failing on its own: the default 90 s is above. */
+		pthread_create(&wd, NULL, watchdog, NULL);
+		pthread_detach(wd);
+	}
 	printf("cep-stress: seed %llu, %d threads, %.2f s per scenario\n",
 	       (unsigned long long)o.seed, o.threads, o.duration);
 	fflush(stdout);

@@ -41,6 +41,11 @@ static inline uint64_t stress_rand(uint64_t *s)
 
 double stress_now(void);
 
+/* Called at every quiescent point: the watchdog fails a run that makes no
+ * progress for too long (a livelock, or an index corrupted by a planted
+ * bug looping inside liburcu, where no sanitizer looks). */
+void stress_progress(void);
+
 /* Scenario sets, defined by the files that implement them. */
 extern const struct scenario stress_core_scenarios[];
 extern const int stress_core_count;
