@@ -363,6 +363,7 @@ int cm_start_dreq(struct cep_cm_id *id, const void *pdata, size_t len)
 	if (id->state != CEP_CM_ESTABLISHED)
 		return -EINVAL;
 	id->lap_state = CEP_CM_LAP_IDLE;
+	cm_next_tid(id);
 	cm_send_simple(id, CEP_MSG_DREQ, pdata, len, 1);
 	cm_set_state(id, CEP_CM_DREQ_SENT);
 	id->retries_left = id->max_retries;
@@ -519,7 +520,7 @@ int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
 		atomic_fetch_add(&ch->users, 1);
 		id->flags |= F_CHANNEL_USER;
 	}
-	id->tid = (uint64_t)cep_local_comm_id(cep) << 32;
+	id->tid = cep_local_comm_id(cep); /* see cm_next_tid() */
 	pthread_mutex_unlock(&id->lock);
 	*out = id;
 	return 0;

@@ -606,7 +606,7 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	ret = cep_bind(id->cep, p->qpn);
 	if (ret)
 		goto out;
-	m.hdr.tid = ++id->tid;
+	m.hdr.tid = cm_next_tid(id);
 	rq->local_comm_id = cep_local_comm_id(id->cep);
 	rq->service_id = p->service_id;
 	rq->local_ca_guid = id->cm->ca_guid;

@@ -112,6 +112,17 @@ struct cep_cm_channel {
 	int efd;                       /* eventfd: readable iff queued > 0 */
 };
 
+/* Lock held: the TID of a new request (REQ, DREQ, LAP, SIDR_REQ) from
+ * @id. The low 32 bits are our comm ID, unique among our ids, as the
+ * kernel's umad requires (it refuses a request MAD whose TID is still being
+ * sent, and rewrites the upper 32 bits itself); the upper half counts the
+ * id's transactions. Retries resend the same TID; answers echo the peer's. */
+static inline uint64_t cm_next_tid(struct cep_cm_id *id)
+{
+	id->tid = (((id->tid >> 32) + 1) << 32) | cep_local_comm_id(id->cep);
+	return id->tid;
+}
+
 /* Queue a copy of @ev (the id reference it carries is taken here). */
 int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev);
 

@@ -100,7 +100,7 @@ int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 		ret = -EINVAL;
 		goto out;
 	}
-	cep_msg_init(&m, CEP_MSG_LAP, id->tid);
+	cep_msg_init(&m, CEP_MSG_LAP, cm_next_tid(id));
 	m.u.lap.local_comm_id = cep_local_comm_id(id->cep);
 	m.u.lap.remote_comm_id = id->remote_id;
 	m.u.lap.remote_qpn_eecn = id->remote_qpn;

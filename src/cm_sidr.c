@@ -125,7 +125,7 @@ int cep_cm_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
 		ret = -EINVAL;
 		goto out;
 	}
-	cep_msg_init(&m, CEP_MSG_SIDR_REQ, ++id->tid);
+	cep_msg_init(&m, CEP_MSG_SIDR_REQ, cm_next_tid(id));
 	m.u.sidr_req.request_id = cep_local_comm_id(id->cep);
 	m.u.sidr_req.partition_key = p->pkey ? p->pkey : CEP_DEFAULT_PKEY;
 	m.u.sidr_req.service_id = p->service_id;

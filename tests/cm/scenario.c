@@ -350,6 +350,48 @@ static void t_req_timeout(void)
 	teardown_all();
 }
 
+/* Transaction IDs of new requests: the low 32 bits are the sender's comm
+ * ID, so concurrent REQs (and a later DREQ) never share one - the kernel's
+ * umad refuses a request whose TID is still being sent, and rewrites the
+ * upper half. Retries keep their TID. */
+static void t_tid(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a[3];
+	uint32_t low[8];
+	int n = 0;
+
+	setup(2, 0);
+	for (int i = 0; i < 3; i++) {
+		a[i] = make_id(&A);
+		conn_param(&p, 0x100 + (uint32_t)i, LID_A, LID_C);
+		p.remote_cm_response_timeout = 8;
+		p.max_cm_retries = 1;
+		CHECK_EQ(cep_cm_connect(a[i], &p), 0);
+	}
+	CHECK(wait_ev(&A, CEP_CM_EV_REQ_ERROR, 3));
+	pthread_mutex_lock(&C.mtx);
+	for (int i = 0; i < C.n; i++) {
+		const struct cep_msg *m = &C.got[i];
+
+		if (m->type != CEP_MSG_REQ)
+			continue;
+		CHECK_EQ((uint32_t)m->hdr.tid, m->u.req.local_comm_id);
+		if (n < 8)
+			low[n++] = (uint32_t)m->hdr.tid;
+	}
+	pthread_mutex_unlock(&C.mtx);
+	CHECK_EQ(n, 6); /* 3 REQs, each retried once with its own TID */
+	for (int i = 0; i < n; i++) {
+		int same = 0;
+
+		for (int j = 0; j < n; j++)
+			same += low[j] == low[i];
+		CHECK_EQ(same, 2); /* itself and its retry, no other REQ */
+	}
+	teardown_all();
+}
+
 /* Passive side: REP never answered by RTU: REP retries, REJ timeout,
  * REP_ERROR. */
 static void t_rep_timeout(void)
@@ -903,6 +945,7 @@ static const struct {
 	{ "mra-auto", t_mra_auto },
 	{ "mra-rep", t_mra_rep },
 	{ "req-timeout", t_req_timeout },
+	{ "tid", t_tid },
 	{ "rep-timeout", t_rep_timeout },
 	{ "rej-timeout-remote", t_rej_timeout_remote },
 	{ "dup-req-rcvd", t_dup_req_rcvd },
