@@ -129,6 +129,9 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->max_retries = rq->max_cm_retries;
 	id->timewait_ms = 2 * cm_ms(rq->primary.local_ack_timeout);
 	id->pkt_life_ms = cm_ms(rq->primary.local_ack_timeout) / 2 + 1;
+	/* QP attributes (cep_cm_init_qp_attr): the REQ's half. A REQ the
+	 * glue cannot use (e.g. RD) leaves them unset: -ENODATA later. */
+	(void)cep_qp_params_passive(&id->qpp, &cm->port, rq);
 	cm_set_state(id, CEP_CM_REQ_RCVD);
 	if (cm->auto_mra)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
@@ -219,6 +222,7 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->remote_ca_guid = rp->local_ca_guid;
 	cm_free_retry(id);
 	cm_clear_timer(id);
+	(void)cep_qp_params_active_rep(&id->qpp, rp); /* the REP's half */
 	cm_set_state(id, CEP_CM_REP_RCVD);
 	if (cm->auto_mra)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
@@ -606,6 +610,7 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	ret = cep_bind(id->cep, p->qpn);
 	if (ret)
 		goto out;
+	(void)cep_qp_params_active(&id->qpp, &id->cm->port, p); /* our half */
 	m.hdr.tid = cm_next_tid(id);
 	rq->local_comm_id = cep_local_comm_id(id->cep);
 	rq->service_id = p->service_id;
@@ -685,6 +690,7 @@ int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	ret = cep_bind(id->cep, p->qpn);
 	if (ret)
 		goto out;
+	(void)cep_qp_params_passive_accept(&id->qpp, p); /* our half */
 	cep_msg_init(&m, CEP_MSG_REP, id->tid);
 	rp->local_comm_id = cep_local_comm_id(id->cep);
 	rp->remote_comm_id = id->remote_id;

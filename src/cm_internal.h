@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <cep/cm.h>
+#include <cep/qp.h>
 
 #include "dispatch.h"
 #include "timer.h"
@@ -101,6 +102,7 @@ struct cep_cm_id {
 	uint8_t flags;                 /* lock */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
 	struct cep_mad_addr peer;      /* lock: where the peer's CM listens */
+	struct cep_qp_params qpp;      /* lock: QP attributes negotiated so far */
 };
 
 /* Event channel (cm_event.c). */
