@@ -1,0 +1,12 @@
+set terminal pngcairo size 800,500 noenhanced font ",10"
+set output 'dispatch.png'
+set key bottom right
+set grid
+
+set title 'cep-bench dispatch, median of 5'
+set xlabel 'workers'
+set ylabel 'thousand MADs/s'
+set xtics (1, 2)
+set xrange [0.5:2.5]
+set yrange [0:*]
+plot 'dispatch-libcep.dat' using 1:($2/1e3) with linespoints title 'libcep MADs/s'

@@ -1,0 +1,12 @@
+set terminal pngcairo size 800,500 noenhanced font ",10"
+set output 'table-100-0-0-miss.png'
+set key top left
+set grid
+
+set title 'cep-bench table, mix 100/0/0-miss (lookup/insert/delete %), median of 5, bars min..max'
+set xlabel 'threads'
+set ylabel 'million ops/s'
+set xtics (1, 2)
+set xrange [0.5:2.5]
+set yrange [0:*]
+plot 'table-100-0-0-miss-libcep.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'libcep', 'table-100-0-0-miss-rculfhash.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'rculfhash', 'table-100-0-0-miss-rwlock.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'rwlock', 'table-100-0-0-miss-mutex.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'mutex'
