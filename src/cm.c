@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
+#include "table_internal.h"
 
 /* ---- names ---------------------------------------------------------------- */
 
@@ -871,6 +872,24 @@ fail:
 	return ret;
 }
 
+/* cep_cm_destroy, workers stopped: the id's user reference goes, as if
+ * the user had destroyed it (no event: the context is going away). */
+static void drop_user_ref(struct cep *cep, void *ctx)
+{
+	struct cep_cm_id *id = cep_context(cep);
+	int user;
+
+	(void)ctx;
+	if (!id)
+		return;
+	pthread_mutex_lock(&id->lock);
+	user = !(id->flags & F_USER_GONE);
+	id->flags |= F_USER_GONE;
+	pthread_mutex_unlock(&id->lock);
+	if (user)
+		cm_id_put(id);
+}
+
 int cep_cm_destroy(struct cep_cm *cm)
 {
 	if (!cm)
@@ -883,6 +902,9 @@ int cep_cm_destroy(struct cep_cm *cm)
 			"(a callback blocking?); stopping them anyway\n");
 	atomic_store(&cm->stopping, 1);
 	cep_dispatch_stop(cm->d, drain_timer, cm);
+	/* Workers are joined: drop the user's reference of every id the
+	 * application did not destroy, so the table can free them all. */
+	cep_table_for_each(cm->table, drop_user_ref, NULL);
 	int ret = cep_table_destroy(cm->table);
 
 	cep_dispatch_destroy(cm->d);

@@ -802,6 +802,24 @@ CEP_EXPORT void cep_table_stats(struct cep_table *t, struct cep_table_stats *st)
 	st->qps = qa - qr;
 }
 
+void cep_table_for_each(struct cep_table *t, void (*fn)(struct cep *cep, void *ctx), void *ctx)
+{
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *n;
+
+	cep_rcu_read_lock();
+	cds_lfht_for_each(t->comm, &it, n) {
+		struct cep *cep = node_to_cep(n);
+
+		cep_tsan_acquire(cep);
+		if (cep_get_unless_zero(cep) == 0) {
+			fn(cep, ctx);
+			cep_put(cep);
+		}
+	}
+	cep_rcu_read_unlock();
+}
+
 /* ---- invariant checker ------------------------------------------------- */
 
 struct check_out {

@@ -112,6 +112,11 @@ uint64_t cep_hash64(uint64_t seed, uint64_t key);
  * link: clear the QP's word if it still holds our cid. In a read side. */
 void cep_binding_release(struct cep_table *t, uint32_t qpn, uint32_t cid);
 
+/* table.c: call @fn on every CEP of the comm-ID index, with a reference
+ * held and inside a read-side section (@fn must not wait for a grace
+ * period). For teardown paths (cep_cm_destroy). */
+void cep_table_for_each(struct cep_table *t, void (*fn)(struct cep *cep, void *ctx), void *ctx);
+
 /* binding.c: RCU callback freeing a QP record. */
 void cep_qp_free_rcu(struct rcu_head *head);
 
