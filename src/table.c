@@ -151,7 +151,6 @@ CEP_EXPORT int cep_get_unless_zero(struct cep *cep)
 
 CEP_EXPORT void cep_put(struct cep *cep)
 {
-	struct cep_table *t = cep->table;
 	/* acq_rel: every holder's accesses happen before the free below. */
 	uint32_t old = atomic_fetch_sub_explicit(&cep->refcnt, 1, memory_order_acq_rel);
 
@@ -167,7 +166,7 @@ CEP_EXPORT void cep_put(struct cep *cep)
 	} else if (old == 0) {
 		/* A put without a reference: count it, do not wrap around. */
 		atomic_fetch_add_explicit(&cep->refcnt, 1, memory_order_relaxed);
-		CEP_STAT_INC(t, refcnt_underflow);
+		CEP_STAT_INC(cep->table, refcnt_underflow);
 	}
 }
 

@@ -42,11 +42,18 @@ enum { IDX_REMOTE_ID, IDX_REMOTE_QPN, IDX_LISTEN, IDX_NKEYS };
 #define CEP_MAGIC_FREED 0xdeadbeefu
 
 struct cep {
+	/* A comm-ID lookup touches only this first part: the node, the key,
+	 * the count and the state (kept together for the cache). */
 	struct cds_lfht_node comm_node;          /* comm-ID index */
-	struct cds_lfht_node key_node[IDX_NKEYS]; /* secondary indexes */
-	struct cep_table *table;                 /* immutable */
 	uint32_t local_comm_id;                  /* immutable after publish */
+	_Atomic uint32_t refcnt;   /* 0 = being freed; get only if not zero */
+	_Atomic uint32_t state;    /* LIVE -> DESTROYING: one winner destroys */
 	uint32_t magic;                          /* LIVE until the RCU free */
+	_Atomic(void *) context;   /* user pointer; relaxed: no ordering implied */
+	struct cep_table *table;                 /* immutable */
+	_Atomic uint64_t qp_link;  /* see CEP_LINK_*; seq_cst */
+	_Atomic uint8_t key_state[IDX_NKEYS]; /* seq_cst: Dekker with state */
+	struct cds_lfht_node key_node[IDX_NKEYS]; /* secondary indexes */
 	/* Keys: written by the inserter while CLAIMED, before publication
 	 * (release in the insert), read by match functions after it. */
 	uint32_t rid_comm_id;
@@ -55,11 +62,6 @@ struct cep {
 	uint64_t rqpn_guid;
 	uint64_t listen_sid;
 	uint64_t listen_mask;
-	_Atomic uint32_t refcnt;   /* 0 = being freed; get only if not zero */
-	_Atomic uint32_t state;    /* LIVE -> DESTROYING: one winner destroys */
-	_Atomic uint64_t qp_link;  /* see CEP_LINK_*; seq_cst: Dekker with binding */
-	_Atomic uint8_t key_state[IDX_NKEYS]; /* seq_cst: Dekker with state */
-	_Atomic(void *) context;   /* user pointer; relaxed: no ordering implied */
 	struct rcu_head rcu;
 };
 
