@@ -521,7 +521,6 @@ int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
 		atomic_fetch_add(&ch->users, 1);
 		id->flags |= F_CHANNEL_USER;
 	}
-	id->tid = cep_local_comm_id(cep); /* see cm_next_tid() */
 	pthread_mutex_unlock(&id->lock);
 	*out = id;
 	return 0;

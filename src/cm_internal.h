@@ -41,6 +41,7 @@ struct cep_cm {
 	_Atomic int stopping;          /* set once by cep_cm_destroy */
 	_Atomic unsigned next_worker;  /* round robin for active ids */
 	_Atomic int64_t ids;           /* ids allocated and not yet freed */
+	_Atomic uint32_t next_tid;     /* low halves of request TIDs */
 	struct cm_wstats *ws;          /* [nworkers] */
 };
 
@@ -115,13 +116,18 @@ struct cep_cm_channel {
 };
 
 /* Lock held: the TID of a new request (REQ, DREQ, LAP, SIDR_REQ) from
- * @id. The low 32 bits are our comm ID, unique among our ids, as the
- * kernel's umad requires (it refuses a request MAD whose TID is still being
- * sent, and rewrites the upper 32 bits itself); the upper half counts the
- * id's transactions. Retries resend the same TID; answers echo the peer's. */
+ * @id. The low 32 bits come from one counter per CM, so no two requests
+ * in flight share them, as the kernel's umad requires (it refuses a
+ * request MAD whose TID is still being sent, and rewrites the upper 32 bits
+ * itself) - also not an id's DREQ and the RTU just before it. The upper
+ * half counts the id's transactions. Retries resend the same TID; answers
+ * echo the peer's. */
 static inline uint64_t cm_next_tid(struct cep_cm_id *id)
 {
-	id->tid = (((id->tid >> 32) + 1) << 32) | cep_local_comm_id(id->cep);
+	/* Relaxed: only uniqueness matters, no ordering. */
+	uint32_t low = atomic_fetch_add_explicit(&id->cm->next_tid, 1, memory_order_relaxed);
+
+	id->tid = (((id->tid >> 32) + 1) << 32) | low;
 	return id->tid;
 }
 
