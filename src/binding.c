@@ -81,7 +81,6 @@ CEP_EXPORT int cep_qp_register(struct cep_table *t, uint32_t qpn)
 		return -EEXIST;
 	}
 	CEP_STAT_INC(t, qps_added);
-	cep_table_grow(t, true);
 	return 0;
 }
 

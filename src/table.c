@@ -170,56 +170,6 @@ CEP_EXPORT void cep_put(struct cep *cep)
 	}
 }
 
-/* ---- growing the indexes ---------------------------------------------- */
-
-/*
- * liburcu 0.13's accounting resize asks for a bigger table only once it
- * holds 8 entries per bucket, and runs the resize later on its own worker
- * thread, so busy indexes walk chains of up to 8 (see docs/benchmarks.md).
- * libcep grows them itself: every 256 inserts a thread compares its live
- * count with the size last asked for; the one thread that wins the CAS
- * resizes synchronously (cds_lfht_resize, outside any read side) to a
- * power of two at least twice the count. Doubling keeps the total work
- * linear; concurrent lookups and inserts go on during the resize, as
- * rculfhash allows. Shrinking is left to liburcu.
- */
-static __thread unsigned grow_tick;
-
-void cep_table_grow(struct cep_table *t, bool qps)
-{
-	_Atomic unsigned long *grown = qps ? &t->qps_grown_to : &t->ceps_grown_to;
-	uint64_t in = 0, out = 0;
-	unsigned long cur, next = 1;
-
-	if (++grow_tick & 255)
-		return;
-	for (int i = 0; i < CEP_STAT_SHARDS; i++) {
-		struct cep_stat_shard *sh = &t->stats[i];
-
-		in += atomic_load_explicit(qps ? &sh->qps_added : &sh->allocated,
-					   memory_order_relaxed);
-		out += atomic_load_explicit(qps ? &sh->qps_removed : &sh->destroyed,
-					    memory_order_relaxed);
-	}
-	cur = atomic_load_explicit(grown, memory_order_relaxed);
-	if (in <= out || in - out <= cur)
-		return;
-	while (next < 2 * (in - out))
-		next <<= 1;
-	/* One grower per step; relaxed: the size is only a hint. */
-	if (!atomic_compare_exchange_strong_explicit(grown, &cur, next, memory_order_relaxed,
-						     memory_order_relaxed))
-		return;
-	cep_rcu_thread_ensure();
-	if (qps) {
-		cds_lfht_resize(t->qps, next);
-	} else {
-		cds_lfht_resize(t->comm, next);
-		cds_lfht_resize(t->keys[IDX_REMOTE_ID], next);
-		cds_lfht_resize(t->keys[IDX_REMOTE_QPN], next);
-	}
-}
-
 /* ---- comm-ID index ----------------------------------------------------- */
 
 static int match_comm(struct cds_lfht_node *n, const void *key)
@@ -285,7 +235,6 @@ CEP_EXPORT int cep_create(struct cep_table *t, const struct cep_create_attr *att
 		if (got == &cep->comm_node) {
 			CEP_STAT_INC(t, allocated);
 			*out = cep;
-			cep_table_grow(t, false);
 			return 0;
 		}
 		CEP_STAT_INC(t, collisions);
@@ -759,8 +708,6 @@ CEP_EXPORT int cep_table_create(const struct cep_table_attr *attr, struct cep_ta
 	}
 	pthread_mutex_init(&t->listen_lock, NULL);
 	atomic_init(&t->masks, NULL);
-	atomic_init(&t->ceps_grown_to, init);
-	atomic_init(&t->qps_grown_to, init);
 	cep_rcu_thread_ensure();
 	t->comm = cds_lfht_new_flavor(init, 64, 0, HT_FLAGS, &urcu_memb_flavor, NULL);
 	t->qps = cds_lfht_new_flavor(init, 64, 0, HT_FLAGS, &urcu_memb_flavor, NULL);

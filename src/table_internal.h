@@ -101,8 +101,6 @@ struct cep_table {
 	void *ctx;
 	pthread_mutex_t listen_lock; /* serialises mask-set updates only */
 	_Atomic(struct cep_mask_set *) masks;
-	/* Bucket counts last asked of cds_lfht_resize (cep_table_grow). */
-	_Atomic unsigned long ceps_grown_to, qps_grown_to;
 	struct cep_stat_shard stats[CEP_STAT_SHARDS];
 };
 
@@ -115,11 +113,6 @@ uint64_t cep_hash64(uint64_t seed, uint64_t key);
 /* binding.c: called by cep_destroy() after it won DESTROYING and took the
  * link: clear the QP's word if it still holds our cid. In a read side. */
 void cep_binding_release(struct cep_table *t, uint32_t qpn, uint32_t cid);
-
-/* table.c: grow the indexes ahead of liburcu's lazy resize once they
- * hold more entries than buckets (@qps: the QP index, else the CEP ones).
- * Not in a read-side section. */
-void cep_table_grow(struct cep_table *t, bool qps);
 
 /* table.c: call @fn on every CEP of the comm-ID index, with a reference
  * held and inside a read-side section (@fn must not wait for a grace
