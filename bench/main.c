@@ -34,7 +34,7 @@ static void usage(FILE *f)
 		"                      of absent IDs (default 100/0/0,100/0/0-miss,90/5/5,50/25/25)\n"
 		"  --impl LIST         table: libcep,rculfhash,rwlock,mutex (default all);\n"
 		"                      connect/scale: libcep (CM tables at libcep's default\n"
-		"                      size, grown by libcep as they fill), libcep-presized\n"
+		"                      size, grown by rculfhash's lazy resize), libcep-presized\n"
 		"                      (CM tables created with a bucket per connection);\n"
 		"                      default both\n"
 		"  --size N            table: live entries preloaded (default 100000)\n"

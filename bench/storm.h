@@ -25,7 +25,7 @@ struct storm_attr {
 	uint32_t capacity;  /* most connections this storm will ever open */
 	unsigned window;    /* connects (or disconnects) in flight */
 	int presized;       /* CM tables with a bucket per connection of capacity
-			     * (else libcep's default, grown as it fills) */
+			     * (else libcep's default, grown by lazy resize) */
 	const struct bench_opts *opts; /* for progress lines */
 };
 

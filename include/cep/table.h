@@ -88,8 +88,7 @@ struct cep_create_attr {
  * then publish it in the comm-ID index. On success *out holds the caller's
  * reference (the table keeps its own until cep_destroy()).
  * 0, -EINVAL, -ENOMEM, -EAGAIN (no free comm ID found in the residue class
- * after many random draws). May grow the indexes (cds_lfht_resize) in the
- * calling thread: not from inside a urcu read-side section of the caller. */
+ * after many random draws). */
 CEP_EXPORT int cep_create(struct cep_table *table,
 			  const struct cep_create_attr *attr, struct cep **out);
 
@@ -159,8 +158,7 @@ CEP_EXPORT int cep_remove_listener(struct cep *cep);
 /* --- QPs and the binding word ------------------------------------------ */
 
 /* Register @qpn (24 bits): creates its binding word, INVALID.
- * 0, -EINVAL (qpn > 0xffffff), -EEXIST, -ENOMEM. May grow the QPN index,
- * as cep_create() may. */
+ * 0, -EINVAL (qpn > 0xffffff), -EEXIST, -ENOMEM. */
 CEP_EXPORT int cep_qp_register(struct cep_table *table, uint32_t qpn);
 
 /* Bind: reference taken, then CAS INVALID -> cid. Errors (nothing changes
