@@ -66,8 +66,7 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	if (id->state != CEP_CM_ESTABLISHED ||
 	    (id->lap_state != CEP_CM_LAP_SENT && id->lap_state != CEP_CM_MRA_LAP_RCVD)) {
-		cm_drop(cm, w, id->lap_state == CEP_CM_LAP_IDLE ? CEP_CM_DROP_BAD_STATE
-							     : CEP_CM_DROP_BAD_STATE);
+		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		pthread_mutex_unlock(&id->lock);
 		cm_id_put(id);
 		return;
