@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Chained hash map for the locked baselines; see base_hashmap.h. A resize
  * rehashes every entry at once, under the caller's (write) lock, as a

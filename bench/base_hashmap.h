@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The hash map under the two locked baselines (global mutex, rwlock): open
  * hashing with intrusive chains, power-of-two buckets, doubled when the load

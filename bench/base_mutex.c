@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Baseline: one global mutex around a hash map, the design of the kernel
  * CM's cm.lock and IBAL's manager lock. Every lookup, insert and delete

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Baseline: raw liburcu rculfhash (urcu-memb flavour) with no libcep layer,
  * the floor for libcep's overhead. Same key, hash, reference rule and

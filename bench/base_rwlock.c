@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Baseline: a reader-writer lock around the same hash map as the mutex
  * baseline: lookups share the lock (read side), inserts and deletes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep-bench common helpers (private to bench/): options, clocks, a per-thread
  * PRNG, latency samples and percentiles, medians of repetitions, and the two

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep-bench connect: the full stack. Connection storms between two
  * simulated nodes on the in-process fabric (REQ/REP/RTU through both CMs'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep-bench dispatch: MADs/s through node A's receive -> worker queue ->
  * worker -> decode -> comm-ID lookup -> protocol handler, for 1..N workers.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Guest script of bench/guests.sh: connection setup + teardown rate between
 # the two guests, libcep over umad first (no kernel CM loaded), then the
 # kernel CM through cmtime (rdmacm-utils) after loading ib_cm/rdma_cm.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # cep-bench's guest mode (docs/benchmarks.md, "Soft-RoCE guests: libcep vs
 # kernel CM"): boots the two Soft-RoCE guests of tests/guests/guestbed.sh and
 # measures connection setup + teardown between them, libcep over umad

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The `table` benchmark's libcep implementation: the public API only.
  * insert = cep_create, delete = cep_destroy + cep_put (the caller's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep-bench: runs the same work through libcep and through the designs it
  * replaces, in one process, and prints medians of several repetitions.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Turn cep-bench --json output into PNG plots with gnuplot (gnuplot-nox).
 
 usage: bench/plot.py OUTDIR FILE.jsonl [FILE.jsonl ...]

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The full benchmark run behind docs/benchmarks.md: a release build, every
 # cep-bench subcommand with its default sizes (medians of 5), JSON lines,
 # then the plots and markdown tables. Takes several minutes.

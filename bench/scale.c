@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep-bench scale: live connections from 1,000 up to 1,000,000 between two
  * simulated nodes, a fresh pair of nodes per size. At each size: heap bytes

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Smoke test for cep-bench: run one subcommand briefly with --json --quick
 and check the output is well-formed (every line one JSON object with the
 fields its bench promises, sane values, the expected rows). Not the speed."""

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Connection storms between two simulated nodes; see storm.h. The counters
  * of the current phase are atomics: CM callbacks on every worker of both

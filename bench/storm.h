@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Connection storms between two simulated nodes (private to bench/): two
  * ports on one in-process fabric, a CM context with W workers on each, a

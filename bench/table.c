@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep-bench table: lookups (hits or misses), inserts and deletes on libcep's
  * CEP table and on three baselines, 1..N threads, several mixes. All impls

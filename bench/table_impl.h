@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The interface every `table` implementation offers to the driver in
  * table.c: libcep and the three baselines are keyed the same way (32-bit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep-storm: a connection storm between two simulated nodes in one process.
  * Node A connects N times to node B (REQ -> REP -> RTU), then disconnects

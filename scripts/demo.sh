@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Install what is missing, build libcep (release), and run the main demo:
 # a connection storm between two simulated nodes on the in-process fabric.
 # Arguments go to cep-storm (e.g. --count 10000 --workers 2 --loss 0.2).

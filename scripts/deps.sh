@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Install what libcep needs to build, test and demo, from Debian only.
 # Idempotent: installs only packages that are missing. Must run as root.
 set -eu

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Install what is missing, then build and run libcep's whole test suite
 # three ways: plain gcc with -Werror, ThreadSanitizer, and
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang, with the libFuzzer

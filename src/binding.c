@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The binding word: one 32-bit atomic per registered QPN holding INVALID,
  * RESERVED (QP being destroyed, terminal) or the comm ID of the bound CEP.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CM engine core: contexts, ids, timers, sending, events, the receive path
  * and destruction (message handlers: cm_conn.c, cm_lap.c, cm_sidr.c; event

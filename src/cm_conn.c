@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CM engine, connections: REQ, REP, RTU, MRA, REJ, DREQ, DREP handlers,
  * QP teardown, and the connection API (connect, accept, RTU, reject, MRA,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CM event channels: a mutex-protected FIFO of event copies and an eventfd
  * that is readable exactly while the FIFO is not empty (both changed under

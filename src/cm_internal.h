@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Private layout of the CM engine (cm.c, cm_event.c). Concurrency rule per
  * field: "const" (set before the id is reachable), "lock" (the id's mutex),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CM engine, alternate paths: LAP and APR handlers and API (an ESTABLISHED
  * connection's LAP sub-state). Same template and locking rules as cm.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CM engine, service ID resolution: SIDR_REQ and SIDR_REP handlers and API
  * (UD QPs: one request, one reply, retried on timeout). Same template and

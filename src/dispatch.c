@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Dispatcher workers. Receive rings are bounded MPSC queues with a sequence
  * number per slot (C11 atomics, so ThreadSanitizer sees every hand-off

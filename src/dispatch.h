@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * MAD dispatcher: N worker threads, each with a bounded lock-free MPSC
  * receive ring (a full ring is a counted drop, never unbounded memory), an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * In-process fabric (cep/fabric.h): ports in fixed slots owned by the fabric,
  * lock-free routing by scanning the slots, a per-port delivery gate that

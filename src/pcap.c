@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep capture: frames CM MADs as RoCEv2 or native-IB packets and writes
  * them to classic pcap files; the process-wide capture behind CEP_PCAP.

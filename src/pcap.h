@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep capture hook (private): the CM and every transport call
  * cep_capture_mad() on each MAD they send or receive.

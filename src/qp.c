@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Connection parameters for a QP (cep/qp.h): what INIT/RTR/RTS need, filled
  * from the CM's messages on each side with the kernel CM's mapping of every

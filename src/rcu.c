@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Lazy urcu-memb thread registration and call_rcu wrappers.
  * Guarantee: a thread is registered at most once by libcep, before its

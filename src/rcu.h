@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep's use of liburcu (urcu-memb flavour): lazy thread registration, the
  * read side, call_rcu, all with the TSan edges of tsan.h. Every libcep entry

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rdma_cm compatibility (cep/rdma_cm.h): IP-based service IDs and the CMA
  * private-data header of a REQ. Pure byte work on caller buffers; nothing

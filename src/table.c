@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CEP table: CEP lifetimes (references, RCU frees), the comm-ID index
  * and the secondary indexes, all on liburcu rculfhash.

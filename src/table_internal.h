@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Private layout of the CEP table, CEPs and QP records (table.c, binding.c).
  * Field-by-field concurrency rules are next to each field; the states and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Hashed timer wheel: slot = expiry tick mod CEP_WHEEL_SLOTS; each timer
  * keeps its absolute expiry, so timers beyond one revolution simply stay

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Per-worker hashed timer wheel (1 ms ticks): O(1) arm and cancel of
  * intrusive timers, bulk expiry per tick. A wheel and its timers belong to

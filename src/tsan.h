@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ThreadSanitizer annotations for the synchronisation TSan cannot see.
  * liburcu 0.13 and ConcurrencyKit use inline assembly and uninstrumented

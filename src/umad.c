@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libibumad transport: QP1 of one port, CM class 0x07 version 2 (method Send).
  * Sends are lock-free writes on the umad fd from any thread; one receive

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libibverbs glue (cep/verbs.h): QP attributes for INIT/RTR/RTS from the
  * negotiated connection, with the kernel CM's mapping of every field, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep wire codec: encode, decode and validate CM MADs from the tables in
  * wire_fields.h, with one generic bit-field get/set and no per-field code.

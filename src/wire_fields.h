@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep wire tables (private): one row per row of the IBTA vol. 1 ch. 12
  * message tables, and the generic bit-field access that reads them.

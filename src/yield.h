@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Random yields on libcep's read and write paths, compiled in only for
  * stress builds (-Dstress_yield=true), to widen race windows the way

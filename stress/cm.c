@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CM scenarios of cep-stress: connection setup and release through the
  * whole engine on the in-process fabric, while application threads destroy

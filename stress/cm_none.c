@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Core-only cep-stress (the planted-bug variants): no CM scenarios.
  */

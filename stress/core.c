@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Core scenarios of cep-stress: the seed's races on the binding word and
  * table churn, with the invariant checker at quiescent points (every

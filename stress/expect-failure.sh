@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Run a planted-bug cep-stress and pass only if the bug was caught: a
 # sanitizer report or an invariant violation, with a non-zero exit. A
 # harness that passes a planted bug is a defect, so a clean run fails.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep-stress: runs the selected scenarios (all by default) for a duration
  * each, prints its seed so any failure replays, and exits 1 if any

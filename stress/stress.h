@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep-stress: scenarios that race libcep's concurrent paths, each checked
  * by the core's invariant checker at quiescent points. A scenario reports

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep connection manager: the IBTA vol. 1 chapter 12 protocol engine
  * (REQ/MRA/REJ/REP/RTU, DREQ/DREP, LAP/APR, SIDR) over one transport port,

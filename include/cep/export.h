@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep export macro: the one way a symbol leaves libcep.so.
  * The library is built with -fvisibility=hidden; only declarations marked

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep in-process fabric: simulated ports in one process that carry CM MADs
  * to each other as QP1 would, with reproducible fault injection.

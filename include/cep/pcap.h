@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep capture: CM MADs written to a classic pcap file that stock
  * Wireshark/tshark dissect with no options.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep QP connection parameters: everything INIT, RTR and RTS of a
  * connected QP need, filled from what the CM exchanged (the REQ sent or

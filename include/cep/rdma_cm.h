@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep rdma_cm compatibility: the IP-based service IDs and the private
  * data header (the "CMA header") that the kernel's rdma_cm and librdmacm

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep core: the lock-free table of connection endpoints (CEPs), its
  * indexes, and the per-QP binding word.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep transports: how CM MADs leave and enter a port.
  *

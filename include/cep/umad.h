@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep libibumad transport: QP1 of one port of a real HCA or Soft-RoCE
  * (rxe) device, as a struct cep_transport (cep/transport.h). It registers the

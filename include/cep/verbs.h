@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep libibverbs glue: the QP attributes of a connection for INIT, RTR
  * and RTS, computed from what the CM exchanged (the REQ sent or received,

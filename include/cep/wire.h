@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libcep wire format: the eleven Communication Manager MADs of IBTA vol. 1
  * chapter 12 and their common MAD header, as host structures.

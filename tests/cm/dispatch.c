@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Dispatcher unit test: per-producer FIFO order on each worker, every MAD
  * lands on the worker it was posted to, a full ring is a counted drop,
  * work items run on their worker, timers fire on the wheel's thread. */

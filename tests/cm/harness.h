@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CM scenario harness: two CM nodes (A, B) and one raw port (C, a scripted
  * peer that sends hand-built MADs and records what it receives) on one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep_cm_destroy() with ids the application never destroyed (established
  * connections, a listener, an idle id): it must free them all - no CEP left

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CM race test: connections being set up and torn down while other threads
  * destroy QPs on both nodes and destroy ids, with MAD loss. Afterwards

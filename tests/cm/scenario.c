@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CM protocol scenarios, one per line of docs/protocol-coverage.md.
  * Usage: test-cm-scenario NAME. Each scenario sets up two CM nodes and a

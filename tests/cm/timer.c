@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Timer wheel unit test: order of expiry, cancel, re-arm from a callback,
  * timers beyond one revolution, bulk drain. */
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Minimal assertion helpers for libcep's tests: each failed check prints
  * where and what, the test keeps going, and check_done() sets the exit code.

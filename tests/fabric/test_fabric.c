@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests of the in-process fabric (cep/fabric.h): routing, fault
  * injection and its reproducibility, stop() finality under concurrent

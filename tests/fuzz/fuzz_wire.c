@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target for the CM MAD decoder and validator: any input must be
  * decoded or refused without a crash or sanitizer report; a refused MAD

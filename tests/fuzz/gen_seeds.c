@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Writes the fuzz seed corpus: the golden vectors of tests/wire (every
  * message with all fields at their maximum, alternating bits 0xaa/0x55 and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Guest-side connection tests of libcep's CM over the umad transport with
  * real RC QPs, moved through INIT/RTR/RTS by the verbs glue (cep/verbs.h)

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Host side of the kernel-interop guest test: boots the guests with
 # cm-kernel.sh (tests 2-4), then checks test 5: the MADs libcep captured in
 # the client guest during test 2 decode cleanly in tshark (no malformed

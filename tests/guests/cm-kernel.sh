@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Guest script, libcep <-> kernel CM (tests 2, 3, 4 and the capture of 5):
 # a runs libcep's CM over umad, b the kernel's ib_cm/rdma_cm with
 # rdmacm-utils. Phase 1: rdma_server on b accepts a libcep client (a), which

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Guest script, libcep <-> libcep (tests 1 and 4 of docs/real-rdma.md): both
 # guests run libcep's CM over umad (no ib_cm). b listens; a establishes and
 # releases N connections with real RC QPs (RC send/receive on a sample),

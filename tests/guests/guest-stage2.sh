@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Guest stage 2 (PID 1 after switch_root, host's /bin/sh): network up, run the
 # test script with its output in /gb/NAME.log, its exit code in /gb/NAME.rc,
 # then power off. Never returns: PID 1 exiting would panic the guest.

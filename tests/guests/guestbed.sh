@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # Soft-RoCE guest test bed: boots two TCG qemu guests ("a" and "b") from a
 # Debian kernel, joined by one virtual Ethernet link, each running a script
 # from the host file system. Exit 0 when both scripts exit 0, 1 when one fails,

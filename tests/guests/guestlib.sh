@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Helpers for scripts running inside a guest of guestbed.sh (source "$GB_LIB").
 # Readiness between guests is explicit: gb_signal creates a flag file in the
 # shared run directory, gb_wait polls for the peer's flag and gives up early

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Guest script for the bed's smoke test: rxe on both guests, then RC traffic
 # with ibv_rc_pingpong (b serves, a connects) over the RoCE v2 GIDs (index 1).
 set -eu

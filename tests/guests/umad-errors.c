@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Host-side checks of cep_umad_open's argument and device errors: they need
  * no RDMA device (and pass the same way on a host that has one).

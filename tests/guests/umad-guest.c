@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Guest-side test of libcep's umad transport, using only the transport API.
  *   umad-guest echo   DEV SELF_IP PEER_IP COUNT READYFILE  (echo COUNT MADs)

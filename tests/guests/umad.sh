@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Guest script for the umad transport test (argument: the umad-guest binary).
 # Phase 1: a sends CM MADs through libcep's umad transport, b echoes them
 # (no ib_cm anywhere). Phase 2: b loads the kernel CM (and b's own open must

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Promela model of libcep's binding-word protocol (src/binding.c and
  * cep_destroy): bind, unbind, destroy, qp_destroy_begin, comm-ID lookup,

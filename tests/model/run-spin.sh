@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Check tests/model/binding.pml exhaustively with spin (safety: assertions
 # and invalid end states). Exit 0 when no violation is found; with
 # --expect-fail NAME (built with -DNAME) exit 0 only if one is found.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for the binding word: every row of DESIGN.md's binding table,
  * success and failure, plus the reference counts each row implies.

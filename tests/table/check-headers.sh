@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Compile every public header of include/cep alone with strict C11 flags.
 # Usage: check-headers.sh INCLUDE_DIR CC
 set -eu

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Fail if libcep.so exports any defined symbol not named cep_*.
 set -eu
 lib=$1

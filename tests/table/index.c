@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for each index of the CEP table: insert, duplicate insert,
  * lookup, delete, lookup after delete, and resize with 100k entries.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Concurrent test of the core: threads race bind / unbind / QP destroy /
  * unregister / re-register / lookup / cep_destroy on a small shared set of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cep_cm_init_qp_attr() through the CM: two nodes on the in-process fabric
  * connect, and each side's INIT/RTR/RTS attributes must name the peer's

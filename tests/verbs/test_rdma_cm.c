@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rdma_cm compatibility unit test: service IDs of the four port spaces and
  * back, the CMA header against a golden vector (what rdma_connect from

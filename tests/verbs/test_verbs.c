@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Verbs glue unit test: QP attributes and masks for INIT, RTR and RTS on
  * both sides of one known connection (RoCE and InfiniBand ports), the two

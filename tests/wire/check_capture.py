@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Capture and cepdump checks, run by meson (suite 'wire').
 
 usage: check_capture.py TEST_PCAP CEPDUMP WORKDIR

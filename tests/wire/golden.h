@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CM message layouts typed again, for the tests only, straight from the
  * IBTA vol. 1 chapter 12 tables (byte offsets within the CM message, bit 0 =

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Capture tests. `test-pcap DIR` writes DIR/rocev2.pcap (IPv6 GIDs),
  * DIR/rocev2-ipv4.pcap (IPv4-mapped GIDs) and DIR/ib.pcap (native IB, with

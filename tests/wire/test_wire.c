@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Wire codec tests: golden vectors from the spec tables typed in golden.h,
  * literal byte checks of the tricky fields, seeded round trips, one test per

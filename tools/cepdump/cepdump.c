@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cepdump: print the CM MADs of a capture (pcap or pcapng; RoCEv2 over
  * IPv4/IPv6, RoCEv1, Linux cooked, LINKTYPE_INFINIBAND), decoded and
