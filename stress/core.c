@@ -12,6 +12,7 @@
 
 #include <cep/table.h>
 
+#include "bindcheck.h"
 #include "stress.h"
 
 #define ROUND_S 0.1
@@ -24,9 +25,9 @@ struct core_run {
 	pthread_barrier_t bar;
 	atomic_bool stop;
 	_Atomic uint64_t binds_ok, shutdowns, teardowns, ops;
-	/* Per QPN: bumped before every unregister, so a binder can tell the
-	 * record it bound was not replaced while it looked (seq_cst). */
-	_Atomic uint32_t gen[NQP];
+	/* Per QPN: replacements begun / in progress, so a binder can tell
+	 * the record it read is the one it bound (stress/bindcheck.h). */
+	struct bind_watch watch[NQP];
 };
 
 struct core_thread {
@@ -75,7 +76,9 @@ static void *bind_vs_destroy_thread(void *arg)
 
 		while (stress_now() < end) {
 			uint64_t x = stress_rand(&ct->rng);
-			uint32_t qpn = 0x200 + (uint32_t)(x % NQP), w, g;
+			uint32_t qpn = 0x200 + (uint32_t)(x % NQP), w;
+			struct bind_watch *bw = &r->watch[qpn - 0x200];
+			struct bind_snap snap;
 			struct cep *c;
 			int ret;
 
@@ -83,7 +86,7 @@ static void *bind_vs_destroy_thread(void *arg)
 			if (ct->id % 2 == 1) {
 				cep_qp_destroy_begin(r->t, qpn, NULL);
 				if ((x >> 12) & 1) {
-					atomic_fetch_add(&r->gen[qpn - 0x200], 1);
+					bind_watch_replace_begin(bw);
 					ret = cep_qp_unregister(r->t, qpn);
 					/* -EBUSY/-ENOENT: another destroyer already
 					 * unregistered (and maybe re-registered) it. */
@@ -92,6 +95,7 @@ static void *bind_vs_destroy_thread(void *arg)
 					ret = cep_qp_register(r->t, qpn);
 					if (ret && ret != -EEXIST)
 						stress_fail(name, "register: %d", ret);
+					bind_watch_replace_end(bw);
 				}
 				continue;
 			}
@@ -99,13 +103,13 @@ static void *bind_vs_destroy_thread(void *arg)
 				stress_fail(name, "cep_create failed");
 				continue;
 			}
-			g = atomic_load(&r->gen[qpn - 0x200]);
+			snap = bind_watch_snapshot(bw);
 			ret = cep_bind(c, qpn);
 			if (ret == 0) {
 				atomic_fetch_add_explicit(&r->binds_ok, 1, memory_order_relaxed);
 				if (cep_qp_binding(r->t, qpn, &w) == 0 && w != cep_local_comm_id(c) &&
 				    w != CEP_BINDING_RESERVED && !cep_is_destroyed(c) &&
-				    atomic_load(&r->gen[qpn - 0x200]) == g) {
+				    bind_watch_same_record(bw, snap)) {
 					/* Another CEP's CID in the very record we bound,
 					 * while ours is alive and linked: a QP holding
 					 * two CEPs (seed race 2). */
@@ -246,8 +250,9 @@ static int run_threads(const char *name, const struct stress_opts *o, void *(*fn
 		check_quiescent(&r, "at a quiescent point");
 		stress_progress();
 		rounds++;
-		/* Stop at the deadline, or at the first violation (fail fast). */
-		if (stress_now() >= end || stress_failures() > 0)
+		/* Stop at the deadline, or at the first violation (fail fast)
+		 * unless asked to see which checks fire (--keep-going). */
+		if (stress_now() >= end || (stress_failures() > 0 && !o->keep_going))
 			atomic_store(&r.stop, true);
 		pthread_barrier_wait(&r.bar);
 	} while (!atomic_load(&r.stop));

@@ -3,7 +3,7 @@
  * cep-stress: runs the selected scenarios (all by default) for a duration
  * each, prints its seed so any failure replays, and exits 1 if any
  * invariant was violated (sanitizer reports end the process on their own).
- * Usage: cep-stress [--threads N] [--duration S] [--seed X] [--list] [names...]
+ * Usage: cep-stress [--threads N] [--duration S] [--seed X] [--keep-going] [--list] [names...]
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -81,7 +81,7 @@ static void *watchdog(void *arg)
 static void usage(void)
 {
 	fprintf(stderr, "usage: cep-stress [--threads N] [--duration SECONDS] [--seed X] "
-			"[--watchdog SECONDS] [-v] [--list] [scenario...]\n");
+			"[--watchdog SECONDS] [--keep-going] [-v] [--list] [scenario...]\n");
 }
 
 int main(int argc, char **argv)
@@ -103,6 +103,8 @@ int main(int argc, char **argv)
 			watchdog_s = atof(argv[++i]);
 		else if (!strcmp(argv[i], "-v"))
 			o.verbose = 1;
+		else if (!strcmp(argv[i], "--keep-going"))
+			o.keep_going = 1;
 		else if (!strcmp(argv[i], "--list")) {
 			for (int s = 0; s < 2; s++)
 				for (int j = 0; j < counts[s]; j++)

@@ -16,6 +16,7 @@ struct stress_opts {
 	double duration;  /* seconds per scenario */
 	uint64_t seed;    /* printed; the same seed replays the same choices */
 	int verbose;
+	int keep_going;   /* core scenarios: run the whole duration past a violation */
 };
 
 struct scenario {
