@@ -20,30 +20,15 @@
 
 #include "table_internal.h"
 
-static int match_qp(struct cds_lfht_node *n, const void *key)
-{
-	struct cep_qp *qp = caa_container_of(n, struct cep_qp, node);
-
-	cep_tsan_acquire(qp); /* pairs with the release before publication */
-	return qp->qpn == *(const uint32_t *)key;
-}
-
-static unsigned long hash_qpn(const struct cep_table *t, uint32_t qpn)
-{
-	return (unsigned long)cep_hash64(t->hash_seed ^ 0x51504e51504e5150ull, qpn);
-}
-
 struct cep_qp *cep_qp_find(struct cep_table *t, uint32_t qpn)
 {
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *n;
+	struct cep_ikey k = { qpn, 0 };
+	struct cep_ikey *got = cep_index_lookup(t->qps, cep_hash_qpn(t, qpn), &k);
 
-	cds_lfht_lookup(t->qps, hash_qpn(t, qpn), match_qp, &qpn, &it);
-	n = cds_lfht_iter_get_node(&it);
-	if (!n)
+	if (!got)
 		return NULL;
-	cep_tsan_acquire(caa_container_of(n, struct cep_qp, node));
-	return caa_container_of(n, struct cep_qp, node);
+	cep_tsan_acquire(got); /* pairs with the release in the index insert */
+	return caa_container_of(got, struct cep_qp, key);
 }
 
 void cep_qp_free_rcu(struct rcu_head *head)
@@ -51,7 +36,7 @@ void cep_qp_free_rcu(struct rcu_head *head)
 	struct cep_qp *qp = caa_container_of(head, struct cep_qp, rcu);
 
 	cep_rcu_callback_begin(qp);
-	free(qp);
+	free((char *)qp - qp->node_pre);
 	cep_rcu_callback_end();
 }
 
@@ -62,26 +47,27 @@ static bool is_cid(uint32_t b)
 
 CEP_EXPORT int cep_qp_register(struct cep_table *t, uint32_t qpn)
 {
+	struct cep_ikey *got;
 	struct cep_qp *qp;
-	struct cds_lfht_node *got;
+	int ret;
 
 	if (!t || qpn > 0xffffff)
 		return -EINVAL;
-	qp = calloc(1, sizeof(*qp));
+	qp = cep_obj_alloc(t, sizeof(*qp));
 	if (!qp)
 		return -ENOMEM;
-	qp->qpn = qpn;
+	qp->key.a = qpn;
+	qp->node_pre = (uint8_t)t->node_pre;
 	atomic_init(&qp->binding, CEP_BINDING_INVALID);
-	cds_lfht_node_init(&qp->node);
-	cep_tsan_release(qp); /* initialised before publication */
 	cep_rcu_read_lock();
-	got = cds_lfht_add_unique(t->qps, hash_qpn(t, qpn), match_qp, &qpn, &qp->node);
+	ret = cep_index_insert(t->qps, cep_hash_qpn(t, qpn), &qp->key, &got);
 	cep_rcu_read_unlock();
-	if (got != &qp->node) {
-		free(qp); /* never published */
-		return -EEXIST;
+	if (ret) {
+		cep_obj_free(t, qp); /* never published */
+		return ret;
 	}
 	CEP_STAT_INC(t, qps_added);
+	cep_index_maintain(t->qps);
 	return 0;
 }
 
@@ -107,7 +93,7 @@ CEP_EXPORT int cep_bind(struct cep *cep, uint32_t qpn)
 	if (!cep || qpn > 0xffffff)
 		return -EINVAL;
 	t = cep->table;
-	cid = cep->local_comm_id;
+	cid = (uint32_t)cep->comm_key.a;
 #ifndef CEP_PLANTED_BUG_C
 	/* The binding's reference, before anything can see our claim: a
 	 * destroy that finds BINDING drops it (model flaw 1: taken after the
@@ -204,7 +190,7 @@ CEP_EXPORT int cep_unbind(struct cep *cep)
 		return -ENOENT;
 	CEP_YIELD();
 	cep_rcu_read_lock();
-	cep_binding_release(cep->table, CEP_LINK_QPN(l), cep->local_comm_id);
+	cep_binding_release(cep->table, CEP_LINK_QPN(l), (uint32_t)cep->comm_key.a);
 	cep_rcu_read_unlock();
 	cep_put(cep);
 	return 0;
@@ -271,11 +257,12 @@ CEP_EXPORT int cep_qp_unregister(struct cep_table *t, uint32_t qpn)
 		cep_rcu_read_unlock();
 		return -EBUSY;
 	}
-	ret = cds_lfht_del(t->qps, &qp->node);
+	ret = cep_index_remove(t->qps, cep_hash_qpn(t, qpn), &qp->key);
 	cep_rcu_read_unlock();
 	if (ret)
 		return -ENOENT; /* a concurrent unregister won */
 	CEP_STAT_INC(t, qps_removed);
+	cep_index_maintain(t->qps);
 	cep_call_rcu(&qp->rcu, qp, cep_qp_free_rcu);
 	return 0;
 }

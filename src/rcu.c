@@ -71,3 +71,8 @@ void cep_rcu_barrier(void)
 	urcu_memb_barrier();
 	cep_tsan_acquire(&cep_tsan_callbacks_done);
 }
+
+const struct rcu_flavor_struct *cep_rcu_flavor(void)
+{
+	return &urcu_memb_flavor;
+}

@@ -29,6 +29,13 @@ static inline void cep_rcu_read_unlock(void)
 	urcu_memb_read_unlock();
 }
 
+/* Whether the calling thread is inside a read-side section (then it must
+ * not wait for a grace period). */
+static inline int cep_rcu_read_ongoing(void)
+{
+	return urcu_memb_read_ongoing();
+}
+
 /* call_rcu with the TSan edge to the callback: @obj's last writes (and
  * the caller's) happen before the callback, which must begin with
  * cep_rcu_callback_begin(obj). */
@@ -49,5 +56,8 @@ static inline void cep_rcu_callback_end(void)
 
 /* Wait for all pending RCU callbacks (not from a read side or callback). */
 void cep_rcu_barrier(void);
+
+/* The liburcu flavour libcep's indexes use (rculfhash needs it). */
+const struct rcu_flavor_struct *cep_rcu_flavor(void);
 
 #endif /* CEP_RCU_H */

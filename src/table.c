@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The CEP table: CEP lifetimes (references, RCU frees), the comm-ID index
- * and the secondary indexes, all on liburcu rculfhash.
+ * and the secondary indexes, on one index implementation (index.h:
+ * rculfhash or ck_rhs, chosen per table).
  *
  * Ordering guarantees: a CEP is fully initialised before it is published
- * (cds_lfht_add_unique is a release); a lookup that finds it sees that
- * initialisation (rcu_dereference in the hash) and takes a reference only
- * if the count is not zero. Destruction has one winner (CAS on state); the
- * last put hands the CEP to call_rcu, so readers inside a read-side
- * section never see freed memory.
- * Progress guarantees: lookups are wait-free apart from the hash's own
- * lock-free traversal; inserts and deletes are lock-free. Only listen and
- * unlisten take a mutex (listen_lock), never the MAD path.
+ * (every index insert is a release); a lookup that finds it sees that
+ * initialisation and takes a reference only if the count is not zero.
+ * Destruction has one winner (CAS on state); the last put hands the CEP to
+ * call_rcu, so readers inside a read-side section never see freed memory.
+ * Progress guarantees: lookups are lock-free with either index; inserts
+ * and removes are lock-free with rculfhash and take one shard's mutex with
+ * ck_rhs. Listen and unlisten also take listen_lock, never the MAD path.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -24,8 +24,6 @@
 #include <unistd.h>
 
 #include "table_internal.h"
-
-#define HT_FLAGS (CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING)
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -40,9 +38,40 @@ uint64_t cep_hash64(uint64_t seed, uint64_t key)
 	return z ^ (z >> 31);
 }
 
-static unsigned long hash_pair(const struct cep_table *t, uint64_t a, uint64_t b)
+/* Index hashes, one per kind of key; every index rehashes with its own. */
+static uint64_t hash_comm(const struct cep_ikey *k, const void *ctx)
 {
-	return (unsigned long)cep_hash64(t->hash_seed ^ cep_hash64(0, a), b);
+	return cep_hash64(((const struct cep_table *)ctx)->hash_seed, k->a);
+}
+
+static uint64_t hash_pair(const struct cep_ikey *k, const void *ctx)
+{
+	return cep_hash64(((const struct cep_table *)ctx)->hash_seed ^ cep_hash64(0, k->a), k->b);
+}
+
+static uint64_t hash_qpn_key(const struct cep_ikey *k, const void *ctx)
+{
+	return cep_hash64(((const struct cep_table *)ctx)->hash_seed ^ 0x51504e51504e5150ull, k->a);
+}
+
+uint64_t cep_hash_qpn(const struct cep_table *t, uint32_t qpn)
+{
+	struct cep_ikey k = { qpn, 0 };
+
+	return hash_qpn_key(&k, t);
+}
+
+void *cep_obj_alloc(const struct cep_table *t, size_t size)
+{
+	char *p = calloc(1, t->node_pre + size);
+
+	return p ? p + t->node_pre : NULL;
+}
+
+void cep_obj_free(const struct cep_table *t, void *obj)
+{
+	if (obj)
+		free((char *)obj - t->node_pre);
 }
 
 static __thread unsigned stat_slot = ~0u;
@@ -103,9 +132,9 @@ void cep_stress_yield(void)
 
 /* ---- CEP lifetime ------------------------------------------------------ */
 
-static struct cep *node_to_cep(struct cds_lfht_node *n)
+static struct cep *comm_key_cep(struct cep_ikey *k)
 {
-	return caa_container_of(n, struct cep, comm_node);
+	return caa_container_of(k, struct cep, comm_key);
 }
 
 static void cep_free_rcu(struct rcu_head *head)
@@ -125,7 +154,7 @@ static void cep_free_rcu(struct rcu_head *head)
 	if (t->release)
 		t->release(cep, t->ctx);
 	CEP_STAT_INC(t, freed);
-	free(cep);
+	cep_obj_free(t, cep);
 	cep_rcu_callback_end();
 }
 
@@ -173,19 +202,6 @@ CEP_EXPORT void cep_put(struct cep *cep)
 
 /* ---- comm-ID index ----------------------------------------------------- */
 
-static int match_comm(struct cds_lfht_node *n, const void *key)
-{
-	struct cep *cep = node_to_cep(n);
-
-	cep_tsan_acquire(cep); /* pairs with the release before publication */
-	return cep->local_comm_id == *(const uint32_t *)key;
-}
-
-static unsigned long hash_comm(const struct cep_table *t, uint32_t id)
-{
-	return (unsigned long)cep_hash64(t->hash_seed, id);
-}
-
 CEP_EXPORT int cep_create(struct cep_table *t, const struct cep_create_attr *attr,
 			  struct cep **out)
 {
@@ -206,7 +222,7 @@ CEP_EXPORT int cep_create(struct cep_table *t, const struct cep_create_attr *att
 		}
 		context = attr->context;
 	}
-	cep = calloc(1, sizeof(*cep));
+	cep = cep_obj_alloc(t, sizeof(*cep));
 	if (!cep)
 		return -ENOMEM;
 	cep->table = t;
@@ -217,49 +233,54 @@ CEP_EXPORT int cep_create(struct cep_table *t, const struct cep_create_attr *att
 	for (int k = 0; k < IDX_NKEYS; k++)
 		atomic_init(&cep->key_state[k], KEY_NONE);
 	atomic_init(&cep->context, context);
-	cds_lfht_node_init(&cep->comm_node);
 
 	for (int tries = 0; tries < 64; tries++) {
 		uint64_t id = random32();
-		struct cds_lfht_node *got;
+		struct cep_ikey *got;
+		int ret;
 
 		id = id / mod * mod + rem;
 		if (id == CEP_BINDING_INVALID || id >= CEP_BINDING_RESERVED)
 			continue;
-		cep->local_comm_id = (uint32_t)id;
-		/* Publication: all fields above before any reader finds it. */
-		cep_tsan_release(cep);
+		cep->comm_key.a = id;
+		/* Publication (the insert is a release): all fields above
+		 * before any reader finds it. */
 		cep_rcu_read_lock();
-		got = cds_lfht_add_unique(t->comm, hash_comm(t, cep->local_comm_id),
-					  match_comm, &cep->local_comm_id, &cep->comm_node);
+		ret = cep_index_insert(t->comm, hash_comm(&cep->comm_key, t), &cep->comm_key, &got);
 		cep_rcu_read_unlock();
-		if (got == &cep->comm_node) {
+		if (ret == 0) {
 			CEP_STAT_INC(t, allocated);
+			cep_index_maintain(t->comm);
 			*out = cep;
 			return 0;
 		}
+		if (ret != -EEXIST)
+			break;
 		CEP_STAT_INC(t, collisions);
 	}
 	/* Never published: free at once, no reader can hold it; not counted. */
-	free(cep);
+	cep_obj_free(t, cep);
 	return -EAGAIN;
 }
 
-/* Find a live CEP in @ht and take a reference. Read side held by caller. */
-static struct cep *find_get(struct cds_lfht *ht, unsigned long hash,
-			    cds_lfht_match_fct match, const void *key, int idx)
+/* The CEP an entry of index @idx belongs to (-1: the comm-ID index). */
+static struct cep *entry_cep(struct cep_ikey *k, int idx)
 {
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *n;
+	return idx < 0 ? comm_key_cep(k) : caa_container_of(k, struct cep_kentry, key)->cep;
+}
+
+/* Find a live CEP in @ix and take a reference. Read side held by caller. */
+static struct cep *find_get(struct cep_index *ix, uint64_t h, const struct cep_ikey *key, int idx)
+{
+	struct cep_ikey *k;
 	struct cep *cep;
 
 	CEP_YIELD();
-	cds_lfht_lookup(ht, hash, match, key, &it);
-	n = cds_lfht_iter_get_node(&it);
-	if (!n)
+	k = cep_index_lookup(ix, h, key);
+	if (!k)
 		return NULL;
-	cep = idx < 0 ? node_to_cep(n) : caa_container_of(n, struct cep, key_node[idx]);
-	cep_tsan_acquire(cep); /* pairs with the release before publication */
+	cep = entry_cep(k, idx);
+	cep_tsan_acquire(cep); /* pairs with the release before the comm-ID publication */
 	CEP_YIELD();
 	if (cep_get_unless_zero(cep))
 		return NULL;
@@ -272,12 +293,13 @@ static struct cep *find_get(struct cds_lfht *ht, unsigned long hash,
 
 CEP_EXPORT int cep_lookup_comm_id(struct cep_table *t, uint32_t id, struct cep **out)
 {
+	struct cep_ikey k = { id, 0 };
 	struct cep *cep;
 
 	if (!t || !out)
 		return -EINVAL;
 	cep_rcu_read_lock();
-	cep = find_get(t->comm, hash_comm(t, id), match_comm, &id, -1);
+	cep = find_get(t->comm, hash_comm(&k, t), &k, -1);
 	cep_rcu_read_unlock();
 	*out = cep;
 	return cep ? 0 : -ENOENT;
@@ -285,65 +307,24 @@ CEP_EXPORT int cep_lookup_comm_id(struct cep_table *t, uint32_t id, struct cep *
 
 /* ---- secondary keys ---------------------------------------------------- */
 
-struct pair_key {
-	uint64_t a, b;
-};
-
-static int match_rid(struct cds_lfht_node *n, const void *key)
-{
-	const struct cep *cep = caa_container_of(n, struct cep, key_node[IDX_REMOTE_ID]);
-	const struct pair_key *k = key;
-
-	cep_tsan_acquire(cep);
-	return cep->rid_comm_id == k->a && cep->rid_guid == k->b;
-}
-
-static int match_rqpn(struct cds_lfht_node *n, const void *key)
-{
-	const struct cep *cep = caa_container_of(n, struct cep, key_node[IDX_REMOTE_QPN]);
-	const struct pair_key *k = key;
-
-	cep_tsan_acquire(cep);
-	return cep->rqpn == k->a && cep->rqpn_guid == k->b;
-}
-
-static int match_listen(struct cds_lfht_node *n, const void *key)
-{
-	const struct cep *cep = caa_container_of(n, struct cep, key_node[IDX_LISTEN]);
-	const struct pair_key *k = key; /* (sid & mask, mask) */
-
-	cep_tsan_acquire(cep);
-	return (cep->listen_sid & cep->listen_mask) == k->a && cep->listen_mask == k->b;
-}
-
-static const cds_lfht_match_fct key_match[IDX_NKEYS] = {
-	[IDX_REMOTE_ID] = match_rid,
-	[IDX_REMOTE_QPN] = match_rqpn,
-	[IDX_LISTEN] = match_listen,
-};
-
-static struct pair_key key_of(const struct cep *cep, int idx)
-{
-	switch (idx) {
-	case IDX_REMOTE_ID:
-		return (struct pair_key){ cep->rid_comm_id, cep->rid_guid };
-	case IDX_REMOTE_QPN:
-		return (struct pair_key){ cep->rqpn, cep->rqpn_guid };
-	default:
-		return (struct pair_key){ cep->listen_sid & cep->listen_mask, cep->listen_mask };
-	}
-}
-
 static void mask_set_update(struct cep_table *t, uint64_t mask, int delta);
 
-/* Claim the key slot (NONE -> CLAIMED); the caller then writes the key
- * fields, which no reader can see before the node is added. */
+static void kentry_free_rcu(struct rcu_head *head)
+{
+	struct cep_kentry *e = caa_container_of(head, struct cep_kentry, rcu);
+
+	cep_rcu_callback_begin(e);
+	free((char *)e - e->node_pre); /* not through e->cep: it may be gone */
+	cep_rcu_callback_end();
+}
+
+/* Claim the key slot (NONE -> CLAIMED). */
 static int key_claim(struct cep *cep, int idx)
 {
 	uint8_t s = KEY_NONE;
 
 	if (!atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_CLAIMED))
-		return -EALREADY;
+		return s == KEY_GONE ? -ESTALE : -EALREADY;
 	s = KEY_CLAIMED;
 	if (atomic_load(&cep->state) != CEP_LIVE) {
 		/* CAS, not store: a destroy may have moved it to GONE already. */
@@ -353,45 +334,62 @@ static int key_claim(struct cep *cep, int idx)
 	return 0;
 }
 
-static int key_insert(struct cep *cep, int idx, struct cep **existing)
+/* Slot CLAIMED by us: publish a fresh entry with key (a, b). */
+static int key_insert(struct cep *cep, int idx, uint64_t a, uint64_t b, struct cep **existing)
 {
 	struct cep_table *t = cep->table;
-	struct pair_key k = key_of(cep, idx);
-	unsigned long h = hash_pair(t, k.a, k.b);
-	struct cds_lfht_node *got;
+	struct cep_ikey *got;
+	struct cep_kentry *e;
 	uint8_t s = KEY_CLAIMED;
 	struct cep *other = NULL;
+	uint64_t h;
+	int ret;
 
 	if (existing)
 		*existing = NULL;
-	cds_lfht_node_init(&cep->key_node[idx]);
-	cep_tsan_release(cep); /* key fields before publication */
+	e = cep_obj_alloc(t, sizeof(*e));
+	if (!e) {
+		atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_NONE);
+		return -ENOMEM;
+	}
+	e->key.a = a;
+	e->key.b = b;
+	e->cep = cep;
+	e->node_pre = (uint8_t)t->node_pre;
+	h = hash_pair(&e->key, t);
+	cep->key[idx] = e; /* read by whoever takes PRESENT away (after our CAS) */
 	cep_rcu_read_lock();
-	got = cds_lfht_add_unique(t->keys[idx], h, key_match[idx], &k, &cep->key_node[idx]);
-	if (got != &cep->key_node[idx]) {
-		other = caa_container_of(got, struct cep, key_node[idx]);
-		cep_tsan_acquire(other);
-		if (cep_get_unless_zero(other))
-			other = NULL;
+	ret = cep_index_insert(t->keys[idx], h, &e->key, &got);
+	if (ret) {
+		if (ret == -EEXIST) {
+			other = entry_cep(got, idx);
+			cep_tsan_acquire(other);
+			if (cep_get_unless_zero(other))
+				other = NULL;
+		}
 		cep_rcu_read_unlock();
+		cep->key[idx] = NULL;
+		cep_obj_free(t, e); /* never published */
 		/* Back to NONE unless a destroy made it GONE meanwhile. */
 		atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_NONE);
 		if (existing)
 			*existing = other;
 		else if (other)
 			cep_put(other);
-		return -EEXIST;
+		return ret;
 	}
 	CEP_YIELD();
 	/* CLAIMED -> PRESENT, unless cep_destroy() ran meanwhile and took
-	 * the slot (GONE): then removing the node is ours to do (seq_cst
+	 * the slot (GONE): then removing the entry is ours to do (seq_cst
 	 * pairs with destroy's state store and key exchange). */
 	if (!atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_PRESENT)) {
-		cds_lfht_del(t->keys[idx], &cep->key_node[idx]);
+		cep_index_remove(t->keys[idx], h, &e->key);
 		cep_rcu_read_unlock();
+		cep_call_rcu(&e->rcu, e, kentry_free_rcu);
 		return -ESTALE;
 	}
 	cep_rcu_read_unlock();
+	cep_index_maintain(t->keys[idx]);
 	return 0;
 }
 
@@ -405,9 +403,7 @@ CEP_EXPORT int cep_insert_remote_id(struct cep *cep, uint32_t remote_comm_id,
 	ret = key_claim(cep, IDX_REMOTE_ID);
 	if (ret)
 		return ret;
-	cep->rid_comm_id = remote_comm_id;
-	cep->rid_guid = remote_ca_guid;
-	return key_insert(cep, IDX_REMOTE_ID, existing);
+	return key_insert(cep, IDX_REMOTE_ID, remote_comm_id, remote_ca_guid, existing);
 }
 
 CEP_EXPORT int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
@@ -420,9 +416,7 @@ CEP_EXPORT int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
 	ret = key_claim(cep, IDX_REMOTE_QPN);
 	if (ret)
 		return ret;
-	cep->rqpn = remote_qpn;
-	cep->rqpn_guid = remote_ca_guid;
-	return key_insert(cep, IDX_REMOTE_QPN, existing);
+	return key_insert(cep, IDX_REMOTE_QPN, remote_qpn, remote_ca_guid, existing);
 }
 
 CEP_EXPORT int cep_insert_listener(struct cep *cep, uint64_t service_id, uint64_t mask,
@@ -435,29 +429,45 @@ CEP_EXPORT int cep_insert_listener(struct cep *cep, uint64_t service_id, uint64_
 	ret = key_claim(cep, IDX_LISTEN);
 	if (ret)
 		return ret;
-	cep->listen_sid = service_id & mask;
-	cep->listen_mask = mask;
 	/* Mask first: a lookup may then probe a mask with no listener yet,
 	 * which is only a miss; the reverse order could miss a listener. */
 	mask_set_update(cep->table, mask, +1);
-	ret = key_insert(cep, IDX_LISTEN, existing);
+	ret = key_insert(cep, IDX_LISTEN, service_id & mask, mask, existing);
 	if (ret)
 		mask_set_update(cep->table, mask, -1);
 	return ret;
 }
 
-/* Remove key @idx if PRESENT (PRESENT -> GONE). Read side not held. */
+/* Unpublish the entry of slot @idx, which the caller took from PRESENT
+ * (to CLAIMED or GONE); it is freed after a grace period. */
+static void key_unpublish(struct cep *cep, int idx)
+{
+	struct cep_table *t = cep->table;
+	struct cep_kentry *e = cep->key[idx];
+	uint64_t mask = e->key.b;
+
+	cep_rcu_read_lock();
+	cep_index_remove(t->keys[idx], hash_pair(&e->key, t), &e->key);
+	cep_rcu_read_unlock();
+	cep->key[idx] = NULL;
+	cep_call_rcu(&e->rcu, e, kentry_free_rcu);
+	if (idx == IDX_LISTEN)
+		mask_set_update(t, mask, -1);
+	cep_index_maintain(t->keys[idx]);
+}
+
+/* Remove key @idx if PRESENT: PRESENT -> CLAIMED (ours), unpublish, then
+ * NONE so the CEP may take a key in this index again. Read side not held. */
 static int key_remove(struct cep *cep, int idx)
 {
 	uint8_t s = KEY_PRESENT;
 
-	if (!atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_GONE))
+	if (!atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_CLAIMED))
 		return -ENOENT;
-	cep_rcu_read_lock();
-	cds_lfht_del(cep->table->keys[idx], &cep->key_node[idx]);
-	cep_rcu_read_unlock();
-	if (idx == IDX_LISTEN)
-		mask_set_update(cep->table, cep->listen_mask, -1);
+	key_unpublish(cep, idx);
+	s = KEY_CLAIMED;
+	/* A destroy that found CLAIMED made it GONE and left it to us: done. */
+	atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_NONE);
 	return 0;
 }
 
@@ -476,36 +486,30 @@ CEP_EXPORT int cep_remove_listener(struct cep *cep)
 	return cep ? key_remove(cep, IDX_LISTEN) : -EINVAL;
 }
 
-CEP_EXPORT int cep_lookup_remote_id(struct cep_table *t, uint32_t remote_comm_id,
-				    uint64_t remote_ca_guid, struct cep **out)
+static int lookup_pair(struct cep_table *t, int idx, uint64_t a, uint64_t b, struct cep **out)
 {
-	struct pair_key k = { remote_comm_id, remote_ca_guid };
+	struct cep_ikey k = { a, b };
 	struct cep *cep;
 
 	if (!t || !out)
 		return -EINVAL;
 	cep_rcu_read_lock();
-	cep = find_get(t->keys[IDX_REMOTE_ID], hash_pair(t, k.a, k.b), match_rid, &k,
-		       IDX_REMOTE_ID);
+	cep = find_get(t->keys[idx], hash_pair(&k, t), &k, idx);
 	cep_rcu_read_unlock();
 	*out = cep;
 	return cep ? 0 : -ENOENT;
 }
 
+CEP_EXPORT int cep_lookup_remote_id(struct cep_table *t, uint32_t remote_comm_id,
+				    uint64_t remote_ca_guid, struct cep **out)
+{
+	return lookup_pair(t, IDX_REMOTE_ID, remote_comm_id, remote_ca_guid, out);
+}
+
 CEP_EXPORT int cep_lookup_remote_qpn(struct cep_table *t, uint32_t remote_qpn,
 				     uint64_t remote_ca_guid, struct cep **out)
 {
-	struct pair_key k = { remote_qpn, remote_ca_guid };
-	struct cep *cep;
-
-	if (!t || !out)
-		return -EINVAL;
-	cep_rcu_read_lock();
-	cep = find_get(t->keys[IDX_REMOTE_QPN], hash_pair(t, k.a, k.b), match_rqpn, &k,
-		       IDX_REMOTE_QPN);
-	cep_rcu_read_unlock();
-	*out = cep;
-	return cep ? 0 : -ENOENT;
+	return lookup_pair(t, IDX_REMOTE_QPN, remote_qpn, remote_ca_guid, out);
 }
 
 /* ---- listeners: masks in use ------------------------------------------- */
@@ -582,10 +586,9 @@ CEP_EXPORT int cep_lookup_listener(struct cep_table *t, uint64_t service_id, str
 	/* acquire: pairs with the release store in mask_set_update(). */
 	ms = atomic_load_explicit(&t->masks, memory_order_acquire);
 	for (unsigned i = 0; ms && i < ms->n && !cep; i++) {
-		struct pair_key k = { service_id & ms->m[i].mask, ms->m[i].mask };
+		struct cep_ikey k = { service_id & ms->m[i].mask, ms->m[i].mask };
 
-		cep = find_get(t->keys[IDX_LISTEN], hash_pair(t, k.a, k.b), match_listen, &k,
-			       IDX_LISTEN);
+		cep = find_get(t->keys[IDX_LISTEN], hash_pair(&k, t), &k, IDX_LISTEN);
 	}
 	cep_rcu_read_unlock();
 	*out = cep;
@@ -599,7 +602,6 @@ CEP_EXPORT int cep_destroy(struct cep *cep)
 	struct cep_table *t;
 	uint32_t s = CEP_LIVE;
 	uint64_t link;
-	bool had_listener = false;
 
 	if (!cep)
 		return -EINVAL;
@@ -618,28 +620,23 @@ CEP_EXPORT int cep_destroy(struct cep *cep)
 	link = atomic_exchange(&cep->qp_link, CEP_LINK_DEAD);
 	if (CEP_LINK_KIND(link) == CEP_LINK_LINKED || CEP_LINK_KIND(link) == CEP_LINK_BINDING) {
 		cep_rcu_read_lock();
-		cep_binding_release(t, CEP_LINK_QPN(link), cep->local_comm_id);
+		cep_binding_release(t, CEP_LINK_QPN(link), (uint32_t)cep->comm_key.a);
 		cep_rcu_read_unlock();
 		cep_put(cep); /* the binding's reference */
 	}
 	CEP_YIELD();
 
-	cep_rcu_read_lock();
 	for (int idx = 0; idx < IDX_NKEYS; idx++) {
-		/* PRESENT: ours to delete. CLAIMED: the inserter sees GONE and
-		 * deletes its own node. NONE: nothing. */
-		uint8_t ks = atomic_exchange(&cep->key_state[idx], KEY_GONE);
-
-		if (ks == KEY_PRESENT) {
-			cds_lfht_del(t->keys[idx], &cep->key_node[idx]);
-			if (idx == IDX_LISTEN)
-				had_listener = true;
-		}
+		/* PRESENT: ours to unpublish. CLAIMED: its owner (an inserter or
+		 * a remover) sees GONE and cleans up its own entry. NONE:
+		 * nothing. */
+		if (atomic_exchange(&cep->key_state[idx], KEY_GONE) == KEY_PRESENT)
+			key_unpublish(cep, idx);
 	}
-	cds_lfht_del(t->comm, &cep->comm_node);
+	cep_rcu_read_lock();
+	cep_index_remove(t->comm, hash_comm(&cep->comm_key, t), &cep->comm_key);
 	cep_rcu_read_unlock();
-	if (had_listener)
-		mask_set_update(t, cep->listen_mask, -1);
+	cep_index_maintain(t->comm);
 	cep_put(cep); /* the table's reference */
 	return 0;
 }
@@ -648,7 +645,7 @@ CEP_EXPORT int cep_destroy(struct cep *cep)
 
 CEP_EXPORT uint32_t cep_local_comm_id(const struct cep *cep)
 {
-	return cep->local_comm_id;
+	return (uint32_t)cep->comm_key.a;
 }
 
 CEP_EXPORT void *cep_context(const struct cep *cep)
@@ -684,22 +681,67 @@ CEP_EXPORT int cep_bound_qpn(const struct cep *cep, uint32_t *qpn)
 
 /* ---- table ------------------------------------------------------------- */
 
+/* The implementation a table asks for; DEFAULT follows CEP_INDEX in the
+ * environment ("rculfhash" or "ck"), then the built-in default. */
+static const struct cep_index_ops *index_impl(int which)
+{
+	if (which == CEP_TABLE_INDEX_DEFAULT) {
+		const char *env = getenv("CEP_INDEX");
+
+		if (env && !strcmp(env, "rculfhash"))
+			which = CEP_TABLE_INDEX_RCULFHASH;
+		else if (env && !strcmp(env, "ck"))
+			which = CEP_TABLE_INDEX_CK;
+		else
+			which = CEP_TABLE_INDEX_BUILTIN;
+	}
+	switch (which) {
+	case CEP_TABLE_INDEX_RCULFHASH:
+		return &cep_index_lfht_ops;
+	case CEP_TABLE_INDEX_CK:
+		return &cep_index_ck_ops;
+	default:
+		return NULL;
+	}
+}
+
+static void table_free_indexes(struct cep_table *t)
+{
+	struct cep_index *all[] = { t->comm, t->qps, t->keys[0], t->keys[1], t->keys[2] };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (all[i])
+			all[i]->ops->destroy(all[i]);
+}
+
 CEP_EXPORT int cep_table_create(const struct cep_table_attr *attr, struct cep_table **out)
 {
+	struct cep_index_attr ia = { .node_delta = -CEP_INDEX_NODE_SIZE };
+	const size_t v1 = offsetof(struct cep_table_attr, index); /* the first layout */
 	struct cep_table *t;
 	unsigned long init = 1024;
+	int which = CEP_TABLE_INDEX_DEFAULT;
 	uint64_t seed;
+	int ret;
 
-	if (!out || (attr && attr->size < sizeof(*attr)))
+	if (!out || (attr && attr->size < v1))
 		return -EINVAL;
 	if (attr && attr->initial_size) {
 		if (attr->initial_size & (attr->initial_size - 1))
 			return -EINVAL;
 		init = attr->initial_size;
 	}
+	if (attr && attr->size >= v1 + sizeof(attr->index))
+		which = attr->index;
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
+	t->index = index_impl(which);
+	if (!t->index) {
+		free(t);
+		return -EINVAL;
+	}
+	t->node_pre = t->index == &cep_index_lfht_ops ? CEP_INDEX_NODE_SIZE : 0;
 	seed = ((uint64_t)random32() << 32) | random32();
 	t->hash_seed = seed;
 	if (attr) {
@@ -710,57 +752,67 @@ CEP_EXPORT int cep_table_create(const struct cep_table_attr *attr, struct cep_ta
 	pthread_mutex_init(&t->listen_lock, NULL);
 	atomic_init(&t->masks, NULL);
 	cep_rcu_thread_ensure();
-	t->comm = cds_lfht_new_flavor(init, 64, 0, HT_FLAGS, &urcu_memb_flavor, NULL);
-	t->qps = cds_lfht_new_flavor(init, 64, 0, HT_FLAGS, &urcu_memb_flavor, NULL);
-	for (int i = 0; i < IDX_NKEYS; i++)
-		t->keys[i] = cds_lfht_new_flavor(i == IDX_LISTEN ? 16 : init, 16, 0, HT_FLAGS,
-						 &urcu_memb_flavor, NULL);
-	if (!t->comm || !t->qps || !t->keys[0] || !t->keys[1] || !t->keys[2]) {
-		if (t->comm)
-			cds_lfht_destroy(t->comm, NULL);
-		if (t->qps)
-			cds_lfht_destroy(t->qps, NULL);
-		for (int i = 0; i < IDX_NKEYS; i++)
-			if (t->keys[i])
-				cds_lfht_destroy(t->keys[i], NULL);
+	ia.initial = init;
+	ia.hash_ctx = t;
+	ia.hash = hash_comm;
+	ret = t->index->create(&ia, &t->comm);
+	ia.hash = hash_qpn_key;
+	if (!ret)
+		ret = t->index->create(&ia, &t->qps);
+	ia.hash = hash_pair;
+	for (int i = 0; i < IDX_NKEYS && !ret; i++) {
+		ia.initial = i == IDX_LISTEN ? 16 : init;
+		ia.shards = i == IDX_LISTEN ? 1 : 0; /* listeners: few, rarely written */
+		ret = t->index->create(&ia, &t->keys[i]);
+	}
+	if (ret) {
+		table_free_indexes(t);
+		pthread_mutex_destroy(&t->listen_lock);
 		free(t);
-		return -ENOMEM;
+		return ret;
 	}
 	*out = t;
 	return 0;
 }
 
+static void destroy_one(struct cep_ikey *k, void *ctx)
+{
+	struct cep *cep = comm_key_cep(k);
+
+	(void)ctx;
+	if (cep_get_unless_zero(cep) == 0) {
+		cep_destroy(cep);
+		cep_put(cep);
+	}
+}
+
+static void unregister_one(struct cep_ikey *k, void *ctx)
+{
+	struct cep_table *t = ctx;
+	struct cep_qp *qp = caa_container_of(k, struct cep_qp, key);
+
+	if (cep_index_remove(t->qps, cep_hash_qpn(t, (uint32_t)k->a), k) == 0)
+		cep_call_rcu(&qp->rcu, qp, cep_qp_free_rcu);
+}
+
 CEP_EXPORT int cep_table_destroy(struct cep_table *t)
 {
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *n;
 	struct cep_table_stats st;
-	int ret = 0;
+	int ret;
 
 	if (!t)
 		return -EINVAL;
 	/* Destroy every CEP; take a reference across cep_destroy so it is
-	 * not freed under the iteration's feet (the read side keeps the
-	 * memory, the reference keeps it from being handed to call_rcu
-	 * while we still use it). */
+	 * not freed under the walk's feet (the read side keeps the memory,
+	 * the reference keeps it from being handed to call_rcu while we
+	 * still use it). */
 	cep_rcu_read_lock();
-	cds_lfht_for_each(t->comm, &it, n) {
-		struct cep *cep = node_to_cep(n);
-
-		cep_tsan_acquire(cep);
-		if (cep_get_unless_zero(cep) == 0) {
-			cep_destroy(cep);
-			cep_put(cep);
-		}
-	}
-	cds_lfht_for_each(t->qps, &it, n) {
-		struct cep_qp *qp = caa_container_of(n, struct cep_qp, node);
-
-		cep_tsan_acquire(qp);
-		if (cds_lfht_del(t->qps, n) == 0)
-			cep_call_rcu(&qp->rcu, qp, cep_qp_free_rcu);
-	}
+	ret = t->comm->ops->for_each(t->comm, destroy_one, NULL);
+	if (!ret)
+		ret = t->qps->ops->for_each(t->qps, unregister_one, t);
 	cep_rcu_read_unlock();
+	if (ret)
+		return ret; /* out of memory for the walk: the table stays */
 	cep_rcu_barrier();
 	cep_table_stats(t, &st);
 	if (st.allocated != st.freed) {
@@ -768,15 +820,11 @@ CEP_EXPORT int cep_table_destroy(struct cep_table *t)
 			" CEPs still referenced: leaking them\n", st.allocated - st.freed);
 		return -EBUSY; /* never free under a holder; the table stays */
 	}
-	if (cds_lfht_destroy(t->comm, NULL) || cds_lfht_destroy(t->qps, NULL))
-		ret = -EBUSY;
-	for (int i = 0; i < IDX_NKEYS; i++)
-		if (cds_lfht_destroy(t->keys[i], NULL))
-			ret = -EBUSY;
+	table_free_indexes(t);
 	free(atomic_load(&t->masks));
 	pthread_mutex_destroy(&t->listen_lock);
 	free(t);
-	return ret;
+	return 0;
 }
 
 CEP_EXPORT void cep_table_stats(struct cep_table *t, struct cep_table_stats *st)
@@ -802,30 +850,39 @@ CEP_EXPORT void cep_table_stats(struct cep_table *t, struct cep_table_stats *st)
 	st->qps = qa - qr;
 }
 
+struct for_each_ctx {
+	void (*fn)(struct cep *cep, void *ctx);
+	void *ctx;
+};
+
+static void for_each_one(struct cep_ikey *k, void *arg)
+{
+	struct for_each_ctx *c = arg;
+	struct cep *cep = comm_key_cep(k);
+
+	if (cep_get_unless_zero(cep) == 0) {
+		c->fn(cep, c->ctx);
+		cep_put(cep);
+	}
+}
+
 void cep_table_for_each(struct cep_table *t, void (*fn)(struct cep *cep, void *ctx), void *ctx)
 {
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *n;
+	struct for_each_ctx c = { fn, ctx };
 
 	cep_rcu_read_lock();
-	cds_lfht_for_each(t->comm, &it, n) {
-		struct cep *cep = node_to_cep(n);
-
-		cep_tsan_acquire(cep);
-		if (cep_get_unless_zero(cep) == 0) {
-			fn(cep, ctx);
-			cep_put(cep);
-		}
-	}
+	t->comm->ops->for_each(t->comm, for_each_one, &c);
 	cep_rcu_read_unlock();
 }
 
 /* ---- invariant checker ------------------------------------------------- */
 
 struct check_out {
+	struct cep_table *t;
 	char *buf;
 	size_t len, used;
 	int violations;
+	uint64_t reachable;
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -843,13 +900,97 @@ static void violation(struct check_out *o, const char *fmt, ...)
 		o->used += (size_t)n < o->len - o->used ? (size_t)n : o->len - o->used - 1;
 }
 
+/* One CEP of the comm-ID index, at quiescence, in a read side. */
+static void check_cep(struct cep_ikey *ck, void *arg)
+{
+	struct check_out *o = arg;
+	struct cep_table *t = o->t;
+	struct cep *cep = comm_key_cep(ck);
+	uint32_t id = (uint32_t)cep->comm_key.a;
+	uint64_t l;
+
+	o->reachable++;
+	if (cep->magic != CEP_MAGIC_LIVE)
+		violation(o, "cep %#x in index but not live (magic %#x); ", id, cep->magic);
+	if (atomic_load(&cep->state) != CEP_LIVE)
+		violation(o, "cep %#x destroyed but still indexed; ", id);
+	l = atomic_load(&cep->qp_link);
+	if (CEP_LINK_KIND(l) == CEP_LINK_BINDING)
+		violation(o, "cep %#x in the middle of a bind at quiescence; ", id);
+	if (atomic_load(&cep->refcnt) < 1u + (CEP_LINK_KIND(l) == CEP_LINK_LINKED))
+		violation(o, "cep %#x refcount %u below its holders; ", id,
+			  atomic_load(&cep->refcnt));
+	if (CEP_LINK_KIND(l) == CEP_LINK_LINKED) {
+		struct cep_qp *qp = cep_qp_find(t, CEP_LINK_QPN(l));
+		uint32_t b = qp ? atomic_load(&qp->binding) : CEP_BINDING_RESERVED;
+
+		if (b != id && b != CEP_BINDING_RESERVED)
+			violation(o, "cep %#x linked to qpn %#x whose binding is %#x; ", id,
+				  CEP_LINK_QPN(l), b);
+	}
+	if (cep_index_lookup(t->comm, hash_comm(ck, t), ck) != ck)
+		violation(o, "cep %#x not found by its comm ID; ", id);
+	for (int idx = 0; idx < IDX_NKEYS; idx++) {
+		uint8_t ks = atomic_load(&cep->key_state[idx]);
+		struct cep_kentry *e = cep->key[idx];
+
+		if (ks == KEY_CLAIMED)
+			violation(o, "cep %#x key %d claimed at quiescence; ", id, idx);
+		if (ks != KEY_PRESENT)
+			continue;
+		if (!e || e->cep != cep)
+			violation(o, "cep %#x key %d present without its entry; ", id, idx);
+		else if (cep_index_lookup(t->keys[idx], hash_pair(&e->key, t), &e->key) != &e->key)
+			violation(o, "cep %#x key %d not found by lookup; ", id, idx);
+	}
+}
+
+/* One QP record, at quiescence, in a read side. */
+static void check_qp(struct cep_ikey *k, void *arg)
+{
+	struct check_out *o = arg;
+	struct cep_table *t = o->t;
+	struct cep_qp *qp = caa_container_of(k, struct cep_qp, key);
+	uint32_t b = atomic_load(&qp->binding), qpn = (uint32_t)k->a;
+	struct cep_ikey ck = { b, 0 };
+	struct cep_ikey *got;
+	struct cep *cep;
+
+	if (b == CEP_BINDING_INVALID || b == CEP_BINDING_RESERVED)
+		return;
+	got = cep_index_lookup(t->comm, hash_comm(&ck, t), &ck);
+	if (!got) {
+		violation(o, "qpn %#x bound to cid %#x: no such live CEP; ", qpn, b);
+		return;
+	}
+	cep = comm_key_cep(got);
+	if (atomic_load(&cep->qp_link) != (CEP_LINK_LINKED | qpn))
+		violation(o, "qpn %#x bound to cid %#x whose link is %#" PRIx64 "; ", qpn, b,
+			  (uint64_t)atomic_load(&cep->qp_link));
+}
+
+/* Entries of a secondary index whose CEP does not hold them as PRESENT. */
+static void check_kentry(struct cep_ikey *k, void *arg)
+{
+	struct check_out *o = arg;
+	struct cep_kentry *e = caa_container_of(k, struct cep_kentry, key);
+	struct cep *cep = e->cep;
+	int idx;
+
+	for (idx = 0; idx < IDX_NKEYS; idx++)
+		if (cep->key[idx] == e)
+			break;
+	if (idx == IDX_NKEYS || atomic_load(&cep->key_state[idx]) != KEY_PRESENT)
+		violation(o, "cep %#x: an indexed key it does not hold; ",
+			  (uint32_t)cep->comm_key.a);
+}
+
 CEP_EXPORT int cep_table_check(struct cep_table *t, char *msg, size_t msglen)
 {
-	struct check_out o = { msg, msglen, 0, 0 };
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *n;
+	struct check_out o = { t, msg, msglen, 0, 0, 0 };
 	struct cep_table_stats st;
-	uint64_t reachable = 0, underflow = 0, dfree = 0;
+	uint64_t underflow = 0, dfree = 0;
+	int ret;
 
 	if (!t)
 		return -EINVAL;
@@ -858,80 +999,55 @@ CEP_EXPORT int cep_table_check(struct cep_table *t, char *msg, size_t msglen)
 	cep_rcu_barrier(); /* pending frees done: freed is final */
 
 	cep_rcu_read_lock();
-	cds_lfht_for_each(t->comm, &it, n) {
-		struct cep *cep = node_to_cep(n);
-		uint64_t l;
-
-		cep_tsan_acquire(cep);
-		reachable++;
-		if (cep->magic != CEP_MAGIC_LIVE)
-			violation(&o, "cep %#x in index but not live (magic %#x); ",
-				  cep->local_comm_id, cep->magic);
-		if (atomic_load(&cep->state) != CEP_LIVE)
-			violation(&o, "cep %#x destroyed but still indexed; ", cep->local_comm_id);
-		l = atomic_load(&cep->qp_link);
-		if (CEP_LINK_KIND(l) == CEP_LINK_BINDING)
-			violation(&o, "cep %#x in the middle of a bind at quiescence; ",
-				  cep->local_comm_id);
-		if (atomic_load(&cep->refcnt) < 1u + (CEP_LINK_KIND(l) == CEP_LINK_LINKED))
-			violation(&o, "cep %#x refcount %u below its holders; ",
-				  cep->local_comm_id, atomic_load(&cep->refcnt));
-		if (CEP_LINK_KIND(l) == CEP_LINK_LINKED) {
-			struct cep_qp *qp = cep_qp_find(t, CEP_LINK_QPN(l));
-			uint32_t b = qp ? atomic_load(&qp->binding) : CEP_BINDING_RESERVED;
-
-			if (b != cep->local_comm_id && b != CEP_BINDING_RESERVED)
-				violation(&o, "cep %#x linked to qpn %#x whose binding is %#x; ",
-					  cep->local_comm_id, CEP_LINK_QPN(l), b);
-		}
-		for (int idx = 0; idx < IDX_NKEYS; idx++) {
-			struct pair_key k;
-			struct cds_lfht_iter ki;
-
-			if (atomic_load(&cep->key_state[idx]) != KEY_PRESENT)
-				continue;
-			k = key_of(cep, idx);
-			cds_lfht_lookup(t->keys[idx], hash_pair(t, k.a, k.b), key_match[idx], &k, &ki);
-			if (cds_lfht_iter_get_node(&ki) != &cep->key_node[idx])
-				violation(&o, "cep %#x key %d not found by lookup; ",
-					  cep->local_comm_id, idx);
-		}
-	}
-	cds_lfht_for_each(t->qps, &it, n) {
-		struct cep_qp *qp = caa_container_of(n, struct cep_qp, node);
-		uint32_t b = atomic_load(&qp->binding);
-		struct cds_lfht_iter ci;
-		struct cep *cep;
-
-		cep_tsan_acquire(qp);
-		if (b == CEP_BINDING_INVALID || b == CEP_BINDING_RESERVED)
-			continue;
-		cds_lfht_lookup(t->comm, hash_comm(t, b), match_comm, &b, &ci);
-		if (!cds_lfht_iter_get_node(&ci)) {
-			violation(&o, "qpn %#x bound to cid %#x: no such live CEP; ", qp->qpn, b);
-			continue;
-		}
-		cep = node_to_cep(cds_lfht_iter_get_node(&ci));
-		if (atomic_load(&cep->qp_link) != (CEP_LINK_LINKED | qp->qpn))
-			violation(&o, "qpn %#x bound to cid %#x whose link is %#" PRIx64 "; ",
-				  qp->qpn, b, (uint64_t)atomic_load(&cep->qp_link));
-	}
+	ret = t->comm->ops->for_each(t->comm, check_cep, &o);
+	if (!ret)
+		ret = t->qps->ops->for_each(t->qps, check_qp, &o);
+	for (int idx = 0; idx < IDX_NKEYS && !ret; idx++)
+		ret = t->keys[idx]->ops->for_each(t->keys[idx], check_kentry, &o);
 	cep_rcu_read_unlock();
+	if (ret)
+		return ret;
 
 	cep_table_stats(t, &st);
 	for (int i = 0; i < CEP_STAT_SHARDS; i++) {
 		underflow += atomic_load(&t->stats[i].refcnt_underflow);
 		dfree += atomic_load(&t->stats[i].double_free);
 	}
-	if (st.allocated - st.freed != reachable)
+	if (st.allocated - st.freed != o.reachable)
 		violation(&o, "allocated %" PRIu64 " - freed %" PRIu64 " != %" PRIu64
 			  " reachable (leak or CEP held past quiescence); ",
-			  st.allocated, st.freed, reachable);
-	if (st.live != reachable)
-		violation(&o, "live %" PRIu64 " != reachable %" PRIu64 "; ", st.live, reachable);
+			  st.allocated, st.freed, o.reachable);
+	if (st.live != o.reachable)
+		violation(&o, "live %" PRIu64 " != reachable %" PRIu64 "; ", st.live, o.reachable);
 	if (underflow)
 		violation(&o, "%" PRIu64 " puts without a reference; ", underflow);
 	if (dfree)
 		violation(&o, "%" PRIu64 " CEPs freed twice; ", dfree);
 	return o.violations ? -EPROTO : 0;
+}
+
+/* ---- index introspection (tests, benchmarks) ---------------------------- */
+
+int cep_table_index_info(struct cep_table *t, int which, size_t *buckets, size_t *count)
+{
+	struct cep_index *ix;
+
+	switch (which) {
+	case CEP_TABLE_IX_COMM: ix = t->comm; break;
+	case CEP_TABLE_IX_QPN: ix = t->qps; break;
+	case CEP_TABLE_IX_REMOTE_ID: ix = t->keys[IDX_REMOTE_ID]; break;
+	case CEP_TABLE_IX_REMOTE_QPN: ix = t->keys[IDX_REMOTE_QPN]; break;
+	case CEP_TABLE_IX_LISTEN: ix = t->keys[IDX_LISTEN]; break;
+	default: return -EINVAL;
+	}
+	if (buckets)
+		*buckets = ix->ops->buckets(ix);
+	if (count)
+		*count = ix->ops->count(ix);
+	return 0;
+}
+
+const char *cep_table_index_name(const struct cep_table *t)
+{
+	return t->index->name;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private layout of the CEP table, CEPs and QP records (table.c, binding.c).
+ * Private layout of the CEP table, CEPs and QP records (table.c, binding.c);
+ * the indexes behind them are in index.h.
  * Field-by-field concurrency rules are next to each field; the states and
  * transitions are in docs/concurrency.md.
  */
@@ -14,6 +15,7 @@
 
 #include <cep/table.h>
 
+#include "index.h"
 #include "rcu.h"
 #include "yield.h"
 
@@ -33,43 +35,53 @@ enum { CEP_LIVE = 1, CEP_DESTROYING = 2, CEP_FREED = 3 };
 #define CEP_LINK_KIND(l)  ((l) & ~0xffffffffull)
 #define CEP_LINK_QPN(l)   ((uint32_t)((l) & 0xffffffu))
 
-/* Secondary keys: per CEP and index, NONE -> CLAIMED -> PRESENT -> GONE.
- * CLAIMED: an inserter owns the node; PRESENT: in the hash; GONE: removed,
- * never again (a node may not be re-added before a grace period). */
+/* Secondary keys: per CEP and index, NONE -> CLAIMED -> PRESENT, back to
+ * NONE when removed (the CEP may claim a key again: a fresh entry), GONE
+ * for good once the CEP is destroyed. CLAIMED: one thread owns the slot
+ * (an inserter, or a remover taking PRESENT back); the owner writes
+ * cep.key[] and publishes or unpublishes the entry. seq_cst throughout. */
 enum { KEY_NONE = 0, KEY_CLAIMED = 1, KEY_PRESENT = 2, KEY_GONE = 3 };
 enum { IDX_REMOTE_ID, IDX_REMOTE_QPN, IDX_LISTEN, IDX_NKEYS };
 
 #define CEP_MAGIC_LIVE  0x43455021u /* "CEP!" */
 #define CEP_MAGIC_FREED 0xdeadbeefu
 
+/* Objects in an index start with their key (struct cep_ikey). With the
+ * rculfhash index, each is allocated CEP_INDEX_NODE_SIZE bytes further
+ * in: its node sits just before it (node_delta = -CEP_INDEX_NODE_SIZE),
+ * on the key's cache line; the ck index needs no node. */
+
+/* One secondary key of a CEP: allocated per insert, freed after a grace
+ * period once removed, so a key removed and inserted again never reuses
+ * memory a reader may still be comparing. */
+struct cep_kentry {
+	struct cep_ikey key;       /* written before publication, then const */
+	struct cep *cep;           /* const */
+	struct rcu_head rcu;
+	uint8_t node_pre;          /* const: its allocation starts that far before */
+};
+
 struct cep {
-	/* A comm-ID lookup touches only this first part: the node, the key,
-	 * the count and the state (kept together for the cache). */
-	struct cds_lfht_node comm_node;          /* comm-ID index */
-	uint32_t local_comm_id;                  /* immutable after publish */
+	/* A comm-ID lookup touches only this first line: the key, the count,
+	 * the state. */
+	struct cep_ikey comm_key;  /* .a: local comm ID; const after publish */
 	_Atomic uint32_t refcnt;   /* 0 = being freed; get only if not zero */
 	_Atomic uint32_t state;    /* LIVE -> DESTROYING: one winner destroys */
-	uint32_t magic;                          /* LIVE until the RCU free */
-	_Atomic(void *) context;   /* user pointer; relaxed: no ordering implied */
-	struct cep_table *table;                 /* immutable */
-	_Atomic uint64_t qp_link;  /* see CEP_LINK_*; seq_cst */
+	uint32_t magic;            /* LIVE until the RCU free */
 	_Atomic uint8_t key_state[IDX_NKEYS]; /* seq_cst: Dekker with state */
-	struct cds_lfht_node key_node[IDX_NKEYS]; /* secondary indexes */
-	/* Keys: written by the inserter while CLAIMED, before publication
-	 * (release in the insert), read by match functions after it. */
-	uint32_t rid_comm_id;
-	uint32_t rqpn;
-	uint64_t rid_guid;
-	uint64_t rqpn_guid;
-	uint64_t listen_sid;
-	uint64_t listen_mask;
+	struct cep_table *table;   /* const */
+	_Atomic(void *) context;   /* user pointer; relaxed: no ordering implied */
+	_Atomic uint64_t qp_link;  /* see CEP_LINK_*; seq_cst */
+	/* Written by the slot's owner (CLAIMED) before PRESENT, read by whoever
+	 * takes PRESENT away: ordered by key_state's RMWs. */
+	struct cep_kentry *key[IDX_NKEYS];
 	struct rcu_head rcu;
 };
 
 struct cep_qp {
-	struct cds_lfht_node node;
-	uint32_t qpn;                /* immutable */
+	struct cep_ikey key;         /* .a: qpn; const */
 	_Atomic uint32_t binding;    /* INVALID / RESERVED / cid */
+	uint8_t node_pre;            /* const: its allocation starts that far before */
 	struct rcu_head rcu;
 };
 
@@ -93,9 +105,11 @@ struct cep_mask_set {
 };
 
 struct cep_table {
-	struct cds_lfht *comm;       /* local comm ID -> cep */
-	struct cds_lfht *qps;        /* qpn -> cep_qp */
-	struct cds_lfht *keys[IDX_NKEYS];
+	struct cep_index *comm;      /* local comm ID -> cep.comm_key */
+	struct cep_index *qps;       /* qpn -> cep_qp.key */
+	struct cep_index *keys[IDX_NKEYS]; /* -> cep_kentry.key */
+	const struct cep_index_ops *index; /* the implementation of all five */
+	size_t node_pre;             /* bytes before each indexed object (rculfhash node) */
 	uint64_t hash_seed;          /* random: peers cannot aim at one bucket */
 	cep_teardown_fn teardown;
 	cep_release_fn release;
@@ -125,5 +139,27 @@ void cep_qp_free_rcu(struct rcu_head *head);
 
 /* binding.c: RCU lookup of a QP record. Caller holds the read lock. */
 struct cep_qp *cep_qp_find(struct cep_table *t, uint32_t qpn);
+
+/* table.c: an indexed object of @size bytes (zeroed), with room before it
+ * for the index's node; freed by cep_obj_free (after a grace period if it
+ * was ever published). */
+void *cep_obj_alloc(const struct cep_table *t, size_t size);
+void cep_obj_free(const struct cep_table *t, void *obj);
+
+/* table.c: index hashes (the functions each index was created with). */
+uint64_t cep_hash_qpn(const struct cep_table *t, uint32_t qpn);
+
+/* The index a table uses when its attr says CEP_TABLE_INDEX_DEFAULT and
+ * CEP_INDEX is not set (docs/architecture.md: chosen by measurement). */
+#ifndef CEP_TABLE_INDEX_BUILTIN
+#define CEP_TABLE_INDEX_BUILTIN CEP_TABLE_INDEX_CK
+#endif
+
+/* table.c, for tests and benchmarks: the buckets (or slots) and entries
+ * of one index now, and the name of the table's index implementation. */
+enum { CEP_TABLE_IX_COMM, CEP_TABLE_IX_QPN, CEP_TABLE_IX_REMOTE_ID, CEP_TABLE_IX_REMOTE_QPN,
+       CEP_TABLE_IX_LISTEN };
+int cep_table_index_info(struct cep_table *t, int which, size_t *buckets, size_t *count);
+const char *cep_table_index_name(const struct cep_table *t);
 
 #endif /* CEP_TABLE_INTERNAL_H */

@@ -44,15 +44,28 @@ typedef void (*cep_teardown_fn)(struct cep *cep, void *ctx);
  * before the memory is freed. It must not block nor call into the table. */
 typedef void (*cep_release_fn)(struct cep *cep, void *ctx);
 
+/* Index implementations (docs/architecture.md, "Indexes"). Both are
+ * RCU-protected hashes with lock-free lookups that size themselves. */
+#define CEP_TABLE_INDEX_DEFAULT   0 /* CEP_INDEX=rculfhash|ck from the environment,
+				       else libcep's default (ck) */
+#define CEP_TABLE_INDEX_RCULFHASH 1 /* liburcu rculfhash: lock-free writes too */
+#define CEP_TABLE_INDEX_CK        2 /* ConcurrencyKit ck_rhs, sharded: one writer
+				       per shard */
+
 struct cep_table_attr {
-	size_t size;              /* sizeof(struct cep_table_attr): lets the struct grow */
-	size_t initial_size;      /* buckets per index at start; 0 = 1024; power of 2 */
+	size_t size;              /* sizeof(struct cep_table_attr): lets the struct grow;
+				     callers built before a field existed pass a
+				     smaller size and get that field's default */
+	size_t initial_size;      /* buckets per index at start; 0 = 1024; power of 2.
+				     Indexes grow and shrink with their entries
+				     (never below this): a hint, not a limit */
 	cep_teardown_fn teardown; /* NULL: cep_destroy() at once */
 	cep_release_fn release;   /* NULL: nothing */
 	void *ctx;                /* passed to teardown and release */
+	int index;                /* CEP_TABLE_INDEX_*; 0 = default */
 };
 
-/* Create a table. 0 or -EINVAL (bad attr), -ENOMEM. */
+/* Create a table. 0 or -EINVAL (bad attr, unknown index), -ENOMEM. */
 CEP_EXPORT int cep_table_create(const struct cep_table_attr *attr,
 				struct cep_table **out);
 
@@ -141,9 +154,11 @@ CEP_EXPORT int cep_lookup_listener(struct cep_table *table, uint64_t service_id,
 /* --- Secondary keys: insert with add_unique, removed by cep_destroy ---- */
 
 /* Publish @cep under (remote comm ID, CA GUID). A CEP holds at most one key
- * per index. 0; -EEXIST with *existing (a reference, may be NULL) set to
- * the CEP that holds the key; -EALREADY if @cep already has a key in this
- * index; -ESTALE if @cep is being destroyed. */
+ * per index at a time; once removed (cep_remove_*) it may insert one again.
+ * 0; -EEXIST with *existing (a reference, may be NULL) set to the CEP that
+ * holds the key; -EALREADY if @cep already has a key in this index (or
+ * another thread is inserting or removing one); -ESTALE if @cep is being
+ * destroyed; -ENOMEM. */
 CEP_EXPORT int cep_insert_remote_id(struct cep *cep, uint32_t remote_comm_id,
 				    uint64_t remote_ca_guid, struct cep **existing);
 CEP_EXPORT int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
@@ -151,7 +166,8 @@ CEP_EXPORT int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
 /* Listen: (service_id & mask, mask). mask 0 is refused (-EINVAL). */
 CEP_EXPORT int cep_insert_listener(struct cep *cep, uint64_t service_id,
 				   uint64_t mask, struct cep **existing);
-/* Remove one secondary key early (e.g. when timewait ends). 0 or -ENOENT. */
+/* Remove one secondary key early (e.g. when timewait ends); the CEP may
+ * then insert a key in that index again. 0 or -ENOENT. */
 CEP_EXPORT int cep_remove_remote_id(struct cep *cep);
 CEP_EXPORT int cep_remove_remote_qpn(struct cep *cep);
 CEP_EXPORT int cep_remove_listener(struct cep *cep);

@@ -80,17 +80,26 @@ static void test_remote_keys(void)
 	CHECK(x == a);
 	cep_put(x);
 
-	/* Early removal; the key is gone and may not be reused by a. */
+	/* Early removal (timewait ended); the key is gone, and the same CEP
+	 * may take a key in that index again, as a CM id that connects a
+	 * second time does (the kernel lets an id connect again from IDLE). */
 	CHECK_EQ(cep_remove_remote_qpn(a), 0);
 	CHECK_EQ(cep_remove_remote_qpn(a), -ENOENT);
 	CHECK_EQ(cep_lookup_remote_qpn(t, 0x4242, 9, &x), -ENOENT);
-	CHECK_EQ(cep_insert_remote_qpn(a, 0x4242, 9, NULL), -EALREADY);
+	CHECK_EQ(cep_insert_remote_qpn(a, 0x4243, 9, NULL), 0);
+	CHECK_EQ(cep_lookup_remote_qpn(t, 0x4243, 9, &x), 0);
+	CHECK(x == a);
+	cep_put(x);
+	CHECK_EQ(cep_remove_remote_qpn(a), 0);
+	CHECK_EQ(cep_insert_remote_qpn(a, 0x4242, 9, NULL), 0); /* the same key again */
+	CHECK_EQ(cep_remove_remote_qpn(a), 0);
+	CHECK_EQ(cep_lookup_remote_qpn(t, 0x4243, 9, &x), -ENOENT);
 	CHECK_EQ(cep_insert_remote_qpn(b, 0x4242, 9, NULL), 0);
 
-	/* Destroy removes every key. */
+	/* Destroy removes every key, for good. */
 	CHECK_EQ(cep_destroy(a), 0);
 	CHECK_EQ(cep_lookup_remote_id(t, 0xabc, 0x1122334455667788ull, &x), -ENOENT);
-	CHECK_EQ(cep_insert_remote_id(a, 1, 1, NULL), -EALREADY); /* GONE */
+	CHECK_EQ(cep_insert_remote_id(a, 1, 1, NULL), -ESTALE); /* GONE */
 	cep_put(a);
 	CHECK_EQ(cep_remove_remote_id(b), 0);
 	CHECK_EQ(cep_lookup_remote_id(t, 0xabc, 0x1122334455667789ull, &x), -ENOENT);

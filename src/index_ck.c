@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Index on ConcurrencyKit ck_rhs (robin hood open addressing, SPMC): a set
+ * of pointers to the entries' key structs, split in shards by the hash's
+ * top bits. Readers are lock-free (ck_rhs_get under the RCU read lock: it
+ * retries while a writer moves entries of the same generation group);
+ * writers of one shard are serialised by the shard's mutex (ck_rhs allows
+ * one writer at a time). A map replaced by a grow, and a whole set replaced
+ * by a shrink, are freed through call_rcu (ck_malloc's free with defer), so
+ * a reader probing the old map never touches freed memory.
+ *
+ * Ordering: ck_rhs publishes with its own store fences, which TSan cannot
+ * see (inline assembly in libck, itself uninstrumented); so every entry is
+ * released (cep_tsan_release on its key struct) before the put and acquired
+ * in the compare callback and after each get: TSan sees the edge per entry.
+ * Sizing: each shard grows (x2) when its entries pass LOAD_PCT of its slots
+ * and shrinks when they fall below an eighth; ck_rhs's own load factor is
+ * set to 100 so it grows by itself only when a probe sequence overflows.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include <ck_rhs.h>
+
+#include "index.h"
+#include "rcu.h"
+
+#ifndef CEP_CK_LOAD_PCT
+#define CEP_CK_LOAD_PCT 50 /* entries per slot before a shard grows, in % */
+#endif
+#define DEFAULT_SHARDS 16
+#define MIN_SLOTS 16
+
+/* ---- maps from malloc, freed after a grace period when deferred ------- */
+
+struct ck_block {
+	struct rcu_head rcu;
+	max_align_t data[]; /* what ck sees */
+};
+
+static void *ckb_malloc(size_t size)
+{
+	struct ck_block *b = malloc(sizeof(*b) + size);
+
+	return b ? b->data : NULL;
+}
+
+static void ckb_free_rcu(struct rcu_head *head)
+{
+	struct ck_block *b = caa_container_of(head, struct ck_block, rcu);
+
+	cep_rcu_callback_begin(b);
+	free(b);
+	cep_rcu_callback_end();
+}
+
+/* ck calls this with defer = true for a map it just replaced: readers in a
+ * read side may still probe it. */
+static void ckb_free(void *p, size_t size, bool defer)
+{
+	struct ck_block *b;
+
+	(void)size;
+	if (!p)
+		return;
+	b = caa_container_of((max_align_t *)p, struct ck_block, data[0]);
+	if (defer)
+		cep_call_rcu(&b->rcu, b, ckb_free_rcu);
+	else
+		free(b);
+}
+
+static void *ckb_realloc(void *p, size_t old, size_t size, bool defer)
+{
+	(void)p, (void)old, (void)size, (void)defer;
+	return NULL; /* ck_rhs never reallocates */
+}
+
+static struct ck_malloc ck_alloc = { ckb_malloc, ckb_realloc, ckb_free };
+
+/* ---- shards ------------------------------------------------------------- */
+
+struct ck_set {
+	ck_rhs_t rhs;
+	struct rcu_head rcu;
+};
+
+struct ck_shard {
+	pthread_mutex_t lock;           /* writers of this shard */
+	struct ck_set *_Atomic set;     /* acquire: pairs with the release of a shrink */
+	size_t slots;                   /* under lock: the set's capacity */
+	_Atomic size_t count;           /* written under lock, read relaxed anywhere */
+	_Atomic size_t slots_seen;      /* slots, for readers outside the lock */
+} __attribute__((aligned(64)));
+
+struct ck_index {
+	struct cep_index base;
+	cep_index_hash_fn hash;
+	const void *hash_ctx;
+	unsigned shift;                 /* shard = hash >> shift */
+	unsigned nshards;
+	size_t min_slots;               /* per shard */
+	struct ck_shard shard[];
+};
+
+/* ck_rhs hands its seed to the hash callback: ours is the index. */
+static unsigned long ck_hash_cb(const void *entry, unsigned long seed)
+{
+	const struct ck_index *ix = (const struct ck_index *)(uintptr_t)seed;
+
+	return (unsigned long)ix->hash(entry, ix->hash_ctx);
+}
+
+/* @stored: an entry in the set; @key: the lookup key, or the entry being
+ * inserted or removed (both are struct cep_ikey). */
+static bool ck_compare_cb(const void *stored, const void *key)
+{
+	cep_tsan_acquire(stored); /* pairs with the release before the put */
+	return cep_ikey_eq(stored, key);
+}
+
+static size_t pow2_at_least(size_t n)
+{
+	size_t p = 1;
+
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+static struct ck_set *set_new(struct ck_index *ix, size_t slots)
+{
+	struct ck_set *s = malloc(sizeof(*s));
+
+	if (!s)
+		return NULL;
+	if (!ck_rhs_init(&s->rhs, CK_RHS_MODE_SPMC | CK_RHS_MODE_OBJECT, ck_hash_cb,
+			 ck_compare_cb, &ck_alloc, slots, (unsigned long)(uintptr_t)ix)) {
+		free(s);
+		return NULL;
+	}
+	/* Our policy grows first; ck grows by itself only on a probe overflow. */
+	ck_rhs_set_load_factor(&s->rhs, 100);
+	return s;
+}
+
+static void set_free_rcu(struct rcu_head *head)
+{
+	struct ck_set *s = caa_container_of(head, struct ck_set, rcu);
+
+	cep_rcu_callback_begin(s);
+	ck_rhs_destroy(&s->rhs); /* frees its map at once (defer = false) */
+	free(s);
+	cep_rcu_callback_end();
+}
+
+static struct ck_set *shard_set(struct ck_shard *sh)
+{
+	return atomic_load_explicit(&sh->set, memory_order_acquire);
+}
+
+static struct ck_shard *shard_of(struct ck_index *ix, uint64_t h)
+{
+	return &ix->shard[ix->shift < 64 ? h >> ix->shift : 0];
+}
+
+static int ck_create(const struct cep_index_attr *a, struct cep_index **out)
+{
+	unsigned n = a->shards ? a->shards : DEFAULT_SHARDS;
+	size_t init = a->initial ? a->initial : 1024, per;
+	struct ck_index *ix;
+
+	if (n & (n - 1))
+		return -EINVAL;
+	ix = calloc(1, sizeof(*ix) + n * sizeof(ix->shard[0]));
+	if (!ix)
+		return -ENOMEM;
+	ix->base.ops = &cep_index_ck_ops;
+	ix->hash = a->hash;
+	ix->hash_ctx = a->hash_ctx;
+	ix->nshards = n;
+	ix->shift = 64 - (unsigned)__builtin_ctz(n);
+	per = pow2_at_least(init / n);
+	ix->min_slots = pow2_at_least((a->min ? a->min : init) / n);
+	if (ix->min_slots < MIN_SLOTS)
+		ix->min_slots = MIN_SLOTS;
+	if (per < ix->min_slots)
+		per = ix->min_slots;
+	for (unsigned i = 0; i < n; i++) {
+		struct ck_shard *sh = &ix->shard[i];
+		struct ck_set *s = set_new(ix, per);
+
+		if (!s) {
+			while (i--) {
+				s = atomic_load_explicit(&ix->shard[i].set, memory_order_relaxed);
+				ck_rhs_destroy(&s->rhs);
+				free(s);
+				pthread_mutex_destroy(&ix->shard[i].lock);
+			}
+			free(ix);
+			return -ENOMEM;
+		}
+		pthread_mutex_init(&sh->lock, NULL);
+		sh->slots = per;
+		atomic_init(&sh->slots_seen, per);
+		atomic_init(&sh->count, 0);
+		atomic_init(&sh->set, s);
+	}
+	*out = &ix->base;
+	return 0;
+}
+
+static void ck_destroy(struct cep_index *base)
+{
+	struct ck_index *ix = (struct ck_index *)base;
+
+	for (unsigned i = 0; i < ix->nshards; i++) {
+		struct ck_set *s = atomic_load_explicit(&ix->shard[i].set, memory_order_relaxed);
+
+		ck_rhs_destroy(&s->rhs);
+		free(s);
+		pthread_mutex_destroy(&ix->shard[i].lock);
+	}
+	free(ix);
+}
+
+static struct cep_ikey *ck_lookup(struct cep_index *base, uint64_t h, const struct cep_ikey *k)
+{
+	struct ck_index *ix = (struct ck_index *)base;
+	struct cep_ikey *e = ck_rhs_get(&shard_set(shard_of(ix, h))->rhs, (unsigned long)h, k);
+
+	if (e)
+		cep_tsan_acquire(e);
+	return e;
+}
+
+/* Under the shard's lock: the set after a grow (ck may also have grown it
+ * by itself on a probe overflow, always doubling). */
+static void shard_grow(struct ck_shard *sh, struct ck_set *s, const void *map_before)
+{
+	if (s->rhs.map != map_before)
+		sh->slots <<= 1; /* ck's own grow */
+	if (atomic_load_explicit(&sh->count, memory_order_relaxed) * 100 >
+	    sh->slots * CEP_CK_LOAD_PCT &&
+	    ck_rhs_grow(&s->rhs, sh->slots << 1))
+		sh->slots <<= 1;
+	atomic_store_explicit(&sh->slots_seen, sh->slots, memory_order_relaxed);
+}
+
+static int ck_insert(struct cep_index *base, uint64_t h, struct cep_ikey *k,
+		     struct cep_ikey **existing)
+{
+	struct ck_index *ix = (struct ck_index *)base;
+	struct ck_shard *sh = shard_of(ix, h);
+	struct cep_ikey *got;
+	struct ck_set *s;
+	const void *map;
+	int ret = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	s = atomic_load_explicit(&sh->set, memory_order_relaxed); /* ours under lock */
+	got = ck_rhs_get(&s->rhs, (unsigned long)h, k);
+	if (got) {
+		cep_tsan_acquire(got);
+		*existing = got;
+		ret = -EEXIST;
+	} else {
+		map = s->rhs.map;
+		cep_tsan_release(k); /* publication: the entry's fields before readers */
+		if (!ck_rhs_put_unique(&s->rhs, (unsigned long)h, k)) {
+			ret = -ENOMEM; /* no duplicate (checked above): the grow failed */
+		} else {
+			atomic_store_explicit(&sh->count,
+					      atomic_load_explicit(&sh->count, memory_order_relaxed) + 1,
+					      memory_order_relaxed);
+			shard_grow(sh, s, map);
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return ret;
+}
+
+/* Under the shard's lock: a set an eighth full or less is rebuilt at four
+ * times its entries (never below the minimum) and published; the old one
+ * is freed after a grace period. */
+static void shard_shrink(struct ck_index *ix, struct ck_shard *sh, struct ck_set *s)
+{
+	size_t n = atomic_load_explicit(&sh->count, memory_order_relaxed), want;
+	ck_rhs_iterator_t it = CK_RHS_ITERATOR_INITIALIZER;
+	struct ck_set *ns;
+	void *e;
+
+	if (n * 8 >= sh->slots || sh->slots <= ix->min_slots)
+		return;
+	want = pow2_at_least(4 * n);
+	if (want < ix->min_slots)
+		want = ix->min_slots;
+	if (want >= sh->slots)
+		return;
+	ns = set_new(ix, want);
+	if (!ns)
+		return; /* keep the big one: slower to walk, never wrong */
+	while (ck_rhs_next(&s->rhs, &it, &e)) {
+		const void *map = ns->rhs.map;
+
+		if (!ck_rhs_put_unique(&ns->rhs, ck_hash_cb(e, (unsigned long)(uintptr_t)ix), e)) {
+			ck_rhs_destroy(&ns->rhs);
+			free(ns);
+			return;
+		}
+		if (ns->rhs.map != map)
+			want <<= 1; /* ck's own grow on a probe overflow */
+	}
+	sh->slots = want;
+	atomic_store_explicit(&sh->slots_seen, want, memory_order_relaxed);
+	/* release: the new set's contents before readers load the pointer. */
+	atomic_store_explicit(&sh->set, ns, memory_order_release);
+	cep_call_rcu(&s->rcu, s, set_free_rcu);
+}
+
+static int ck_remove(struct cep_index *base, uint64_t h, struct cep_ikey *k)
+{
+	struct ck_index *ix = (struct ck_index *)base;
+	struct ck_shard *sh = shard_of(ix, h);
+	struct ck_set *s;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&sh->lock);
+	s = atomic_load_explicit(&sh->set, memory_order_relaxed);
+	/* Remove @k itself, never another entry with an equal key. */
+	if (ck_rhs_get(&s->rhs, (unsigned long)h, k) == k &&
+	    ck_rhs_remove(&s->rhs, (unsigned long)h, k) == k) {
+		atomic_store_explicit(&sh->count,
+				      atomic_load_explicit(&sh->count, memory_order_relaxed) - 1,
+				      memory_order_relaxed);
+		shard_shrink(ix, sh, s);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return ret;
+}
+
+static int ck_for_each(struct cep_index *base, void (*fn)(struct cep_ikey *k, void *ctx),
+		       void *ctx)
+{
+	struct ck_index *ix = (struct ck_index *)base;
+
+	for (unsigned i = 0; i < ix->nshards; i++) {
+		struct ck_shard *sh = &ix->shard[i];
+		ck_rhs_iterator_t it = CK_RHS_ITERATOR_INITIALIZER;
+		struct cep_ikey **snap;
+		size_t n = 0, cap;
+		void *e;
+
+		/* Snapshot under the lock, visit outside it: @fn may remove,
+		 * and a removal shifts entries under a live iterator. */
+		pthread_mutex_lock(&sh->lock);
+		cap = atomic_load_explicit(&sh->count, memory_order_relaxed);
+		snap = malloc((cap ? cap : 1) * sizeof(*snap));
+		if (!snap) {
+			pthread_mutex_unlock(&sh->lock);
+			return -ENOMEM;
+		}
+		while (n < cap && ck_rhs_next(&atomic_load_explicit(&sh->set,
+				memory_order_relaxed)->rhs, &it, &e))
+			snap[n++] = e;
+		pthread_mutex_unlock(&sh->lock);
+		for (size_t j = 0; j < n; j++) {
+			cep_tsan_acquire(snap[j]);
+			fn(snap[j], ctx);
+		}
+		free(snap);
+	}
+	return 0;
+}
+
+static size_t ck_buckets(struct cep_index *base)
+{
+	struct ck_index *ix = (struct ck_index *)base;
+	size_t n = 0;
+
+	for (unsigned i = 0; i < ix->nshards; i++)
+		n += atomic_load_explicit(&ix->shard[i].slots_seen, memory_order_relaxed);
+	return n;
+}
+
+static size_t ck_count(struct cep_index *base)
+{
+	struct ck_index *ix = (struct ck_index *)base;
+	size_t n = 0;
+
+	for (unsigned i = 0; i < ix->nshards; i++)
+		n += atomic_load_explicit(&ix->shard[i].count, memory_order_relaxed);
+	return n;
+}
+
+const struct cep_index_ops cep_index_ck_ops = {
+	.name = "ck_rhs",
+	.create = ck_create,
+	.destroy = ck_destroy,
+	.lookup = ck_lookup,
+	.insert = ck_insert,
+	.remove = ck_remove,
+	.maintain = NULL,
+	.for_each = ck_for_each,
+	.buckets = ck_buckets,
+	.count = ck_count,
+};
