@@ -116,11 +116,22 @@ void bench_json_end(struct bench_json *j); /* prints the line on stdout */
 /* Machine description for the header of the readable tables. */
 void bench_print_header(const struct bench_opts *o, const char *bench);
 
-/* connect/scale configurations (--impl): libcep's default CM table size,
- * or tables created with a bucket per connection of the run. Fills
- * @presized[] with 0/1 per selected impl; returns how many, or -1. */
-int bench_cm_impls(const struct bench_opts *o, int presized[2]);
-const char *bench_cm_impl_name(int presized);
+/* connect/scale configurations (--impl): which index the CM tables use,
+ * at libcep's default size or presized (a bucket per connection of the
+ * run), and the RCU flavour of the CM workers. */
+struct bench_cm_cfg {
+	const char *name;
+	int index;     /* CEP_TABLE_INDEX_* */
+	int presized;
+	int qsbr;      /* CM workers as urcu-qsbr threads (else urcu-memb) */
+};
+#define BENCH_MAX_CM_CFG 8
+/* Fills @cfg from --impl (or @defaults, a comma-separated list, if none
+ * was given); returns how many, or -1 on an unknown name. */
+int bench_cm_impls(const struct bench_opts *o, const char *defaults,
+		   struct bench_cm_cfg cfg[BENCH_MAX_CM_CFG]);
+/* The names bench_cm_impls knows, for usage lines. */
+extern const char bench_cm_impl_names[];
 
 /* Subcommands. Return a process exit status. */
 int bench_table(const struct bench_opts *o);

@@ -19,12 +19,12 @@ struct connect_rep {
 	uint32_t failed;
 };
 
-static int connect_once(const struct bench_opts *o, int presized, unsigned workers,
-			uint32_t n, struct connect_rep *r)
+static int connect_once(const struct bench_opts *o, const struct bench_cm_cfg *cfg,
+			unsigned workers, uint32_t n, struct connect_rep *r)
 {
 	struct storm_attr sa = {
 		.workers = workers, .capacity = n, .window = (unsigned)o->window,
-		.presized = presized, .opts = o,
+		.cfg = cfg, .opts = o,
 	};
 	struct storm_phase est, rel;
 	struct storm *s;
@@ -65,12 +65,14 @@ int bench_connect(const struct bench_opts *o)
 {
 	uint32_t n = (uint32_t)(o->conns ? o->conns : (long)(o->duration * 100000));
 	struct connect_rep *res;
-	int presized[2], nimpl, rep, wi, ii;
+	struct bench_cm_cfg cfg[BENCH_MAX_CM_CFG];
+	int nimpl, rep, wi, ii;
 	size_t ncell;
 
-	nimpl = bench_cm_impls(o, presized);
+	nimpl = bench_cm_impls(o, "libcep-ck,libcep-ck-presized,libcep-rculfhash,"
+			       "libcep-rculfhash-presized", cfg);
 	if (nimpl < 0) {
-		fprintf(stderr, "cep-bench: connect: --impl takes libcep,libcep-presized\n");
+		fprintf(stderr, "cep-bench: connect: --impl takes %s\n", bench_cm_impl_names);
 		return 2;
 	}
 	if (n < 1)
@@ -86,18 +88,17 @@ int bench_connect(const struct bench_opts *o)
 		for (ii = 0; ii < nimpl; ii++)
 			for (wi = 0; wi < o->nthreads; wi++) {
 				struct connect_rep *r = &res[CELL(ii, wi) + (size_t)rep];
-				int ret = connect_once(o, presized[ii], (unsigned)o->threads[wi], n, r);
+				int ret = connect_once(o, &cfg[ii], (unsigned)o->threads[wi], n, r);
 
 				if (ret) {
 					fprintf(stderr, "cep-bench: connect %s with %d workers failed: %s\n",
-						bench_cm_impl_name(presized[ii]), o->threads[wi],
-						strerror(-ret));
+						cfg[ii].name, o->threads[wi], strerror(-ret));
 					free(res);
 					return 1;
 				}
 				bench_progress(o, "connect rep %d/%d %s workers=%d: %.0f established/s, "
 					       "%.0f released/s, p99 %.0f us", rep + 1, o->reps,
-					       bench_cm_impl_name(presized[ii]), o->threads[wi],
+					       cfg[ii].name, o->threads[wi],
 					       r->est_per_s, r->rel_per_s, r->p99);
 			}
 
@@ -105,7 +106,7 @@ int bench_connect(const struct bench_opts *o)
 	if (!o->json)
 		printf("# two nodes on the in-process fabric, %u connections per storm, "
 		       "%d in flight; latency: connect() -> ESTABLISHED, every connection\n"
-		       "%-15s %7s %10s %21s %10s %8s %8s %8s %10s %4s\n", n, o->window,
+		       "%-26s %7s %10s %21s %10s %8s %8s %8s %10s %4s\n", n, o->window,
 		       "impl", "workers", "estab/s", "[min .. max]", "released/s", "p50_us",
 		       "p99_us", "p999_us", "MADs/s", "reps");
 	for (ii = 0; ii < nimpl; ii++)
@@ -114,7 +115,7 @@ int bench_connect(const struct bench_opts *o)
 			double v[1000], rel[1000], mads[1000], p50[1000], p99[1000], p999[1000];
 			struct bench_mmm mv, mrel, mmads, m50, m99, m999;
 			int nr = o->reps > 1000 ? 1000 : o->reps;
-			const char *name = bench_cm_impl_name(presized[ii]);
+			const char *name = cfg[ii].name;
 
 			for (rep = 0; rep < nr; rep++) {
 				v[rep] = rr[rep].est_per_s;
@@ -154,7 +155,7 @@ int bench_connect(const struct bench_opts *o)
 				char range[64];
 
 				snprintf(range, sizeof(range), "[%.0f .. %.0f]", mv.min, mv.max);
-				printf("%-15s %7d %10.0f %21s %10.0f %8.1f %8.1f %8.1f %10.0f %4d\n",
+				printf("%-26s %7d %10.0f %21s %10.0f %8.1f %8.1f %8.1f %10.0f %4d\n",
 				       name, o->threads[wi], mv.med, range, mrel.med, m50.med,
 				       m99.med, m999.med, mmads.med, o->reps);
 			}

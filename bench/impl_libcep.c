@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The `table` benchmark's libcep implementation: the public API only.
+ * The `table` benchmark's libcep implementations, one per index
+ * (cep_table_attr.index): the public API only.
  * insert = cep_create, delete = cep_destroy + cep_put (the caller's
  * reference), lookup = cep_lookup_comm_id + cep_put. libcep registers its
  * calling threads with RCU itself, so thread_init/fini do nothing.
@@ -11,11 +12,12 @@
 
 #include "table_impl.h"
 
-static int lc_create(size_t initial_buckets, void **out)
+static int lc_create(int index, size_t initial_buckets, void **out)
 {
 	struct cep_table_attr attr = {
 		.size = sizeof(attr),
 		.initial_size = initial_buckets,
+		.index = index,
 	};
 	struct cep_table *t;
 	int ret = cep_table_create(&attr, &t);
@@ -23,6 +25,16 @@ static int lc_create(size_t initial_buckets, void **out)
 	if (ret == 0)
 		*out = t;
 	return ret;
+}
+
+static int lc_create_ck(size_t initial_buckets, void **out)
+{
+	return lc_create(CEP_TABLE_INDEX_CK, initial_buckets, out);
+}
+
+static int lc_create_lfht(size_t initial_buckets, void **out)
+{
+	return lc_create(CEP_TABLE_INDEX_RCULFHASH, initial_buckets, out);
 }
 
 /* Main thread, after every worker destroyed and put its CEPs. */
@@ -76,9 +88,20 @@ static int lc_lookup(void *tbl, uint32_t id)
 	return 0;
 }
 
-const struct tbl_impl tbl_impl_libcep = {
-	.name = "libcep",
-	.create = lc_create,
+const struct tbl_impl tbl_impl_libcep_ck = {
+	.name = "libcep-ck",
+	.create = lc_create_ck,
+	.destroy = lc_destroy,
+	.thread_init = lc_thread_noop,
+	.thread_fini = lc_thread_noop,
+	.insert = lc_insert,
+	.remove = lc_remove,
+	.lookup = lc_lookup,
+};
+
+const struct tbl_impl tbl_impl_libcep_lfht = {
+	.name = "libcep-rculfhash",
+	.create = lc_create_lfht,
 	.destroy = lc_destroy,
 	.thread_init = lc_thread_noop,
 	.thread_fini = lc_thread_noop,

@@ -13,6 +13,8 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cep/table.h>
+
 #include "bench.h"
 
 static void usage(FILE *f)
@@ -33,12 +35,15 @@ static void usage(FILE *f)
 		"  --workers LIST      same as --threads\n"
 		"  --mix LIST          table: L/I/D percentages, suffix -miss for lookups\n"
 		"                      of absent IDs (default 100/0/0,100/0/0-miss,90/5/5,50/25/25)\n"
-		"  --impl LIST         table: libcep,rculfhash,rwlock,mutex (default all);\n"
-		"                      connect/scale: libcep (CM tables at libcep's default\n"
-		"                      size, grown by rculfhash's lazy resize), libcep-presized\n"
-		"                      (CM tables created with a bucket per connection);\n"
-		"                      default both\n"
-		"  --size N            table: live entries preloaded (default 100000)\n"
+		"  --impl LIST         table: libcep-ck,libcep-rculfhash (libcep on each index),\n"
+		"                      rculfhash,ck_rhs,ck_ht (raw indexes), rwlock,mutex\n"
+		"                      (locked maps); default all;\n"
+		"                      connect/scale: libcep-ck, libcep-rculfhash (CM tables on\n"
+		"                      that index at libcep's default size), -presized (a\n"
+		"                      bucket per connection), -qsbr (CM workers as urcu-qsbr\n"
+		"                      threads); default: connect all but -qsbr, scale\n"
+		"                      libcep-ck,libcep-ck-presized\n"
+		"  --size N            table: live entries preloaded (default 1000000)\n"
 		"  --initial-buckets N table: buckets every impl starts with, a power of 2\n"
 		"                      (default: the smallest >= --size, so none must grow)\n"
 		"  --sizes LIST        scale: live CEP counts (default 1000,10000,100000,1000000)\n"
@@ -105,7 +110,7 @@ int main(int argc, char **argv)
 	o.nthreads = 2;
 	o.threads[0] = 1;
 	o.threads[1] = 2;
-	o.size = 100000;
+	o.size = 1000000;
 	o.window = 128;
 	o.seed = bench_now_ns();
 
@@ -422,32 +427,43 @@ void bench_print_header(const struct bench_opts *o, const char *bench)
 	       o->duration);
 }
 
-int bench_cm_impls(const struct bench_opts *o, int presized[2])
+static const struct bench_cm_cfg cm_cfgs[] = {
+	{ "libcep-ck", CEP_TABLE_INDEX_CK, 0, 0 },
+	{ "libcep-ck-presized", CEP_TABLE_INDEX_CK, 1, 0 },
+	{ "libcep-rculfhash", CEP_TABLE_INDEX_RCULFHASH, 0, 0 },
+	{ "libcep-rculfhash-presized", CEP_TABLE_INDEX_RCULFHASH, 1, 0 },
+	{ "libcep-ck-qsbr", CEP_TABLE_INDEX_CK, 0, 1 },
+	{ "libcep-rculfhash-qsbr", CEP_TABLE_INDEX_RCULFHASH, 0, 1 },
+};
+
+const char bench_cm_impl_names[] =
+	"libcep-ck, libcep-ck-presized, libcep-rculfhash, libcep-rculfhash-presized, "
+	"libcep-ck-qsbr, libcep-rculfhash-qsbr";
+
+int bench_cm_impls(const struct bench_opts *o, const char *defaults,
+		   struct bench_cm_cfg cfg[BENCH_MAX_CM_CFG])
 {
-	int n = 0;
+	char names[BENCH_MAX_LIST][32];
+	int n = o->nimpl, k;
 
-	if (!o->nimpl) {
-		presized[0] = 0;
-		presized[1] = 1;
-		return 2;
-	}
-	for (int k = 0; k < o->nimpl; k++) {
-		int p;
+	if (n)
+		memcpy(names, o->impl, sizeof(names));
+	else
+		n = parse_str_list(defaults, names, BENCH_MAX_LIST);
+	if (n < 0 || n > BENCH_MAX_CM_CFG)
+		return -1;
+	for (k = 0; k < n; k++) {
+		size_t j;
 
-		if (!strcmp(o->impl[k], bench_cm_impl_name(0)))
-			p = 0;
-		else if (!strcmp(o->impl[k], bench_cm_impl_name(1)))
-			p = 1;
-		else
+		for (j = 0; j < sizeof(cm_cfgs) / sizeof(cm_cfgs[0]); j++)
+			if (!strcmp(names[k], cm_cfgs[j].name))
+				break;
+		if (j == sizeof(cm_cfgs) / sizeof(cm_cfgs[0]))
 			return -1;
-		if (n == 2 || (n == 1 && presized[0] == p))
-			return -1;
-		presized[n++] = p;
+		for (int d = 0; d < k; d++)
+			if (cfg[d].name == cm_cfgs[j].name)
+				return -1; /* twice */
+		cfg[k] = cm_cfgs[j];
 	}
 	return n;
-}
-
-const char *bench_cm_impl_name(int presized)
-{
-	return presized ? "libcep-presized" : "libcep";
 }

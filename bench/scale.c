@@ -22,7 +22,7 @@
 #include "storm.h"
 
 struct scale_row {
-	int presized;
+	const struct bench_cm_cfg *cfg;
 	long live;                /* connections (CEPs per node) */
 	uint32_t m;               /* connections per rate storm */
 	double bytes_per_cep;     /* heap growth from the empty nodes / CEPs */
@@ -83,7 +83,7 @@ static int scale_size(const struct bench_opts *o, unsigned workers, uint32_t m,
 	sa.workers = workers;
 	sa.capacity = live + (uint32_t)nr * m;
 	sa.window = (unsigned)o->window;
-	sa.presized = row->presized;
+	sa.cfg = row->cfg;
 	sa.opts = o;
 	memset(&ph, 0, sizeof(ph));
 	memset(&rel, 0, sizeof(rel));
@@ -97,7 +97,7 @@ static int scale_size(const struct bench_opts *o, unsigned workers, uint32_t m,
 		return ret;
 	}
 	heap0 = heap_in_use();
-	bench_progress(o, "scale %s: opening %u connections", bench_cm_impl_name(row->presized),
+	bench_progress(o, "scale %s: opening %u connections", row->cfg->name,
 		       live);
 	ret = storm_connect(s, live, &ph);
 	if (!ret && ph.failed)
@@ -129,7 +129,7 @@ static int scale_size(const struct bench_opts *o, unsigned workers, uint32_t m,
 		row->rel[rep] = rel.per_s;
 		bench_progress(o, "scale %s rep %d/%d live=%u: %.0f bytes/CEP, lookup p50 "
 			       "%.3f us, %.0f conn/s, %.0f released/s",
-			       bench_cm_impl_name(row->presized), rep + 1, nr, live,
+			       row->cfg->name, rep + 1, nr, live,
 			       row->bytes_per_cep, row->p50[rep], row->rate[rep], row->rel[rep]);
 	}
 out:
@@ -146,10 +146,11 @@ int bench_scale(const struct bench_opts *o)
 	int si, nr = o->reps > 1000 ? 1000 : o->reps;
 	uint64_t rng = o->seed;
 	struct scale_row *rows;
-	int presized[2], nimpl = bench_cm_impls(o, presized), nrows;
+	struct bench_cm_cfg cfg[BENCH_MAX_CM_CFG];
+	int nimpl = bench_cm_impls(o, "libcep-ck,libcep-ck-presized", cfg), nrows;
 
 	if (nimpl < 0) {
-		fprintf(stderr, "cep-bench: scale: --impl takes libcep,libcep-presized\n");
+		fprintf(stderr, "cep-bench: scale: --impl takes %s\n", bench_cm_impl_names);
 		return 2;
 	}
 	nrows = nimpl * o->nsizes;
@@ -161,7 +162,7 @@ int bench_scale(const struct bench_opts *o)
 		int ret;
 
 		/* sizes outer, configurations inner: side by side in time */
-		row->presized = presized[si % nimpl];
+		row->cfg = &cfg[si % nimpl];
 		row->live = o->sizes[si / nimpl];
 		row->m = conns < (uint32_t)row->live ? conns : (uint32_t)row->live;
 		if (row->live > 16000000 - (long)nr * row->m) {
@@ -172,7 +173,7 @@ int bench_scale(const struct bench_opts *o)
 		ret = scale_size(o, workers, row->m, nlookup, nr, &rng, row);
 		if (ret) {
 			fprintf(stderr, "cep-bench: scale %s at %ld live failed: %s\n",
-				bench_cm_impl_name(row->presized), row->live, strerror(-ret));
+				row->cfg->name, row->live, strerror(-ret));
 			free(rows);
 			return 1;
 		}
@@ -184,7 +185,7 @@ int bench_scale(const struct bench_opts *o)
 		       "/ CEPs of both nodes;\n# heap_MiB: both nodes' whole heap (from before they "
 		       "existed);\n# rates: min(%u, live) more connections opened and released with "
 		       "that many live, %d in flight\n"
-		       "%-15s %9s %9s %9s %10s %10s %10s %21s %10s %4s\n", workers, conns, o->window,
+		       "%-26s %9s %9s %9s %10s %10s %10s %21s %10s %4s\n", workers, conns, o->window,
 		       "impl", "live", "bytes/CEP", "heap_MiB", "lookup_p50", "lookup_p99",
 		       "conn/s", "[min .. max]", "released/s", "reps");
 	for (si = 0; si < nrows; si++) {
@@ -196,7 +197,7 @@ int bench_scale(const struct bench_opts *o)
 			struct bench_json j;
 
 			bench_json_begin(&j, "scale");
-			bench_json_str(&j, "impl", bench_cm_impl_name(row->presized));
+			bench_json_str(&j, "impl", row->cfg->name);
 			bench_json_int(&j, "live_ceps", row->live);
 			bench_json_int(&j, "workers", workers);
 			bench_json_num(&j, "bytes_per_cep", row->bytes_per_cep);
@@ -214,8 +215,8 @@ int bench_scale(const struct bench_opts *o)
 			char range[64];
 
 			snprintf(range, sizeof(range), "[%.0f .. %.0f]", mr.min, mr.max);
-			printf("%-15s %9ld %9.0f %9.1f %10.3f %10.3f %10.0f %21s %10.0f %4d\n",
-			       bench_cm_impl_name(row->presized), row->live, row->bytes_per_cep, row->heap_mib, m50.med,
+			printf("%-26s %9ld %9.0f %9.1f %10.3f %10.3f %10.0f %21s %10.0f %4d\n",
+			       row->cfg->name, row->live, row->bytes_per_cep, row->heap_mib, m50.med,
 			       m99.med, mr.med, range, mrel.med, o->reps);
 		}
 	}

@@ -17,7 +17,8 @@ ROWS = {
               "p50_us": NUM, "p99_us": NUM, "p999_us": NUM, "hit_ratio": NUM,
               "duration_s": NUM},
     "table-ratio": {"impl": str, "threads": int, "mix": str, "lookup": str,
-                    "x_rculfhash": NUM, "x_rwlock": NUM, "x_mutex": NUM},
+                    "x_rculfhash": NUM, "x_ck_rhs": NUM, "x_ck_ht": NUM, "x_rwlock": NUM,
+                    "x_mutex": NUM},
     "connect": {"impl": str, "workers": int, "conns": int, "conn_per_s": NUM,
                 "rel_per_s": NUM, "mads_per_s": NUM, "p50_us": NUM, "p99_us": NUM,
                 "p999_us": NUM},
@@ -107,7 +108,8 @@ def main():
         fail(f"no {want_kind} rows")
     if sub == "table":
         impls = {k[0] for k in seen}
-        if impls != {"libcep", "rculfhash", "rwlock", "mutex"}:
+        if impls != {"libcep-ck", "libcep-rculfhash", "rculfhash", "ck_rhs", "ck_ht", "rwlock",
+                     "mutex"}:
             fail(f"table impls {sorted(impls)}")
         threads = {k[1] for k in seen}
         if threads != {1, 2}:
@@ -116,14 +118,17 @@ def main():
         if len(mixes) < 4 or len(seen) != len(impls) * len(threads) * len(mixes):
             fail(f"table rows incomplete: {sorted(seen)}")
         ratios = [json.loads(l) for l in lines if '"table-ratio"' in l]
-        if len(ratios) != len(threads) * len(mixes):
+        if len(ratios) != 2 * len(threads) * len(mixes):  # one per libcep index
             fail(f"{len(ratios)} ratio rows for {len(threads) * len(mixes)} cells")
     if sub in ("connect", "dispatch"):
         if {k[1] for k in seen} != {1, 2}:
             fail(f"{sub} workers {sorted(k[1] for k in seen)}")
     if sub in ("connect", "scale"):
         impls = {k[0] for k in seen}
-        if impls != {"libcep", "libcep-presized"}:
+        want = {"libcep-ck", "libcep-ck-presized"}
+        if sub == "connect":
+            want |= {"libcep-rculfhash", "libcep-rculfhash-presized"}
+        if impls != want:
             fail(f"{sub} impls {sorted(impls)}")
     if sub == "scale":
         if {k[1] for k in seen} != {1000, 10000} or len(seen) != 4:

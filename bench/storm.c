@@ -235,11 +235,18 @@ static int node_create(struct storm *s, struct node *n, uint64_t guid, uint16_t 
 	};
 	struct cep_cm_attr ca = { .size = sizeof(ca), .workers = attr->workers };
 
-	if (attr->presized)
-		for (ca.table_size = 1024; ca.table_size < attr->capacity; ca.table_size <<= 1)
-			;
 	int ret;
 
+	if (attr->cfg && attr->cfg->presized)
+		for (ca.table_size = 1024; ca.table_size < attr->capacity; ca.table_size <<= 1)
+			;
+	/* The CM's table takes its index from CEP_INDEX (cep_table_attr.index
+	 * for a table of one's own); the bench is single-threaded here. */
+	if (!attr->cfg || attr->cfg->index == CEP_TABLE_INDEX_DEFAULT)
+		unsetenv("CEP_INDEX");
+	else
+		setenv("CEP_INDEX", attr->cfg->index == CEP_TABLE_INDEX_RCULFHASH ? "rculfhash" : "ck",
+		       1);
 	ret = cep_fabric_port_create(s->fab, &pa, &n->port);
 	if (ret)
 		return ret;

@@ -25,8 +25,8 @@ struct storm_attr {
 	unsigned workers;   /* CM workers per node */
 	uint32_t capacity;  /* most connections this storm will ever open */
 	unsigned window;    /* connects (or disconnects) in flight */
-	int presized;       /* CM tables with a bucket per connection of capacity
-			     * (else libcep's default, grown by lazy resize) */
+	const struct bench_cm_cfg *cfg; /* index, presized (a bucket per
+			     * connection of capacity, else libcep's default), RCU */
 	const struct bench_opts *opts; /* for progress lines */
 };
 

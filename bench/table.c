@@ -38,8 +38,15 @@ static const char *const default_mixes[] = {
 };
 
 static const struct tbl_impl *const all_impls[] = {
-	&tbl_impl_libcep, &tbl_impl_rculfhash, &tbl_impl_rwlock, &tbl_impl_mutex,
+	&tbl_impl_libcep_ck, &tbl_impl_libcep_lfht, &tbl_impl_rculfhash, &tbl_impl_ck_rhs,
+	&tbl_impl_ck_ht, &tbl_impl_rwlock, &tbl_impl_mutex,
 };
+
+/* libcep rows are compared with every other row (the baselines). */
+static int is_libcep(const struct tbl_impl *impl)
+{
+	return !strncmp(impl->name, "libcep", 6);
+}
 #define N_ALL_IMPLS (sizeof(all_impls) / sizeof(all_impls[0]))
 
 uint64_t tbl_hash_seed(void)
@@ -313,13 +320,11 @@ static int run_once(const struct bench_opts *o, const struct tbl_impl *impl,
 	return ret;
 }
 
-static const char *const ratio_base[] = { "rculfhash", "rwlock", "mutex" };
-
 int bench_table(const struct bench_opts *o)
 {
 	const struct tbl_impl *impls[N_ALL_IMPLS];
 	struct mix mixes[BENCH_MAX_LIST];
-	int nimpl = 0, nmix = 0, rep, ti, mi, ii, libcep_idx = -1;
+	int nimpl = 0, nmix = 0, rep, ti, mi, ii;
 	struct rep_result *res;
 	size_t nrows;
 
@@ -340,9 +345,6 @@ int bench_table(const struct bench_opts *o)
 		for (size_t j = 0; j < N_ALL_IMPLS; j++)
 			impls[nimpl++] = all_impls[j];
 	}
-	for (ii = 0; ii < nimpl; ii++)
-		if (impls[ii] == &tbl_impl_libcep)
-			libcep_idx = ii;
 	if (o->nmix) {
 		for (int k = 0; k < o->nmix; k++)
 			if (parse_mix(o->mix[k], &mixes[nmix++])) {
@@ -390,7 +392,7 @@ int bench_table(const struct bench_opts *o)
 	if (!o->json)
 		printf("# %ld live entries preloaded into %ld initial buckets; latency sampled 1 op "
 		       "in %d\n"
-		       "%-10s %3s %-14s %12s %25s %8s %8s %8s %6s %4s\n", o->size,
+		       "%-16s %3s %-14s %12s %25s %8s %8s %8s %6s %4s\n", o->size,
 		       o->initial_buckets ? o->initial_buckets : (long)pow2_at_least((size_t)o->size),
 		       BENCH_SAMPLE_EVERY, "impl", "thr", "mix", "ops/s", "[min .. max]",
 		       "p50_us", "p99_us", "p999_us", "hit%", "reps");
@@ -443,45 +445,46 @@ int bench_table(const struct bench_opts *o)
 
 					snprintf(range, sizeof(range), "[%.4g .. %.4g]", med[ii].min,
 						 med[ii].max);
-					printf("%-10s %3d %-14s %12.4g %25s %8.3f %8.3f %8.3f %6.2f %4d\n",
+					printf("%-16s %3d %-14s %12.4g %25s %8.3f %8.3f %8.3f %6.2f %4d\n",
 					       impls[ii]->name, o->threads[ti], mixes[mi].label, med[ii].med,
 					       range, mp50.med, mp99.med, mp999.med, 100.0 * mhit.med,
 					       o->reps);
 				}
 			}
-			if (libcep_idx < 0 || nimpl < 2)
-				continue;
-			/* libcep against each baseline present, from this same run */
-			if (o->json) {
-				struct bench_json j;
+			/* each libcep row against each baseline present, from this
+			 * same run */
+			for (int li = 0; li < nimpl; li++) {
+				if (!is_libcep(impls[li]))
+					continue;
+				if (o->json) {
+					struct bench_json j;
 
-				bench_json_begin(&j, "table-ratio");
-				bench_json_str(&j, "impl", "libcep");
-				bench_json_int(&j, "threads", o->threads[ti]);
-				bench_json_str(&j, "mix", mixes[mi].name);
-				bench_json_str(&j, "lookup", mixes[mi].miss ? "miss" : "hit");
-				bench_json_int(&j, "initial_buckets",
-					       o->initial_buckets ? o->initial_buckets :
-					       (long long)pow2_at_least((size_t)o->size));
-				for (size_t b = 0; b < sizeof(ratio_base) / sizeof(*ratio_base); b++)
-					for (ii = 0; ii < nimpl; ii++)
-						if (!strcmp(impls[ii]->name, ratio_base[b])) {
-							char key[32];
+					bench_json_begin(&j, "table-ratio");
+					bench_json_str(&j, "impl", impls[li]->name);
+					bench_json_int(&j, "threads", o->threads[ti]);
+					bench_json_str(&j, "mix", mixes[mi].name);
+					bench_json_str(&j, "lookup", mixes[mi].miss ? "miss" : "hit");
+					bench_json_int(&j, "initial_buckets",
+						       o->initial_buckets ? o->initial_buckets :
+						       (long long)pow2_at_least((size_t)o->size));
+					for (ii = 0; ii < nimpl; ii++) {
+						char key[48];
 
-							snprintf(key, sizeof(key), "x_%s", ratio_base[b]);
-							bench_json_num(&j, key, med[libcep_idx].med /
-									    med[ii].med);
-						}
-				bench_json_int(&j, "reps", o->reps);
-				bench_json_end(&j);
-			} else {
-				printf("%-10s %3d %-14s", "  libcep x", o->threads[ti], "");
-				for (size_t b = 0; b < sizeof(ratio_base) / sizeof(*ratio_base); b++)
+						if (is_libcep(impls[ii]))
+							continue;
+						snprintf(key, sizeof(key), "x_%s", impls[ii]->name);
+						bench_json_num(&j, key, med[li].med / med[ii].med);
+					}
+					bench_json_int(&j, "reps", o->reps);
+					bench_json_end(&j);
+				} else {
+					printf("  %s x %d thr:", impls[li]->name, o->threads[ti]);
 					for (ii = 0; ii < nimpl; ii++)
-						if (!strcmp(impls[ii]->name, ratio_base[b]))
-							printf("  %.2fx %s", med[libcep_idx].med / med[ii].med,
-							       ratio_base[b]);
-				printf("\n");
+						if (!is_libcep(impls[ii]))
+							printf("  %.2fx %s", med[li].med / med[ii].med,
+							       impls[ii]->name);
+					printf("\n");
+				}
 			}
 		}
 #undef ROW

@@ -32,10 +32,13 @@ struct tbl_impl {
 	int (*lookup)(void *tbl, uint32_t id);
 };
 
-extern const struct tbl_impl tbl_impl_libcep;
+extern const struct tbl_impl tbl_impl_libcep_ck;
+extern const struct tbl_impl tbl_impl_libcep_lfht;
 extern const struct tbl_impl tbl_impl_rculfhash;
 extern const struct tbl_impl tbl_impl_rwlock;
 extern const struct tbl_impl tbl_impl_mutex;
+extern const struct tbl_impl tbl_impl_ck_rhs;
+extern const struct tbl_impl tbl_impl_ck_ht;
 
 /* A fresh ID for the baselines: never 0 nor ~0, like a libcep comm ID. */
 static inline uint32_t tbl_draw_id(uint64_t *rng)
