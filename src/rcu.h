@@ -1,39 +1,67 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libcep's use of liburcu (urcu-memb flavour): lazy thread registration, the
- * read side, call_rcu, all with the TSan edges of tsan.h. Every libcep entry
- * point that touches an index goes through these.
+ * libcep's use of liburcu: lazy thread registration, the read side,
+ * call_rcu, all with the TSan edges of tsan.h. Every libcep entry point
+ * that touches an index goes through these.
+ *
+ * Flavour, process-wide, chosen once at the first use: urcu-memb (default)
+ * or, with CEP_RCU=qsbr, urcu-qsbr. In QSBR mode dispatcher workers stay
+ * online and announce quiescent states between MADs (cep_rcu_worker_*:
+ * their read sides cost nothing), while every other thread is online only
+ * inside libcep's read sections, so an application never has to announce
+ * anything. docs/concurrency.md compares the two.
  */
 #ifndef CEP_RCU_H
 #define CEP_RCU_H
+
+#include <stdbool.h>
 
 #include <urcu/urcu-memb.h>
 #include <urcu/rculfhash.h>
 
 #include "tsan.h"
 
-/* Register the calling thread with urcu-memb if it is not yet (cheap
+/* Set once before any thread registers (pthread_once), const after. */
+extern bool cep_rcu_qsbr;
+/* Per thread: libcep read sections entered and not left (both flavours). */
+extern __thread unsigned cep_rcu_nesting;
+
+/* Register the calling thread with the flavour if it is not yet (cheap
  * thread-local test); it is unregistered at thread exit. */
 void cep_rcu_thread_ensure(void);
+
+/* QSBR, outside dispatcher workers: online for the outermost section. */
+void cep_rcu_qsbr_enter(void);
+void cep_rcu_qsbr_leave(void);
 
 static inline void cep_rcu_read_lock(void)
 {
 	cep_rcu_thread_ensure();
-	urcu_memb_read_lock();
+	if (!cep_rcu_qsbr)
+		urcu_memb_read_lock();
+	else if (cep_rcu_nesting == 0)
+		cep_rcu_qsbr_enter();
+	cep_rcu_nesting++;
 }
 
 static inline void cep_rcu_read_unlock(void)
 {
 	/* Reads in this section happen before any callback freeing their targets. */
 	cep_tsan_release(&cep_tsan_grace_period);
-	urcu_memb_read_unlock();
+	cep_rcu_nesting--;
+	if (!cep_rcu_qsbr)
+		urcu_memb_read_unlock();
+	else if (cep_rcu_nesting == 0)
+		cep_rcu_qsbr_leave();
 }
 
-/* Whether the calling thread is inside a read-side section (then it must
- * not wait for a grace period). */
+/* Whether the calling thread is inside a libcep read section (then it must
+ * not wait for a grace period). A QSBR worker between MADs is online but
+ * not inside one: it may wait (liburcu puts it offline meanwhile). */
 static inline int cep_rcu_read_ongoing(void)
 {
-	return urcu_memb_read_ongoing();
+	/* memb: also an application's own read side (cep_thread_register) */
+	return cep_rcu_nesting != 0 || (!cep_rcu_qsbr && urcu_memb_read_ongoing());
 }
 
 /* call_rcu with the TSan edge to the callback: @obj's last writes (and
@@ -59,5 +87,18 @@ void cep_rcu_barrier(void);
 
 /* The liburcu flavour libcep's indexes use (rculfhash needs it). */
 const struct rcu_flavor_struct *cep_rcu_flavor(void);
+
+/*
+ * Dispatcher workers (dispatch.c), both flavours; no-ops with urcu-memb.
+ * begin: on the worker thread before its loop (registers; QSBR: online for
+ * good). quiescent: between MADs, holding no pointer found under RCU
+ * without a reference. idle_begin/idle_end: around a sleep (QSBR: offline,
+ * so grace periods do not wait for a sleeping worker). end: before exit.
+ */
+void cep_rcu_worker_begin(void);
+void cep_rcu_worker_quiescent(void);
+void cep_rcu_worker_idle_begin(void);
+void cep_rcu_worker_idle_end(void);
+void cep_rcu_worker_end(void);
 
 #endif /* CEP_RCU_H */
