@@ -137,6 +137,7 @@ extern const char bench_cm_impl_names[];
 int bench_table(const struct bench_opts *o);
 int bench_connect(const struct bench_opts *o);
 int bench_dispatch(const struct bench_opts *o);
+int bench_dispatch_queues(const struct bench_opts *o); /* queue.c */
 int bench_scale(const struct bench_opts *o);
 
 #endif /* CEP_BENCH_H */

@@ -22,8 +22,10 @@ ROWS = {
     "connect": {"impl": str, "workers": int, "conns": int, "conn_per_s": NUM,
                 "rel_per_s": NUM, "mads_per_s": NUM, "p50_us": NUM, "p99_us": NUM,
                 "p999_us": NUM},
-    "dispatch": {"impl": str, "workers": int, "conns": int, "mads_per_s": NUM,
-                 "mads_per_s_min": NUM, "mads_per_s_max": NUM, "handled_ratio": NUM},
+    "dispatch": {"impl": str, "workers": int, "feeders": int, "conns": int, "mads_per_s": NUM,
+                 "mads_per_s_min": NUM, "mads_per_s_max": NUM, "handled_ratio": NUM,
+                 "feeder_cpu": NUM, "worker_cpu": NUM},
+    "dispatch-queue": {"impl": str, "producers": int, "mads_per_s": NUM, "x_ring": NUM},
     "scale": {"impl": str, "live_ceps": int, "bytes_per_cep": NUM, "heap_mib": NUM,
               "lookup_p50_us": NUM, "lookup_p99_us": NUM, "conn_per_s": NUM,
               "rel_per_s": NUM},
@@ -32,7 +34,7 @@ ROWS = {
 EXPECT = {
     "table": ("table", ("impl", "threads", "mix", "lookup")),
     "connect": ("connect", ("impl", "workers")),
-    "dispatch": ("dispatch", ("impl", "workers")),
+    "dispatch": ("dispatch", ("impl", "feeders", "workers")),
     "scale": ("scale", ("impl", "live_ceps")),
 }
 
@@ -120,9 +122,15 @@ def main():
         ratios = [json.loads(l) for l in lines if '"table-ratio"' in l]
         if len(ratios) != 2 * len(threads) * len(mixes):  # one per libcep index
             fail(f"{len(ratios)} ratio rows for {len(threads) * len(mixes)} cells")
-    if sub in ("connect", "dispatch"):
-        if {k[1] for k in seen} != {1, 2}:
-            fail(f"{sub} workers {sorted(k[1] for k in seen)}")
+    if sub == "connect" and {k[1] for k in seen} != {1, 2}:
+        fail(f"{sub} workers {sorted(k[1] for k in seen)}")
+    if sub == "dispatch":
+        if {(k[1], k[2]) for k in seen} != {(1, 1), (1, 2), (2, 1), (2, 2)}:
+            fail(f"dispatch feeders/workers {sorted(seen)}")
+        queues = {(r["impl"], r["producers"]) for r in map(json.loads, lines)
+                  if r["bench"] == "dispatch-queue"}
+        if queues != {(q, p) for q in ("ring", "ck_ring", "wfcqueue") for p in (1, 2)}:
+            fail(f"dispatch queue rows {sorted(queues)}")
     if sub in ("connect", "scale"):
         impls = {k[0] for k in seen}
         want = {"libcep-ck", "libcep-ck-presized"}
@@ -137,7 +145,7 @@ def main():
         for line in lines:
             row = json.loads(line)
             # every duplicate RTU reached the handler: none lost or unmatched
-            if row["handled_ratio"] < 0.999:
+            if row["bench"] == "dispatch" and row["handled_ratio"] < 0.999:
                 fail(f"dispatch MADs not handled: {row}")
     print(f"ok: {len(lines)} JSON lines, {len(seen)} {want_kind} rows")
 
