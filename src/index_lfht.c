@@ -189,7 +189,10 @@ static void lfht_maintain(struct cep_index *base)
 	b = atomic_load_explicit(&ix->buckets, memory_order_relaxed);
 	if (n > b)
 		want = pow2_at_least(n);
-	else if (n < b / 8 && b > ix->min)
+	/* A shrink waits for a grace period inside the resize. With QSBR a
+	 * worker blocked on a CM lock (online, silent) holds that up, and the
+	 * writer may hold the lock: shrink only with urcu-memb. */
+	else if (n < b / 8 && b > ix->min && !cep_rcu_qsbr)
 		want = pow2_at_least(2 * n) > ix->min ? pow2_at_least(2 * n) : ix->min;
 	else
 		return;

@@ -85,9 +85,12 @@ static void run(int index, const char *impl)
 		CHECK_EQ(cep_qp_destroy_begin(t, i, NULL), 0);
 		CHECK_EQ(cep_qp_unregister(t, i), 0);
 	}
-	check_index(t, CEP_TABLE_IX_COMM, impl, "shrunk");
-	check_index(t, CEP_TABLE_IX_REMOTE_ID, impl, "shrunk");
-	check_index(t, CEP_TABLE_IX_QPN, impl, "shrunk");
+	/* rculfhash shrinks only with urcu-memb (index_lfht.c says why). */
+	if (index == CEP_TABLE_INDEX_CK || !cep_rcu_qsbr) {
+		check_index(t, CEP_TABLE_IX_COMM, impl, "shrunk");
+		check_index(t, CEP_TABLE_IX_REMOTE_ID, impl, "shrunk");
+		check_index(t, CEP_TABLE_IX_QPN, impl, "shrunk");
+	}
 	for (uint32_t i = 0; i < N; i += 64) {
 		struct cep *x;
 
