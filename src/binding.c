@@ -36,7 +36,7 @@ void cep_qp_free_rcu(struct rcu_head *head)
 	struct cep_qp *qp = caa_container_of(head, struct cep_qp, rcu);
 
 	cep_rcu_callback_begin(qp);
-	free((char *)qp - qp->node_pre);
+	cep_obj_free(qp->table, CEP_OBJ_QP, qp);
 	cep_rcu_callback_end();
 }
 
@@ -53,17 +53,17 @@ CEP_EXPORT int cep_qp_register(struct cep_table *t, uint32_t qpn)
 
 	if (!t || qpn > 0xffffff)
 		return -EINVAL;
-	qp = cep_obj_alloc(t, sizeof(*qp));
+	qp = cep_obj_alloc(t, CEP_OBJ_QP);
 	if (!qp)
 		return -ENOMEM;
 	qp->key.a = qpn;
-	qp->node_pre = (uint8_t)t->node_pre;
+	qp->table = t;
 	atomic_init(&qp->binding, CEP_BINDING_INVALID);
 	cep_rcu_read_lock();
 	ret = cep_index_insert(t->qps, cep_hash_qpn(t, qpn), &qp->key, &got);
 	cep_rcu_read_unlock();
 	if (ret) {
-		cep_obj_free(t, qp); /* never published */
+		cep_obj_free(t, CEP_OBJ_QP, qp); /* never published */
 		return ret;
 	}
 	CEP_STAT_INC(t, qps_added);

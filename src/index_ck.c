@@ -106,20 +106,49 @@ struct ck_index {
 	struct ck_shard shard[];
 };
 
+/*
+ * What the set stores: the address of an entry's key struct with 16 bits
+ * of its hash in the top bits (x86-64 user addresses use 47), opaque to
+ * ck_rhs in OBJECT mode without its own pointer packing (off in Debian's
+ * build): it only hands them to the callbacks below. The compare callback
+ * then tells most other entries apart by the tag alone, without touching
+ * their objects (a cache miss each); a lookup passes its key tagged alike.
+ */
+#define TAG_SHIFT 48
+
+static uintptr_t tag_of(uint64_t h)
+{
+	return (uintptr_t)((h >> 24) & 0xffff) << TAG_SHIFT; /* not the slot or shard bits */
+}
+
+static void *tagged(const struct cep_ikey *k, uint64_t h)
+{
+	return (void *)((uintptr_t)k | tag_of(h));
+}
+
+static struct cep_ikey *untag(const void *p)
+{
+	return (struct cep_ikey *)((uintptr_t)p & (((uintptr_t)1 << TAG_SHIFT) - 1));
+}
+
 /* ck_rhs hands its seed to the hash callback: ours is the index. */
 static unsigned long ck_hash_cb(const void *entry, unsigned long seed)
 {
 	const struct ck_index *ix = (const struct ck_index *)(uintptr_t)seed;
 
-	return (unsigned long)ix->hash(entry, ix->hash_ctx);
+	return (unsigned long)ix->hash(untag(entry), ix->hash_ctx);
 }
 
 /* @stored: an entry in the set; @key: the lookup key, or the entry being
- * inserted or removed (both are struct cep_ikey). */
+ * inserted or removed (all tagged). */
 static bool ck_compare_cb(const void *stored, const void *key)
 {
-	cep_tsan_acquire(stored); /* pairs with the release before the put */
-	return cep_ikey_eq(stored, key);
+	const struct cep_ikey *s = untag(stored);
+
+	if (((uintptr_t)stored ^ (uintptr_t)key) >> TAG_SHIFT)
+		return false; /* different hashes: no need to read the entry */
+	cep_tsan_acquire(s); /* pairs with the release before the put */
+	return cep_ikey_eq(s, untag(key));
 }
 
 static size_t pow2_at_least(size_t n)
@@ -230,7 +259,8 @@ static void ck_destroy(struct cep_index *base)
 static struct cep_ikey *ck_lookup(struct cep_index *base, uint64_t h, const struct cep_ikey *k)
 {
 	struct ck_index *ix = (struct ck_index *)base;
-	struct cep_ikey *e = ck_rhs_get(&shard_set(shard_of(ix, h))->rhs, (unsigned long)h, k);
+	struct cep_ikey *e = untag(ck_rhs_get(&shard_set(shard_of(ix, h))->rhs, (unsigned long)h,
+					      tagged(k, h)));
 
 	if (e)
 		cep_tsan_acquire(e);
@@ -262,7 +292,7 @@ static int ck_insert(struct cep_index *base, uint64_t h, struct cep_ikey *k,
 
 	pthread_mutex_lock(&sh->lock);
 	s = atomic_load_explicit(&sh->set, memory_order_relaxed); /* ours under lock */
-	got = ck_rhs_get(&s->rhs, (unsigned long)h, k);
+	got = untag(ck_rhs_get(&s->rhs, (unsigned long)h, tagged(k, h)));
 	if (got) {
 		cep_tsan_acquire(got);
 		*existing = got;
@@ -270,7 +300,7 @@ static int ck_insert(struct cep_index *base, uint64_t h, struct cep_ikey *k,
 	} else {
 		map = s->rhs.map;
 		cep_tsan_release(k); /* publication: the entry's fields before readers */
-		if (!ck_rhs_put_unique(&s->rhs, (unsigned long)h, k)) {
+		if (!ck_rhs_put_unique(&s->rhs, (unsigned long)h, tagged(k, h))) {
 			ret = -ENOMEM; /* no duplicate (checked above): the grow failed */
 		} else {
 			atomic_store_explicit(&sh->count,
@@ -306,6 +336,7 @@ static void shard_shrink(struct ck_index *ix, struct ck_shard *sh, struct ck_set
 	while (ck_rhs_next(&s->rhs, &it, &e)) {
 		const void *map = ns->rhs.map;
 
+		/* e is stored tagged already */
 		if (!ck_rhs_put_unique(&ns->rhs, ck_hash_cb(e, (unsigned long)(uintptr_t)ix), e)) {
 			ck_rhs_destroy(&ns->rhs);
 			free(ns);
@@ -331,8 +362,8 @@ static int ck_remove(struct cep_index *base, uint64_t h, struct cep_ikey *k)
 	pthread_mutex_lock(&sh->lock);
 	s = atomic_load_explicit(&sh->set, memory_order_relaxed);
 	/* Remove @k itself, never another entry with an equal key. */
-	if (ck_rhs_get(&s->rhs, (unsigned long)h, k) == k &&
-	    ck_rhs_remove(&s->rhs, (unsigned long)h, k) == k) {
+	if (untag(ck_rhs_get(&s->rhs, (unsigned long)h, tagged(k, h))) == k &&
+	    untag(ck_rhs_remove(&s->rhs, (unsigned long)h, tagged(k, h))) == k) {
 		atomic_store_explicit(&sh->count,
 				      atomic_load_explicit(&sh->count, memory_order_relaxed) - 1,
 				      memory_order_relaxed);
@@ -366,7 +397,7 @@ static int ck_for_each(struct cep_index *base, void (*fn)(struct cep_ikey *k, vo
 		}
 		while (n < cap && ck_rhs_next(&atomic_load_explicit(&sh->set,
 				memory_order_relaxed)->rhs, &it, &e))
-			snap[n++] = e;
+			snap[n++] = untag(e);
 		pthread_mutex_unlock(&sh->lock);
 		for (size_t j = 0; j < n; j++) {
 			cep_tsan_acquire(snap[j]);

@@ -61,17 +61,29 @@ uint64_t cep_hash_qpn(const struct cep_table *t, uint32_t qpn)
 	return hash_qpn_key(&k, t);
 }
 
-void *cep_obj_alloc(const struct cep_table *t, size_t size)
+void *cep_obj_alloc(struct cep_table *t, int kind)
 {
-	char *p = calloc(1, t->node_pre + size);
+	char *p = cep_slab_alloc(&t->slab[kind]);
 
 	return p ? p + t->node_pre : NULL;
 }
 
-void cep_obj_free(const struct cep_table *t, void *obj)
+void cep_obj_free(struct cep_table *t, int kind, void *obj)
 {
 	if (obj)
-		free((char *)obj - t->node_pre);
+		cep_slab_free(&t->slab[kind], (char *)obj - t->node_pre);
+}
+
+size_t cep_table_obj_bytes(struct cep_table *t)
+{
+	size_t n = 0;
+
+	for (int k = 0; k < CEP_OBJ_KINDS; k++) {
+		pthread_mutex_lock(&t->slab[k].lock);
+		n += t->slab[k].bytes;
+		pthread_mutex_unlock(&t->slab[k].lock);
+	}
+	return n;
 }
 
 static __thread unsigned stat_slot = ~0u;
@@ -154,7 +166,7 @@ static void cep_free_rcu(struct rcu_head *head)
 	if (t->release)
 		t->release(cep, t->ctx);
 	CEP_STAT_INC(t, freed);
-	cep_obj_free(t, cep);
+	cep_obj_free(t, CEP_OBJ_CEP, cep);
 	cep_rcu_callback_end();
 }
 
@@ -222,7 +234,7 @@ CEP_EXPORT int cep_create(struct cep_table *t, const struct cep_create_attr *att
 		}
 		context = attr->context;
 	}
-	cep = cep_obj_alloc(t, sizeof(*cep));
+	cep = cep_obj_alloc(t, CEP_OBJ_CEP);
 	if (!cep)
 		return -ENOMEM;
 	cep->table = t;
@@ -259,7 +271,7 @@ CEP_EXPORT int cep_create(struct cep_table *t, const struct cep_create_attr *att
 		CEP_STAT_INC(t, collisions);
 	}
 	/* Never published: free at once, no reader can hold it; not counted. */
-	cep_obj_free(t, cep);
+	cep_obj_free(t, CEP_OBJ_CEP, cep);
 	return -EAGAIN;
 }
 
@@ -314,7 +326,7 @@ static void kentry_free_rcu(struct rcu_head *head)
 	struct cep_kentry *e = caa_container_of(head, struct cep_kentry, rcu);
 
 	cep_rcu_callback_begin(e);
-	free((char *)e - e->node_pre); /* not through e->cep: it may be gone */
+	cep_obj_free(e->table, CEP_OBJ_KENTRY, e); /* not through e->cep: it may be gone */
 	cep_rcu_callback_end();
 }
 
@@ -347,7 +359,7 @@ static int key_insert(struct cep *cep, int idx, uint64_t a, uint64_t b, struct c
 
 	if (existing)
 		*existing = NULL;
-	e = cep_obj_alloc(t, sizeof(*e));
+	e = cep_obj_alloc(t, CEP_OBJ_KENTRY);
 	if (!e) {
 		atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_NONE);
 		return -ENOMEM;
@@ -355,7 +367,7 @@ static int key_insert(struct cep *cep, int idx, uint64_t a, uint64_t b, struct c
 	e->key.a = a;
 	e->key.b = b;
 	e->cep = cep;
-	e->node_pre = (uint8_t)t->node_pre;
+	e->table = t;
 	h = hash_pair(&e->key, t);
 	cep->key[idx] = e; /* read by whoever takes PRESENT away (after our CAS) */
 	cep_rcu_read_lock();
@@ -369,7 +381,7 @@ static int key_insert(struct cep *cep, int idx, uint64_t a, uint64_t b, struct c
 		}
 		cep_rcu_read_unlock();
 		cep->key[idx] = NULL;
-		cep_obj_free(t, e); /* never published */
+		cep_obj_free(t, CEP_OBJ_KENTRY, e); /* never published */
 		/* Back to NONE unless a destroy made it GONE meanwhile. */
 		atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_NONE);
 		if (existing)
@@ -742,6 +754,9 @@ CEP_EXPORT int cep_table_create(const struct cep_table_attr *attr, struct cep_ta
 		return -EINVAL;
 	}
 	t->node_pre = t->index == &cep_index_lfht_ops ? CEP_INDEX_NODE_SIZE : 0;
+	cep_slab_init(&t->slab[CEP_OBJ_CEP], t->node_pre + sizeof(struct cep));
+	cep_slab_init(&t->slab[CEP_OBJ_KENTRY], t->node_pre + sizeof(struct cep_kentry));
+	cep_slab_init(&t->slab[CEP_OBJ_QP], t->node_pre + sizeof(struct cep_qp));
 	seed = ((uint64_t)random32() << 32) | random32();
 	t->hash_seed = seed;
 	if (attr) {
@@ -767,6 +782,8 @@ CEP_EXPORT int cep_table_create(const struct cep_table_attr *attr, struct cep_ta
 	}
 	if (ret) {
 		table_free_indexes(t);
+		for (int k = 0; k < CEP_OBJ_KINDS; k++)
+			cep_slab_fini(&t->slab[k]);
 		pthread_mutex_destroy(&t->listen_lock);
 		free(t);
 		return ret;
@@ -821,6 +838,8 @@ CEP_EXPORT int cep_table_destroy(struct cep_table *t)
 		return -EBUSY; /* never free under a holder; the table stays */
 	}
 	table_free_indexes(t);
+	for (int k = 0; k < CEP_OBJ_KINDS; k++)
+		cep_slab_fini(&t->slab[k]);
 	free(atomic_load(&t->masks));
 	pthread_mutex_destroy(&t->listen_lock);
 	free(t);

@@ -17,6 +17,7 @@
 
 #include "index.h"
 #include "rcu.h"
+#include "slab.h"
 #include "yield.h"
 
 /* cep.state */
@@ -57,8 +58,8 @@ enum { IDX_REMOTE_ID, IDX_REMOTE_QPN, IDX_LISTEN, IDX_NKEYS };
 struct cep_kentry {
 	struct cep_ikey key;       /* written before publication, then const */
 	struct cep *cep;           /* const */
+	struct cep_table *table;   /* const: its RCU free may follow the CEP's */
 	struct rcu_head rcu;
-	uint8_t node_pre;          /* const: its allocation starts that far before */
 };
 
 struct cep {
@@ -81,9 +82,12 @@ struct cep {
 struct cep_qp {
 	struct cep_ikey key;         /* .a: qpn; const */
 	_Atomic uint32_t binding;    /* INVALID / RESERVED / cid */
-	uint8_t node_pre;            /* const: its allocation starts that far before */
+	struct cep_table *table;     /* const */
 	struct rcu_head rcu;
 };
+
+/* Kinds of indexed objects, each from its own cache (slab.h). */
+enum { CEP_OBJ_CEP, CEP_OBJ_KENTRY, CEP_OBJ_QP, CEP_OBJ_KINDS };
 
 /* Statistics, sharded so that hot paths on different threads do not share
  * a cache line; relaxed increments, summed on read. */
@@ -110,6 +114,7 @@ struct cep_table {
 	struct cep_index *keys[IDX_NKEYS]; /* -> cep_kentry.key */
 	const struct cep_index_ops *index; /* the implementation of all five */
 	size_t node_pre;             /* bytes before each indexed object (rculfhash node) */
+	struct cep_slab slab[CEP_OBJ_KINDS]; /* indexed objects, by kind */
 	uint64_t hash_seed;          /* random: peers cannot aim at one bucket */
 	cep_teardown_fn teardown;
 	cep_release_fn release;
@@ -140,11 +145,13 @@ void cep_qp_free_rcu(struct rcu_head *head);
 /* binding.c: RCU lookup of a QP record. Caller holds the read lock. */
 struct cep_qp *cep_qp_find(struct cep_table *t, uint32_t qpn);
 
-/* table.c: an indexed object of @size bytes (zeroed), with room before it
+/* table.c: an indexed object of one kind (zeroed), with room before it
  * for the index's node; freed by cep_obj_free (after a grace period if it
- * was ever published). */
-void *cep_obj_alloc(const struct cep_table *t, size_t size);
-void cep_obj_free(const struct cep_table *t, void *obj);
+ * was ever published). Any thread. */
+void *cep_obj_alloc(struct cep_table *t, int kind);
+void cep_obj_free(struct cep_table *t, int kind, void *obj);
+/* Bytes the table's object caches hold (statistics). */
+size_t cep_table_obj_bytes(struct cep_table *t);
 
 /* table.c: index hashes (the functions each index was created with). */
 uint64_t cep_hash_qpn(const struct cep_table *t, uint32_t qpn);
