@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include <ck_rhs.h>
 
@@ -34,18 +35,67 @@
 #define DEFAULT_SHARDS 16
 #define MIN_SLOTS 16
 
-/* ---- maps from malloc, freed after a grace period when deferred ------- */
+/* ---- maps, freed after a grace period when deferred ------------------- */
+
+/*
+ * A map of 2 MiB or more gets its own mapping, placed so that its slot
+ * array starts on a 2 MiB boundary and advised MADV_HUGEPAGE: a lookup then
+ * costs a cache miss on the slot, not a page walk too. ck_rhs asks for
+ * sizeof(struct ck_rhs_map) + 16 * slots + 63 bytes and puts the slots at
+ * the first 64-byte boundary after the struct (ck_rhs_map_create), so the
+ * struct's size is what is left once the largest power-of-2 slot array is
+ * taken out. Smaller maps come from malloc.
+ */
+#define HUGE (2ul << 20)
+#define DESC 16 /* sizeof(struct ck_rhs_entry_desc) in ck 0.7 (not read-mostly) */
 
 struct ck_block {
 	struct rcu_head rcu;
-	max_align_t data[]; /* what ck sees */
+	void *base;          /* the mapping, or NULL: malloc'd */
+	size_t len;
+	max_align_t data[];  /* what ck sees */
 };
 
 static void *ckb_malloc(size_t size)
 {
-	struct ck_block *b = malloc(sizeof(*b) + size);
+	struct ck_block *b;
+	size_t slots = 1, hdr, len;
+	char *base, *a, *end;
 
-	return b ? b->data : NULL;
+	if (size < HUGE + 4096) {
+		b = malloc(sizeof(*b) + size);
+		if (!b)
+			return NULL;
+		b->base = NULL;
+		return b->data;
+	}
+	while (slots * 2 * DESC <= size - 63)
+		slots <<= 1;
+	hdr = size - 63 - slots * DESC;
+	len = sizeof(*b) + size + 2 * HUGE;
+	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (base == MAP_FAILED)
+		return NULL;
+	/* a: the slots' 2 MiB boundary, with room for the header before it */
+	a = (char *)(((uintptr_t)base + sizeof(*b) + hdr + HUGE - 1) & ~(HUGE - 1));
+	b = (struct ck_block *)(a - hdr - sizeof(*b));
+	end = (char *)b->data + size;
+	b->base = (char *)((uintptr_t)b & ~(uintptr_t)4095);
+	b->len = (size_t)(((uintptr_t)end + 4095) & ~(uintptr_t)4095) - (uintptr_t)b->base;
+	if ((char *)b->base > base)
+		munmap(base, (size_t)((char *)b->base - base));
+	if (base + len > (char *)b->base + b->len)
+		munmap((char *)b->base + b->len, (size_t)(base + len - ((char *)b->base + b->len)));
+	(void)madvise(a, slots * DESC, MADV_HUGEPAGE); /* a hint; ignored without THP */
+	return b->data;
+}
+
+static void ckb_release(struct ck_block *b)
+{
+	if (b->base)
+		munmap(b->base, b->len);
+	else
+		free(b);
 }
 
 static void ckb_free_rcu(struct rcu_head *head)
@@ -53,7 +103,7 @@ static void ckb_free_rcu(struct rcu_head *head)
 	struct ck_block *b = caa_container_of(head, struct ck_block, rcu);
 
 	cep_rcu_callback_begin(b);
-	free(b);
+	ckb_release(b);
 	cep_rcu_callback_end();
 }
 
@@ -70,7 +120,7 @@ static void ckb_free(void *p, size_t size, bool defer)
 	if (defer)
 		cep_call_rcu(&b->rcu, b, ckb_free_rcu);
 	else
-		free(b);
+		ckb_release(b);
 }
 
 static void *ckb_realloc(void *p, size_t old, size_t size, bool defer)
