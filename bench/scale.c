@@ -3,7 +3,8 @@
  * cep-bench scale: live connections from 1,000 up to 1,000,000 between two
  * simulated nodes, a fresh pair of nodes per size. At each size: heap bytes
  * per CEP from glibc's own accounting (mallinfo2: in-use arena bytes plus
- * mmapped blocks, growth from the empty nodes to the live ones, divided by
+ * mmapped blocks) plus libcep's own mappings (its object caches and big
+ * index maps), growth from the empty nodes to the live ones, divided by
  * the CEPs of both nodes), the whole heap of both nodes (growth from before
  * they were created: rings, tables, CEPs; the bench's own arrays excluded),
  * comm-ID lookup latency on node A's table (every lookup timed), and the connect and release rates of a further storm of
@@ -19,6 +20,7 @@
 #include <cep/table.h>
 
 #include "bench.h"
+#include "slab.h" /* cep_mapped_bytes */
 #include "storm.h"
 
 struct scale_row {
@@ -30,11 +32,14 @@ struct scale_row {
 	double p50[1000], p99[1000], rate[1000], rel[1000];
 };
 
+/* malloc's in-use bytes plus libcep's own mappings (object caches, big
+ * index maps: src/slab.h), which mallinfo2 does not see. */
 static uint64_t heap_in_use(void)
 {
 	struct mallinfo2 mi = mallinfo2();
 
-	return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+	return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd +
+	       atomic_load_explicit(&cep_mapped_bytes, memory_order_relaxed);
 }
 
 /* Time @n lookups of random live comm IDs on node A, each one. */

@@ -28,6 +28,7 @@
 
 #include "index.h"
 #include "rcu.h"
+#include "slab.h"
 
 #ifndef CEP_CK_LOAD_PCT
 #define CEP_CK_LOAD_PCT 50 /* entries per slot before a shard grows, in % */
@@ -87,14 +88,16 @@ static void *ckb_malloc(size_t size)
 	if (base + len > (char *)b->base + b->len)
 		munmap((char *)b->base + b->len, (size_t)(base + len - ((char *)b->base + b->len)));
 	(void)madvise(a, slots * DESC, MADV_HUGEPAGE); /* a hint; ignored without THP */
+	atomic_fetch_add_explicit(&cep_mapped_bytes, b->len, memory_order_relaxed);
 	return b->data;
 }
 
 static void ckb_release(struct ck_block *b)
 {
-	if (b->base)
+	if (b->base) {
+		atomic_fetch_sub_explicit(&cep_mapped_bytes, b->len, memory_order_relaxed);
 		munmap(b->base, b->len);
-	else
+	} else
 		free(b);
 }
 

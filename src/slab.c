@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Object caches for indexed objects; see slab.h. A chunk is 2 MiB, aligned
- * to 2 MiB and advised MADV_HUGEPAGE (a hint: with transparent huge pages
- * off the chunk is ordinary memory). Objects never straddle chunks.
+ * Object caches for indexed objects; see slab.h. Chunks grow from 64 KiB to
+ * 2 MiB; a 2 MiB one is aligned to 2 MiB and advised MADV_HUGEPAGE (a hint:
+ * with transparent huge pages off it is ordinary memory). Objects never
+ * straddle chunks.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -14,6 +15,9 @@
 #include "tsan.h"
 
 #define CHUNK (2u << 20)
+#define FIRST_CHUNK (64u << 10) /* then 128, 256, 512 KiB, 1 MiB, then 2 MiB each */
+
+_Atomic size_t cep_mapped_bytes;
 
 #if defined(CEP_UNDER_TSAN) || defined(__SANITIZE_ADDRESS__)
 #define SLAB_MALLOC 1
@@ -50,26 +54,37 @@ void cep_slab_free(struct cep_slab *s, void *obj)
 
 #else
 
-/* A 2 MiB-aligned chunk: map 4 MiB, keep the aligned 2 MiB in it. */
-static char *chunk_map(void)
+/* A chunk of @len bytes; a 2 MiB one is 2 MiB-aligned (map 4 MiB, keep
+ * the aligned 2 MiB in it) and advised for huge pages. */
+static char *chunk_map(size_t len)
 {
-	char *p = mmap(NULL, 2 * CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	char *a;
+	char *p, *a;
 
-	if (p == MAP_FAILED)
-		return NULL;
-	a = (char *)(((uintptr_t)p + CHUNK - 1) & ~((uintptr_t)CHUNK - 1));
-	if (a > p)
-		munmap(p, (size_t)(a - p));
-	munmap(a + CHUNK, (size_t)(p + 2 * CHUNK - (a + CHUNK)));
-	(void)madvise(a, CHUNK, MADV_HUGEPAGE); /* a hint; ignored without THP */
+	if (len < CHUNK) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		a = p == MAP_FAILED ? NULL : p;
+	} else {
+		p = mmap(NULL, 2 * CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return NULL;
+		a = (char *)(((uintptr_t)p + CHUNK - 1) & ~((uintptr_t)CHUNK - 1));
+		if (a > p)
+			munmap(p, (size_t)(a - p));
+		munmap(a + CHUNK, (size_t)(p + 2 * CHUNK - (a + CHUNK)));
+		(void)madvise(a, CHUNK, MADV_HUGEPAGE); /* a hint; ignored without THP */
+	}
+	if (a)
+		atomic_fetch_add_explicit(&cep_mapped_bytes, len, memory_order_relaxed);
 	return a;
 }
 
 void cep_slab_fini(struct cep_slab *s)
 {
-	for (size_t i = 0; i < s->nchunks; i++)
-		munmap(s->chunks[i], CHUNK);
+	for (size_t i = 0; i < s->nchunks; i++) {
+		munmap(s->chunks[i].p, s->chunks[i].len);
+		atomic_fetch_sub_explicit(&cep_mapped_bytes, s->chunks[i].len,
+					  memory_order_relaxed);
+	}
 	free(s->chunks);
 	pthread_mutex_destroy(&s->lock);
 }
@@ -84,11 +99,13 @@ void *cep_slab_alloc(struct cep_slab *s)
 		memcpy(&s->free, obj, sizeof(void *));
 	} else {
 		if (s->bump + s->size > s->end) {
+			/* 64 KiB, doubling: small tables stay small */
+			size_t len = s->nchunks < 5 ? (size_t)FIRST_CHUNK << s->nchunks : CHUNK;
 			char *c;
 
 			if (s->nchunks == s->cap) {
 				size_t cap = s->cap ? 2 * s->cap : 16;
-				void **n = realloc(s->chunks, cap * sizeof(*n));
+				struct cep_slab_chunk *n = realloc(s->chunks, cap * sizeof(*n));
 
 				if (!n) {
 					pthread_mutex_unlock(&s->lock);
@@ -97,15 +114,16 @@ void *cep_slab_alloc(struct cep_slab *s)
 				s->chunks = n;
 				s->cap = cap;
 			}
-			c = chunk_map();
+			c = chunk_map(len);
 			if (!c) {
 				pthread_mutex_unlock(&s->lock);
 				return NULL;
 			}
-			s->chunks[s->nchunks++] = c;
-			s->bytes += CHUNK;
+			s->chunks[s->nchunks].p = c;
+			s->chunks[s->nchunks++].len = len;
+			s->bytes += len;
 			s->bump = c;
-			s->end = c + CHUNK;
+			s->end = c + len;
 		}
 		obj = s->bump;
 		s->bump += s->size;

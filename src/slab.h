@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Fixed-size object caches for what the table indexes (CEPs, key entries,
- * QP records): objects carved from 2 MiB chunks the kernel may back with
- * huge pages, so a lookup in a million-entry table costs cache misses, not
- * page walks as well; a freed object is reused by the next allocation of
- * its cache. Memory goes back to the system when the table is destroyed.
+ * QP records): objects carved from chunks that double from 64 KiB up to
+ * 2 MiB, the big ones aligned and advised so the kernel may back them with
+ * huge pages: a lookup in a million-entry table then costs cache misses,
+ * not page walks as well. A freed object is reused by the next allocation
+ * of its cache; memory goes back to the system when the table is destroyed.
  * In sanitizer builds every object is its own malloc, so ASan, LSan and
  * TSan see each one's life.
  *
@@ -15,14 +16,22 @@
 #define CEP_SLAB_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
+
+/* Bytes libcep holds in mappings of its own (object caches, big index
+ * maps), which malloc's statistics do not see. Relaxed: statistics only. */
+extern _Atomic size_t cep_mapped_bytes;
 
 struct cep_slab {
 	pthread_mutex_t lock;
 	size_t size;         /* object size, a multiple of 16 */
 	void *free;          /* free objects, linked through their first word */
 	char *bump, *end;    /* the rest of the newest chunk */
-	void **chunks;       /* every chunk, for fini */
+	struct cep_slab_chunk {
+		void *p;
+		size_t len;
+	} *chunks;           /* every chunk, for fini */
 	size_t nchunks, cap;
 	size_t bytes;        /* chunk bytes held (statistics) */
 };
