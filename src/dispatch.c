@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "dispatch.h"
+#include "rcu.h"
 
 struct slot {
 	_Atomic size_t seq;  /* == pos: free for producer pos; pos+1: full */
@@ -182,6 +183,9 @@ static void *worker_main(void *arg)
 
 	self_d = d;
 	self_idx = (int)w->idx;
+	/* urcu-qsbr (CEP_RCU=qsbr): online for good, quiescent between
+	 * batches, offline asleep; no-ops with urcu-memb (rcu.h). */
+	cep_rcu_worker_begin();
 	if (d->attr.ops.thread_start)
 		d->attr.ops.thread_start(d->attr.ctx, w->idx);
 	w->now = cep_now_ms();
@@ -204,6 +208,9 @@ static void *worker_main(void *arg)
 				atomic_fetch_add_explicit(&w->st_timers, f, memory_order_relaxed);
 			n += f;
 		}
+		/* Between batches the worker holds nothing it found under RCU
+		 * without a reference. */
+		cep_rcu_worker_quiescent();
 		if (n) {
 			idle = 0;
 			continue;
@@ -231,15 +238,18 @@ static void *worker_main(void *arg)
 				ts.tv_sec++;
 				ts.tv_nsec -= 1000000000L;
 			}
+			cep_rcu_worker_idle_begin(); /* grace periods do not wait for a sleeper */
 			pthread_mutex_lock(&w->mtx);
 			if (!w->wake)
 				pthread_cond_timedwait(&w->cv, &w->mtx, &ts);
 			w->wake = 0;
 			pthread_mutex_unlock(&w->mtx);
+			cep_rcu_worker_idle_end();
 		}
 		atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
 		idle = 0;
 	}
+	cep_rcu_worker_end();
 	self_d = NULL;
 	self_idx = -1;
 	return NULL;
