@@ -10,14 +10,58 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
+#include "rcu.h" /* cep_rcu_qsbr: this process's flavour */
 #include "storm.h"
 
 struct connect_rep {
 	double est_per_s, rel_per_s, mads_per_s, p50, p99, p999;
 	uint32_t failed;
 };
+
+static double json_field(const char *line, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(line, pat);
+	return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+/* The RCU flavour is process-wide (rcu.h): a configuration of the other
+ * flavour runs as a child process, one repetition at a time, so it still
+ * alternates with the others. */
+static int connect_child(const struct bench_opts *o, const struct bench_cm_cfg *cfg,
+			 unsigned workers, uint32_t n, struct connect_rep *r)
+{
+	char cmd[512], line[2048];
+	FILE *f;
+	int ret = -EPROTO;
+
+	snprintf(cmd, sizeof(cmd), "CEP_RCU=%s /proc/%d/exe connect --impl %s --threads %u "
+		 "--reps 1 --conns %u --window %d --json --quiet", cfg->qsbr ? "qsbr" : "memb",
+		 (int)getpid(), cfg->name, workers, n, o->window);
+	f = popen(cmd, "r");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "\"bench\": \"connect\"")) {
+			r->est_per_s = json_field(line, "conn_per_s");
+			r->rel_per_s = json_field(line, "rel_per_s");
+			r->mads_per_s = json_field(line, "mads_per_s");
+			r->p50 = json_field(line, "p50_us");
+			r->p99 = json_field(line, "p99_us");
+			r->p999 = json_field(line, "p999_us");
+			r->failed = 0;
+			ret = 0;
+		}
+	if (pclose(f) != 0)
+		ret = -EPROTO;
+	return ret;
+}
 
 static int connect_once(const struct bench_opts *o, const struct bench_cm_cfg *cfg,
 			unsigned workers, uint32_t n, struct connect_rep *r)
@@ -30,6 +74,9 @@ static int connect_once(const struct bench_opts *o, const struct bench_cm_cfg *c
 	struct storm *s;
 	int ret;
 
+	(void)cep_rcu_flavor(); /* decides this process's flavour */
+	if (cfg->qsbr != cep_rcu_qsbr)
+		return connect_child(o, cfg, workers, n, r);
 	memset(&est, 0, sizeof(est));
 	memset(&rel, 0, sizeof(rel));
 	ret = bench_samples_init(&est.lat, n);
@@ -70,7 +117,7 @@ int bench_connect(const struct bench_opts *o)
 	size_t ncell;
 
 	nimpl = bench_cm_impls(o, "libcep-ck,libcep-ck-presized,libcep-rculfhash,"
-			       "libcep-rculfhash-presized", cfg);
+			       "libcep-rculfhash-presized,libcep-ck-qsbr", cfg);
 	if (nimpl < 0) {
 		fprintf(stderr, "cep-bench: connect: --impl takes %s\n", bench_cm_impl_names);
 		return 2;

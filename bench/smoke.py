@@ -135,7 +135,7 @@ def main():
         impls = {k[0] for k in seen}
         want = {"libcep-ck", "libcep-ck-presized"}
         if sub == "connect":
-            want |= {"libcep-rculfhash", "libcep-rculfhash-presized"}
+            want |= {"libcep-rculfhash", "libcep-rculfhash-presized", "libcep-ck-qsbr"}
         if impls != want:
             fail(f"{sub} impls {sorted(impls)}")
     if sub == "scale":
