@@ -139,5 +139,6 @@ int bench_connect(const struct bench_opts *o);
 int bench_dispatch(const struct bench_opts *o);
 int bench_dispatch_queues(const struct bench_opts *o); /* queue.c */
 int bench_scale(const struct bench_opts *o);
+int bench_memlat(const struct bench_opts *o);
 
 #endif /* CEP_BENCH_H */

@@ -27,6 +27,7 @@ static void usage(FILE *f)
 		"  connect   connection storms through the CM on the in-process fabric\n"
 		"  dispatch  MADs/s through receive -> queue -> worker -> lookup -> handler\n"
 		"  scale     bytes per CEP, lookup latency and connect rate vs live CEPs\n"
+		"  memlat    the machine's dependent-load latency vs working set (4K / huge pages)\n"
 		"options:\n"
 		"  --json              one JSON object per line on stdout instead of a table\n"
 		"  --reps N            repetitions per row (median reported; default 5)\n"
@@ -248,6 +249,8 @@ bad:
 		return bench_dispatch(&o);
 	if (!strcmp(cmd, "scale"))
 		return bench_scale(&o);
+	if (!strcmp(cmd, "memlat"))
+		return bench_memlat(&o);
 	fprintf(stderr, "cep-bench: unknown subcommand '%s'\n", cmd);
 	usage(stderr);
 	return 2;

@@ -26,6 +26,7 @@ ROWS = {
                  "mads_per_s_min": NUM, "mads_per_s_max": NUM, "handled_ratio": NUM,
                  "feeder_cpu": NUM, "worker_cpu": NUM},
     "dispatch-queue": {"impl": str, "producers": int, "mads_per_s": NUM, "x_ring": NUM},
+    "memlat": {"mib": int, "ns_4k": NUM, "ns_huge": NUM},
     "scale": {"impl": str, "live_ceps": int, "bytes_per_cep": NUM, "heap_mib": NUM,
               "lookup_p50_us": NUM, "lookup_p99_us": NUM, "conn_per_s": NUM,
               "rel_per_s": NUM},
@@ -36,6 +37,7 @@ EXPECT = {
     "connect": ("connect", ("impl", "workers")),
     "dispatch": ("dispatch", ("impl", "feeders", "workers")),
     "scale": ("scale", ("impl", "live_ceps")),
+    "memlat": ("memlat", ("mib",)),
 }
 
 
