@@ -25,16 +25,15 @@ __thread unsigned cep_rcu_nesting;
 
 static pthread_key_t rcu_key;
 static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
-/* Per thread, only read and written by its own thread: no race. */
-static __thread bool rcu_registered;
+__thread bool cep_rcu_registered;
 static __thread bool rcu_worker;   /* QSBR: a dispatcher worker, online for good */
 
 static void rcu_thread_exit(void *arg)
 {
 	(void)arg;
-	if (!rcu_registered)
+	if (!cep_rcu_registered)
 		return;
-	rcu_registered = false;
+	cep_rcu_registered = false;
 	if (!cep_rcu_qsbr) {
 		urcu_memb_unregister_thread();
 		return;
@@ -55,10 +54,8 @@ static void rcu_init(void)
 	(void)pthread_key_create(&rcu_key, rcu_thread_exit);
 }
 
-void cep_rcu_thread_ensure(void)
+void cep_rcu_thread_register_slow(void)
 {
-	if (__builtin_expect(rcu_registered, 1))
-		return;
 	pthread_once(&rcu_once, rcu_init);
 	if (cep_rcu_qsbr) {
 		cep_qsbr_register(); /* registers online */
@@ -67,9 +64,9 @@ void cep_rcu_thread_ensure(void)
 	} else {
 		urcu_memb_register_thread();
 	}
-	rcu_registered = true;
+	cep_rcu_registered = true;
 	/* Non-NULL value so the destructor runs at thread exit. */
-	(void)pthread_setspecific(rcu_key, &rcu_registered);
+	(void)pthread_setspecific(rcu_key, &cep_rcu_registered);
 }
 
 void cep_rcu_qsbr_enter(void)
@@ -129,7 +126,7 @@ void cep_rcu_worker_begin(void)
 	pthread_once(&rcu_once, rcu_init);
 	if (!cep_rcu_qsbr)
 		return;
-	if (rcu_registered && !rcu_worker)
+	if (cep_rcu_registered && !rcu_worker)
 		cep_qsbr_online(); /* registered earlier, offline */
 	rcu_worker = true;
 	cep_rcu_thread_ensure();

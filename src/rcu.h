@@ -26,9 +26,17 @@ extern bool cep_rcu_qsbr;
 /* Per thread: libcep read sections entered and not left (both flavours). */
 extern __thread unsigned cep_rcu_nesting;
 
+/* Per thread, only read and written by its own thread. */
+extern __thread bool cep_rcu_registered;
+void cep_rcu_thread_register_slow(void);
+
 /* Register the calling thread with the flavour if it is not yet (cheap
  * thread-local test); it is unregistered at thread exit. */
-void cep_rcu_thread_ensure(void);
+static inline void cep_rcu_thread_ensure(void)
+{
+	if (__builtin_expect(!cep_rcu_registered, 0))
+		cep_rcu_thread_register_slow();
+}
 
 /* QSBR, outside dispatcher workers: online for the outermost section. */
 void cep_rcu_qsbr_enter(void);
