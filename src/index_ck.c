@@ -160,18 +160,30 @@ struct ck_index {
 };
 
 /*
- * What the set stores: the address of an entry's key struct with 16 bits
- * of its hash in the top bits (x86-64 user addresses use 47), opaque to
- * ck_rhs in OBJECT mode without its own pointer packing (off in Debian's
- * build): it only hands them to the callbacks below. The compare callback
- * then tells most other entries apart by the tag alone, without touching
- * their objects (a cache miss each); a lookup passes its key tagged alike.
+ * What the set stores: the address of an entry's key struct with 21 bits
+ * of its hash in bits it does not use (x86-64 user addresses are below
+ * 2^47 and key structs are 16-byte aligned): the hash's low 17 bits in bits
+ * 47-63, 4 more (40-43) in bits 0-3. ck_rhs in OBJECT mode without its own
+ * pointer packing (off in Debian's build) treats entries as opaque and only
+ * hands them to the callbacks below, so:
+ * - the compare callback tells almost every other entry apart by the tag,
+ *   without reading it (a cache miss each); a lookup's key is tagged alike;
+ * - the hash callback, which ck calls only to rehash into a map of a given
+ *   capacity and uses only modulo it (ck_rhs_grow), answers from the tag
+ *   while that capacity is at most 2^17 slots, without reading the entry.
  */
-#define TAG_SHIFT 48
+#define HI_SHIFT 47
+#define HI_BITS 17
+#define LO_MASK ((uintptr_t)0xf)
+#define ADDR_MASK ((((uintptr_t)1 << HI_SHIFT) - 1) & ~LO_MASK)
+
+/* The capacity the map being built (or grown into) may reach, in bits:
+ * set under the shard's lock before every call that may rehash. */
+static __thread unsigned ck_rehash_bits;
 
 static uintptr_t tag_of(uint64_t h)
 {
-	return (uintptr_t)((h >> 24) & 0xffff) << TAG_SHIFT; /* not the slot or shard bits */
+	return (uintptr_t)(h & ((1u << HI_BITS) - 1)) << HI_SHIFT | ((uintptr_t)(h >> 40) & LO_MASK);
 }
 
 static void *tagged(const struct cep_ikey *k, uint64_t h)
@@ -181,7 +193,7 @@ static void *tagged(const struct cep_ikey *k, uint64_t h)
 
 static struct cep_ikey *untag(const void *p)
 {
-	return (struct cep_ikey *)((uintptr_t)p & (((uintptr_t)1 << TAG_SHIFT) - 1));
+	return (struct cep_ikey *)((uintptr_t)p & ADDR_MASK);
 }
 
 /* ck_rhs hands its seed to the hash callback: ours is the index. */
@@ -189,6 +201,8 @@ static unsigned long ck_hash_cb(const void *entry, unsigned long seed)
 {
 	const struct ck_index *ix = (const struct ck_index *)(uintptr_t)seed;
 
+	if (ck_rehash_bits <= HI_BITS)
+		return (unsigned long)((uintptr_t)entry >> HI_SHIFT); /* the hash's low bits */
 	return (unsigned long)ix->hash(untag(entry), ix->hash_ctx);
 }
 
@@ -198,10 +212,21 @@ static bool ck_compare_cb(const void *stored, const void *key)
 {
 	const struct cep_ikey *s = untag(stored);
 
-	if (((uintptr_t)stored ^ (uintptr_t)key) >> TAG_SHIFT)
+	if (((uintptr_t)stored ^ (uintptr_t)key) & ~ADDR_MASK)
 		return false; /* different hashes: no need to read the entry */
 	cep_tsan_acquire(s); /* pairs with the release before the put */
 	return cep_ikey_eq(s, untag(key));
+}
+
+/* Under the shard's lock, before a call that may rehash into a map of up
+ * to @slots slots (ck doubles by itself on a probe overflow: allow for 4x). */
+static void rehash_limit(size_t slots)
+{
+	unsigned b = 0;
+
+	while (((size_t)1 << b) < slots)
+		b++;
+	ck_rehash_bits = b + 2;
 }
 
 static size_t pow2_at_least(size_t n)
@@ -343,6 +368,8 @@ static int ck_insert(struct cep_index *base, uint64_t h, struct cep_ikey *k,
 	const void *map;
 	int ret = 0;
 
+	if ((uintptr_t)k & ~ADDR_MASK)
+		return -EOVERFLOW; /* never with Linux's default address space */
 	pthread_mutex_lock(&sh->lock);
 	s = atomic_load_explicit(&sh->set, memory_order_relaxed); /* ours under lock */
 	got = untag(ck_rhs_get(&s->rhs, (unsigned long)h, tagged(k, h)));
@@ -353,6 +380,7 @@ static int ck_insert(struct cep_index *base, uint64_t h, struct cep_ikey *k,
 	} else {
 		map = s->rhs.map;
 		cep_tsan_release(k); /* publication: the entry's fields before readers */
+		rehash_limit(sh->slots * 2); /* put may grow, shard_grow grows x2 */
 		if (!ck_rhs_put_unique(&s->rhs, (unsigned long)h, tagged(k, h))) {
 			ret = -ENOMEM; /* no duplicate (checked above): the grow failed */
 		} else {
@@ -386,6 +414,7 @@ static void shard_shrink(struct ck_index *ix, struct ck_shard *sh, struct ck_set
 	ns = set_new(ix, want);
 	if (!ns)
 		return; /* keep the big one: slower to walk, never wrong */
+	rehash_limit(want);
 	while (ck_rhs_next(&s->rhs, &it, &e)) {
 		const void *map = ns->rhs.map;
 
@@ -414,6 +443,7 @@ static int ck_remove(struct cep_index *base, uint64_t h, struct cep_ikey *k)
 
 	pthread_mutex_lock(&sh->lock);
 	s = atomic_load_explicit(&sh->set, memory_order_relaxed);
+	rehash_limit(sh->slots); /* a shrink rebuilds smaller */
 	/* Remove @k itself, never another entry with an equal key. */
 	if (untag(ck_rhs_get(&s->rhs, (unsigned long)h, tagged(k, h))) == k &&
 	    untag(ck_rhs_remove(&s->rhs, (unsigned long)h, tagged(k, h))) == k) {
