@@ -25,24 +25,33 @@ struct slot {
 	uint8_t mad[CEP_MAD_SIZE];
 };
 
+/* Fields by writer, a cache line each: producers (any thread posting),
+ * the worker, and read-mostly ones; a line written by both sides would
+ * move between their CPUs on every MAD. */
 struct worker {
+	/* read-mostly */
 	struct cep_dispatch *d;
 	unsigned idx;
 	pthread_t thread;
 	struct slot *ring;
 	size_t mask;
-	_Atomic size_t tail;              /* producers' claim counter */
-	size_t head;                      /* consumer only */
-	struct cep_work *_Atomic works;   /* Treiber stack */
-	_Atomic int sleeping;
+	/* producers */
+	_Alignas(64) _Atomic size_t tail;  /* claim counter */
+	_Atomic uint64_t posted;           /* items in (quiesce, sleep check) */
+	struct cep_work *_Atomic works;    /* Treiber stack */
+	_Atomic uint64_t st_full;
+	/* read by producers on every post, written by the worker to sleep */
+	_Alignas(64) _Atomic int sleeping;
+	/* the worker */
+	_Alignas(64) size_t head;          /* consumer only */
+	_Atomic uint64_t done;             /* items out (quiesce) */
+	_Atomic int in_timers;             /* firing timers now (quiesce) */
+	_Atomic uint64_t st_mads, st_works, st_timers, st_sleeps;
 	pthread_mutex_t mtx;
 	pthread_cond_t cv;
-	int wake;                         /* under mtx */
-	_Atomic uint64_t posted, done;    /* items in and out (quiesce) */
-	_Atomic int in_timers;            /* firing timers now (quiesce) */
-	_Atomic uint64_t st_mads, st_works, st_full, st_timers, st_sleeps;
-	struct cep_wheel wheel;           /* worker thread only */
-	uint64_t now;                     /* worker thread only */
+	int wake;                          /* under mtx */
+	struct cep_wheel wheel;            /* worker thread only */
+	uint64_t now;                      /* worker thread only */
 } __attribute__((aligned(64)));
 
 struct cep_dispatch {
@@ -140,10 +149,12 @@ static size_t drain_ring(struct worker *w, size_t budget)
 		atomic_store_explicit(&s->seq, w->head + w->mask + 1, memory_order_release);
 		w->head++;
 		n++;
-		atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
 	}
-	if (n)
+	if (n) {
+		/* release: the batch's processing before quiesce sees it done */
+		atomic_fetch_add_explicit(&w->done, n, memory_order_release);
 		atomic_fetch_add_explicit(&w->st_mads, n, memory_order_relaxed);
+	}
 	return n;
 }
 
