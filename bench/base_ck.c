@@ -122,6 +122,22 @@ static inline void ck_read_unlock(void)
 	urcu_memb_read_unlock();
 }
 
+/* A lookup's end: @e found under the read lock (or NULL); take and drop a
+ * reference as every impl's lookup does. Leaves the read side. */
+static int ck_lookup_done(struct ck_entry *e)
+{
+	if (e) {
+		cep_tsan_acquire(e); /* pairs with the release before the put */
+		if (ck_entry_get(e))
+			e = NULL;
+	}
+	ck_read_unlock();
+	if (!e)
+		return -ENOENT;
+	ck_entry_put(e);
+	return 0;
+}
+
 static void ck_thread_init(void *tbl)
 {
 	(void)tbl;
@@ -237,16 +253,7 @@ static int rhs_lookup(void *tbl, uint32_t id)
 
 	urcu_memb_read_lock();
 	e = ck_rhs_get(&t->rhs, tbl_hash_comm_id(t->seed, id), &id);
-	if (e) {
-		cep_tsan_acquire(e);
-		if (ck_entry_get(e))
-			e = NULL;
-	}
-	ck_read_unlock();
-	if (!e)
-		return -ENOENT;
-	ck_entry_put(e);
-	return 0;
+	return ck_lookup_done(e);
 }
 
 const struct tbl_impl tbl_impl_ck_rhs = {
@@ -350,17 +357,9 @@ static int ht_lookup(void *tbl, uint32_t id)
 	urcu_memb_read_lock();
 	ck_ht_hash_direct(&h, &t->ht, id);
 	ck_ht_entry_key_set_direct(&ent, id);
-	if (ck_ht_get_spmc(&t->ht, h, &ent)) {
+	if (ck_ht_get_spmc(&t->ht, h, &ent))
 		e = (struct ck_entry *)ck_ht_entry_value_direct(&ent);
-		cep_tsan_acquire(e);
-		if (ck_entry_get(e))
-			e = NULL;
-	}
-	ck_read_unlock();
-	if (!e)
-		return -ENOENT;
-	ck_entry_put(e);
-	return 0;
+	return ck_lookup_done(e);
 }
 
 const struct tbl_impl tbl_impl_ck_ht = {

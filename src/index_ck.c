@@ -491,24 +491,26 @@ static int ck_for_each(struct cep_index *base, void (*fn)(struct cep_ikey *k, vo
 	return 0;
 }
 
-static size_t ck_buckets(struct cep_index *base)
+/* Sum of one per-shard figure (relaxed: approximate while writers run). */
+static size_t shard_sum(struct cep_index *base, bool slots)
 {
 	struct ck_index *ix = (struct ck_index *)base;
 	size_t n = 0;
 
 	for (unsigned i = 0; i < ix->nshards; i++)
-		n += atomic_load_explicit(&ix->shard[i].slots_seen, memory_order_relaxed);
+		n += atomic_load_explicit(slots ? &ix->shard[i].slots_seen : &ix->shard[i].count,
+					  memory_order_relaxed);
 	return n;
+}
+
+static size_t ck_buckets(struct cep_index *base)
+{
+	return shard_sum(base, true);
 }
 
 static size_t ck_count(struct cep_index *base)
 {
-	struct ck_index *ix = (struct ck_index *)base;
-	size_t n = 0;
-
-	for (unsigned i = 0; i < ix->nshards; i++)
-		n += atomic_load_explicit(&ix->shard[i].count, memory_order_relaxed);
-	return n;
+	return shard_sum(base, false);
 }
 
 const struct cep_index_ops cep_index_ck_ops = {
