@@ -26,9 +26,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Every key of every index: (a, b). Comm ID and QPN keys use b = 0. */
+/* Every key of every index: (a, b). Comm ID and QPN keys use b = 0.
+ * 16-byte aligned wherever it lives (a lookup's key on the stack too): the
+ * ck index keeps hash bits in the low 4 bits of its address. */
 struct cep_ikey {
-	uint64_t a, b;
+	_Alignas(16) uint64_t a;
+	uint64_t b;
 };
 
 static inline int cep_ikey_eq(const struct cep_ikey *x, const struct cep_ikey *y)

@@ -172,6 +172,7 @@ struct ck_index {
  *   capacity and uses only modulo it (ck_rhs_grow), answers from the tag
  *   while that capacity is at most 2^17 slots, without reading the entry.
  */
+_Static_assert(_Alignof(struct cep_ikey) >= 16, "the tag's low bits need 16-byte keys");
 #define HI_SHIFT 47
 #define HI_BITS 17
 #define LO_MASK ((uintptr_t)0xf)
