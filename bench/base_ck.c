@@ -223,7 +223,8 @@ static int rhs_insert(void *tbl, uint64_t *rng, void **handle, uint32_t *id)
 		e->id = tbl_draw_id(rng);
 		cep_tsan_release(e); /* publication: fields before readers */
 		pthread_mutex_lock(&t->wlock);
-		ok = ck_rhs_put_unique(&t->rhs, tbl_hash_comm_id(t->seed, e->id), e);
+		/* ck_rhs_put refuses a present key (put_unique would not look) */
+		ok = ck_rhs_put(&t->rhs, tbl_hash_comm_id(t->seed, e->id), e);
 		pthread_mutex_unlock(&t->wlock);
 	} while (!ok); /* a duplicate ID (or no memory: retried alike here) */
 	*handle = e;
