@@ -263,6 +263,19 @@ void cep_bits_set(uint8_t *p, unsigned bit, unsigned width, uint64_t v);
 /* The value of a UINT row in a host message (0 for other kinds). */
 uint64_t cep_field_host_get(const struct cep_msg *m, const struct cep_field *f);
 
+/* For tools that show what a peer sent (cepdump), never for the CM: as
+ * cep_msg_decode(), but a MAD whose header passes every check and which
+ * breaks only field-value rules (-EBADMSG) is still unpacked into *out;
+ * *why names the first rule broken. Other refusals leave *out untouched.
+ * Pure; any thread. */
+int cep_msg_decode_lax(const uint8_t *mad, size_t len, struct cep_msg *out,
+		       enum cep_wire_error *why);
+
+/* The validation rule that row @f's value in @m breaks (docs/protocol.md,
+ * "Validation on receive"), or CEP_WIRE_ERR_OK. The XRC rule is reported
+ * on the transport_service_type row. Pure; any thread. */
+enum cep_wire_error cep_field_rule_broken(const struct cep_msg *m, const struct cep_field *f);
+
 /* Validation rules on host messages: X(TYPE, msg, member, min, max, error).
  * A value outside [min, max] is refused with CEP_WIRE_ERR_<error>. One rule
  * is not a range and lives in code: REQ transport service type 3 requires
