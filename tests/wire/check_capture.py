@@ -12,10 +12,14 @@ usage: check_capture.py TEST_PCAP CEPDUMP WORKDIR
    MAD header) agree with `cepdump --json` for the same file.
 4. cepdump: line, -v and --json output, stdin, IB framings, pcapng (via
    editcap), bad and truncated input (reported, skipped, never fatal).
+5. cepdump's contract (issue 10): 64-bit fields as JSON strings, the REP's
+   local EECN, unsupported link types refused, a help that lists every
+   option, and field values the spec reserves flagged, not refused.
 """
 import ipaddress
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -182,9 +186,12 @@ def norm_ts(v):
 
 
 def norm_cd(key, v):
-    """A cepdump JSON value: GIDs are IPv6 text, arrays hex, the rest numbers."""
+    """A cepdump JSON value: GIDs are IPv6 text, 64-bit fields "0x" hex
+    strings, byte arrays hex, the rest numbers."""
     if key.endswith("_gid"):
         return ipaddress.IPv6Address(v).packed
+    if isinstance(v, str) and v.startswith("0x"):
+        return int(v, 16)
     if isinstance(v, str):
         return bytes.fromhex(v)
     return v
@@ -238,7 +245,8 @@ def compare_with_tshark(cepdump, path):
         for tk, ck in HDR_MAP.items():
             check(tk in t, "%s frame %d: tshark lacks %s" % (path, i, tk))
             if tk in t:
-                check(norm_ts(t[tk]) == r["hdr"][ck], "%s frame %d %s: tshark %s, cepdump %s"
+                check(norm_ts(t[tk]) == norm_cd(ck, r["hdr"][ck]),
+                      "%s frame %d %s: tshark %s, cepdump %s"
                       % (path, i, ck, t[tk], r["hdr"][ck]))
         if m not in TSHARK_MAP:
             continue
@@ -261,6 +269,141 @@ def compare_with_tshark(cepdump, path):
     check(compared == set(TSHARK_MAP), "%s: compared %s" % (path, sorted(compared)))
     check(nfields > 60, "%s: only %d fields compared" % (path, nfields))
     return nfields
+
+
+def json_numbers(o):
+    """Every JSON number in a decoded object, recursively."""
+    if isinstance(o, dict):
+        for v in o.values():
+            yield from json_numbers(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from json_numbers(v)
+    elif isinstance(o, (int, float)) and not isinstance(o, bool):
+        yield o
+
+
+def check_json_integers(cepdump, path, recs):
+    """Issue 10: a JSON reader keeps integers exactly only up to 2^53 (RFC
+    8259 section 6; jq and JavaScript use doubles), so 64-bit fields are
+    hex strings and every number is below 2^53."""
+    by = {r["msg"]: r for r in recs}
+    check(by["SIDR_REQ"].get("service_id") == "0x1000000000000001",
+          "SIDR_REQ service_id: %r" % by["SIDR_REQ"].get("service_id"))
+    check(by["REQ"].get("local_ca_guid") == "0x0002c90300a1b2c3", "REQ local_ca_guid")
+    check(by["REP"].get("local_ca_guid") == "0x0002c90300d4e5f6", "REP local_ca_guid")
+    check(by["REQ"]["hdr"].get("transaction_id") == "0x0000000100001000", "hdr transaction_id")
+    big = [v for r in recs for v in json_numbers(r) if isinstance(v, int) and v >= 2 ** 53]
+    check(not big, "JSON numbers above 2^53: %s" % big[:5])
+    # the same values through a double-based reader
+    p = subprocess.run([cepdump, "--json", "-q", path], stdout=subprocess.PIPE, timeout=60)
+    asfloat = [json.loads(l, parse_int=float) for l in p.stdout.decode().splitlines()]
+    check([r.get("service_id") for r in asfloat if r["msg"] == "SIDR_REQ"] == ["0x1000000000000001"],
+          "service_id through a double-based reader")
+    if shutil.which("jq"):
+        q = run(["jq", "-r", 'select(.msg == "SIDR_REQ") | .service_id'],
+                stdin=p.stdout)
+        check(q.stdout.decode().strip() == "0x1000000000000001",
+              "jq .service_id: %r" % q.stdout.decode().strip())
+    else:
+        print("jq not installed: jq check skipped")
+
+
+def pcapng(blocks_spec):
+    """A pcapng file: SHB, then ("idb", linktype) and ("epb", ifc, frame)."""
+    def block(t, body):
+        body += b"\0" * (-len(body) % 4)
+        n = len(body) + 12
+        return struct.pack("<II", t, n) + body + struct.pack("<I", n)
+    out = block(0x0a0d0d0a, struct.pack("<IHHq", 0x1a2b3c4d, 1, 0, -1))
+    for b in blocks_spec:
+        if b[0] == "idb":
+            out += block(1, struct.pack("<HHI", b[1], 0, 65535))
+        else:
+            fr = b[2]
+            out += block(6, struct.pack("<IIIII", b[1], 0, 0, len(fr), len(fr)) + fr)
+    return out
+
+
+def check_link_types(cepdump, work, frames, write_pcap):
+    """Issue 10: a capture of a link type cepdump cannot dissect ends with a
+    message naming it and a non-zero status, not a silent exit 0."""
+    path = os.path.join(work, "wifi.pcap")
+    write_pcap(path, 105, frames[:3])           # LINKTYPE_IEEE802_11
+    p = run([cepdump, path], ok=(2,))
+    err = p.stderr.decode()
+    check("link type 105" in err and "not supported" in err, "pcap link type 105: %r" % err)
+    check(p.stdout == b"", "pcap link type 105 printed something")
+    ng = os.path.join(work, "wifi.pcapng")
+    open(ng, "wb").write(pcapng([("idb", 105)] + [("epb", 0, f) for f in frames[:3]]))
+    p = run([cepdump, ng], ok=(2,))
+    err = p.stderr.decode()
+    check("link type 105" in err and "not supported" in err, "pcapng link type 105: %r" % err)
+    # pcapng with a supported and an unsupported interface: the first is
+    # read, the second reported with its packet count, status 0
+    ng2 = os.path.join(work, "mixed.pcapng")
+    open(ng2, "wb").write(pcapng([("idb", 1), ("idb", 105)] + [("epb", 0, f) for f in frames[:3]]
+                                 + [("epb", 1, f) for f in frames[:2]]))
+    p = run([cepdump, ng2])
+    err = p.stderr.decode()
+    check(len(p.stdout.decode().splitlines()) == 3, "mixed pcapng: %r" % p.stdout.decode())
+    check("interface 1" in err and "link type 105" in err and "2 packets" in err,
+          "mixed pcapng: unsupported interface not reported: %r" % err)
+
+
+def check_help(cepdump):
+    """Issue 10: --help explains -r and lists every option cepdump accepts.
+    Every short option getopt accepts appears in the help; every long
+    option the help names is accepted."""
+    import string
+    h = run([cepdump, "--help"]).stdout.decode()
+    check(re.search(r"-r FILE\s+\S.*read", h) is not None, "help does not explain -r:\n" + h)
+    for c in string.ascii_letters + string.digits:
+        p = subprocess.run([cepdump, "-" + c, "/nonexistent/x"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=60)
+        if b"invalid option" not in p.stderr:
+            check(re.search(r"(^|[\s,\[|])-%s\b" % c, h) is not None,
+                  "help does not list -%s" % c)
+    for opt in sorted(set(re.findall(r"--[a-z][a-z-]*", h))):
+        p = subprocess.run([cepdump, opt, "/nonexistent/x"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=60)
+        check(b"unrecognized option" not in p.stderr, "help names %s, cepdump refuses it" % opt)
+
+
+def check_invalid_fields(cepdump, path):
+    """Issue 10: a MAD whose header is valid but one field holds a value the
+    spec reserves is printed with that field flagged, not refused whole.
+    invalid.pcap (test-pcap): REP failover accepted 3, REQ transport
+    service type 3 without XRC, MRA message MRAed 3, then a valid RTU."""
+    p = run([cepdump, path])
+    out, err = p.stdout.decode(), p.stderr.decode()
+    lines = out.splitlines()
+    check(len(lines) == 4, "invalid.pcap: %d lines:\n%s" % (len(lines), out))
+    want = (("REP", "failover_accepted", "FAILOVER"), ("REQ", "transport_service_type", "TRANSPORT_TYPE"),
+            ("MRA", "message_mraed", "MSG_MRAED"))
+    for (msg, field, rule), line in zip(want, lines):
+        check(" CM %s " % msg in line and "!%s=" % field in line,
+              "line mode does not flag %s.%s: %r" % (msg, field, line))
+        check(field in err and rule in err, "stderr does not report %s.%s: %r" % (msg, field, err))
+    check(len(lines) == 4 and "!" not in lines[3], "valid RTU flagged: %r" % lines[3:])
+    check("4 CM MADs (3 with invalid fields), 0 bad" in err, "summary: %r" % err)
+    check("bad CM MAD" not in err, "a MAD was refused: %r" % err)
+    # -v marks the field's own line
+    v = run([cepdump, "-v", path]).stdout.decode()
+    check(re.search(r"failover_accepted: 3 \(0x3\) INVALID: REP failover accepted is reserved", v)
+          is not None, "-v does not flag failover_accepted")
+    check(re.search(r"message_mraed: 3 \(0x3\) INVALID:", v) is not None, "-v does not flag message_mraed")
+    # --json lists the broken rules; the values are there as read
+    recs, _ = cepdump_json(cepdump, path)
+    check(len(recs) == 4, "json: %d records" % len(recs))
+    if len(recs) == 4:
+        check(recs[0].get("failover_accepted") == 3, "json REP failover value")
+        check(recs[0].get("invalid") == [{"field": "failover_accepted", "rule": "FAILOVER",
+                                          "why": "REP failover accepted is reserved (3)"}],
+              "json REP invalid: %r" % recs[0].get("invalid"))
+        check([i["field"] for i in recs[1].get("invalid", [])] == ["transport_service_type"],
+              "json REQ invalid")
+        check("invalid" not in recs[3], "json RTU has invalid")
 
 
 def main():
@@ -379,6 +522,8 @@ def main():
         run(["editcap", "-F", "pcapng", v6, ng])
         ngr, _ = cepdump_json(cepdump, ng)
         check(ngr == recs, "pcapng output differs")
+
+    check_link_types(cepdump, work, recs6, write_pcap)
 
     # damaged input: never fatal, never a crash
     data = open(v6, "rb").read()

@@ -209,6 +209,32 @@ static uint16_t get16(const uint8_t *p, int swap)
 
 #define MAX_REC (256 * 1024)
 
+/* The link types dissect() knows. */
+static int link_supported(uint32_t link)
+{
+	return link == 1 || link == 113 || link == 276 || link == 247;
+}
+
+#define SUPPORTED_LINKS "Ethernet (1), Linux cooked (113, 276) and InfiniBand (247)"
+
+static void unsupported(struct dump_reader *r, uint32_t link)
+{
+	fprintf(stderr, "cepdump: %s: link type %u is not supported: cepdump reads "
+		SUPPORTED_LINKS "\n", r->name, link);
+}
+
+/* pcapng: one line per interface of an unsupported link type that carried
+ * packets, at the end of its section. */
+static void report_skipped(struct dump_reader *r, const uint32_t *links,
+			   const unsigned long *skipped, unsigned nif)
+{
+	for (unsigned i = 0; i < nif; i++)
+		if (skipped[i])
+			fprintf(stderr, "cepdump: %s: interface %u: link type %u is not supported: "
+				"%lu packets skipped (cepdump reads " SUPPORTED_LINKS ")\n",
+				r->name, i, links[i], skipped[i]);
+}
+
 static int read_pcap(struct dump_reader *r, FILE *in, const uint8_t *first4)
 {
 	uint8_t h[24], rh[16];
@@ -226,6 +252,10 @@ static int read_pcap(struct dump_reader *r, FILE *in, const uint8_t *first4)
 		swap = 1;
 	nsec = (magic == 0xa1b23c4du || magic == 0x4d3cb2a1u);
 	link = get32(h + 20, swap) & 0xffff;
+	if (!link_supported(link)) {
+		unsupported(r, link);
+		return 2;
+	}
 	for (;;) {
 		uint32_t incl, orig;
 		uint64_t ns;
@@ -269,6 +299,8 @@ static int read_pcapng(struct dump_reader *r, FILE *in, const uint8_t *first4)
 	static uint8_t blk[MAX_REC];
 	uint32_t links[64];
 	uint64_t tsdiv[64];
+	unsigned long skipped[64];  /* packets on an interface of unsupported link type */
+	unsigned long on_supported = 0, on_unsupported = 0;
 	unsigned nif = 0;
 	int swap = 0;
 	unsigned long frame = 0;
@@ -303,6 +335,7 @@ static int read_pcapng(struct dump_reader *r, FILE *in, const uint8_t *first4)
 				dump_bad(r, frame + 1, "bad pcapng section header");
 				break;
 			}
+			report_skipped(r, links, skipped, nif);
 			nif = 0;
 			continue;
 		}
@@ -330,6 +363,7 @@ static int read_pcapng(struct dump_reader *r, FILE *in, const uint8_t *first4)
 				}
 				o += 4 + ((olen + 3u) & ~3u);
 			}
+			skipped[nif] = 0;
 			tsdiv[nif++] = div;
 		} else if (type == 6 || type == 3) {     /* enhanced / simple packet */
 			uint32_t ifc = type == 6 ? get32(blk, swap) : 0;
@@ -349,6 +383,13 @@ static int read_pcapng(struct dump_reader *r, FILE *in, const uint8_t *first4)
 				dump_bad(r, frame, "packet block shorter than its data");
 				continue;
 			}
+			if (!link_supported(links[ifc])) {
+				skipped[ifc]++;
+				on_unsupported++;
+				r->other++;
+				continue;
+			}
+			on_supported++;
 			if (type == 6) {
 				ts = (uint64_t)get32(blk + 4, swap) << 32 | get32(blk + 8, swap);
 				ns = ts / tsdiv[ifc] * 1000000000u +
@@ -356,6 +397,12 @@ static int read_pcapng(struct dump_reader *r, FILE *in, const uint8_t *first4)
 			}
 			dissect(r, frame, ns, links[ifc], data, cap);
 		}
+	}
+	report_skipped(r, links, skipped, nif);
+	if (on_unsupported && !on_supported) {
+		fprintf(stderr, "cepdump: %s: no packet on an interface cepdump can dissect\n",
+			r->name);
+		return 2;
 	}
 	return 0;
 }

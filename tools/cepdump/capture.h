@@ -4,8 +4,8 @@
  * and pcapng, dissected down to the MADs of management class CM, whatever
  * the framing (RoCEv2 over IPv4/IPv6, RoCEv1, Linux cooked, InfiniBand).
  * Guarantees: never reads outside a record; a damaged frame is reported on
- * stderr with its number and skipped; only an unreadable file or one that
- * is not a capture is fatal.
+ * stderr with its number and skipped; only an unreadable file, one that is
+ * not a capture, or one with no link type cepdump can dissect is fatal.
  * Single-threaded (one reader per file).
  */
 #ifndef CEPDUMP_CAPTURE_H
@@ -42,7 +42,9 @@ struct dump_reader {
 
 /* Read the whole capture from @in, calling r->fn for each CM MAD.
  * 0, or 2 after a message on stderr when the file cannot be used: not a
- * pcap/pcapng file, or a truncated header. */
+ * pcap/pcapng file, truncated header, or a link type cepdump does not
+ * dissect (pcap; pcapng: no interface with a supported link type carries
+ * a packet; packets on the others are counted and reported). */
 int dump_read(FILE *in, struct dump_reader *r);
 
 /* Report frame @frame on stderr ("cepdump: frame N: what (skipped)") and
