@@ -357,7 +357,7 @@ def check_help(cepdump):
     option the help names is accepted."""
     import string
     h = run([cepdump, "--help"]).stdout.decode()
-    check(re.search(r"-r FILE\s+\S.*read", h) is not None, "help does not explain -r:\n" + h)
+    check(re.search(r"-r FILE\b.*\bread FILE\b", h) is not None, "help does not explain -r:\n" + h)
     for c in string.ascii_letters + string.digits:
         p = subprocess.run([cepdump, "-" + c, "/nonexistent/x"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=60)
@@ -524,6 +524,7 @@ def main():
         check(ngr == recs, "pcapng output differs")
 
     check_link_types(cepdump, work, recs6, write_pcap)
+    check_help(cepdump)
 
     # damaged input: never fatal, never a crash
     data = open(v6, "rb").read()

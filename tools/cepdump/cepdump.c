@@ -257,12 +257,22 @@ static void on_mad(struct dump_reader *r, unsigned long frame, uint64_t ns,
 static void usage(FILE *o)
 {
 	fprintf(o,
-		"usage: cepdump [-v | --json] [-r] FILE|-\n"
-		"  Print the IB CM MADs of a pcap/pcapng capture (RoCEv2, RoCEv1,\n"
-		"  LINKTYPE_INFINIBAND, Linux cooked). '-' reads standard input.\n"
-		"  -v       every field of every MAD\n"
-		"  --json   one JSON object per MAD, keys are the spec's field names\n"
-		"  -q       no summary on stderr\n");
+		"usage: cepdump [-v | -j] [-q] [-r FILE | FILE]\n"
+		"Print the IB CM MADs of a pcap or pcapng capture (RoCEv2, RoCEv1, Linux\n"
+		"cooked, LINKTYPE_INFINIBAND), decoded and validated by libcep: one line\n"
+		"per MAD by default.\n"
+		"\n"
+		"  -r FILE, --read FILE  read FILE (as tcpdump -r does); the same as naming\n"
+		"                        FILE last; '-' reads standard input\n"
+		"  -v, --verbose         every field of every MAD, one per line\n"
+		"  -j, --json            one JSON object per MAD; keys are the spec's\n"
+		"                        field names\n"
+		"  -q, --quiet           no closing counts (frames, MADs, bad, other) on\n"
+		"                        standard error\n"
+		"  -h, --help            this help\n"
+		"\n"
+		"Exit status: 0, or 2 when the file cannot be read, is not a capture, or\n"
+		"has no link type cepdump dissects; 2 also for a usage error.\n");
 }
 
 int main(int argc, char **argv)
@@ -271,6 +281,7 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "read", required_argument, NULL, 'r' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
