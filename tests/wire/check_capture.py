@@ -446,6 +446,11 @@ def main():
                  "SIDR_REQ", "SIDR_REP"):
         check(any(" CM %s " % name in l for l in lines), "line mode lacks %s" % name)
     check("reason Timeout" in p.stdout.decode(), "REJ reason name")
+    # issue 10: the REP line shows the REP's local EE context number
+    # (test-pcap sets 0x010203); RC messages with EECN 0 do not show it
+    rep = [l for l in lines if " CM REP " in l]
+    check(rep and "local_ee_context_number 0x10203" in rep[0], "REP line lacks the local EECN: %s" % rep)
+    check(not any("eecn" in l for l in lines if " CM REQ " in l), "REQ line shows EECN 0")
     check("frame 12: bad CM MAD: CLASS_VERSION" in err, "bad MAD not reported: " + err)
     check("11 CM MADs, 1 bad, 1 other" in err, "summary: " + err)
 

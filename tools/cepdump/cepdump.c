@@ -56,6 +56,13 @@ static const char *const summary[CEP_MSG_COUNT][6] = {
 	[CEP_MSG_SIDR_REP] = { "request_id", "status", "qpn", "q_key" },
 };
 
+/* EE context numbers identify the endpoint on RD only (0 on RC and UC):
+ * on the line when not 0. */
+static const char *const summary_if_set[CEP_MSG_COUNT][2] = {
+	[CEP_MSG_REQ] = { "local_eecn", "remote_eecn" },
+	[CEP_MSG_REP] = { "local_ee_context_number" },
+};
+
 static const char *value_note(const struct cep_msg *m, const struct cep_field *f, uint64_t v)
 {
 	if (m->type == CEP_MSG_REJ && strcmp(f->name, "reason") == 0)
@@ -88,6 +95,28 @@ static void print_time(FILE *o, uint64_t ns)
 	fprintf(o, "%s.%06" PRIu64, buf, ns % 1000000000u / 1000u);
 }
 
+/* " name value" for the row called @name, skipped when @skip_zero and 0. */
+static void print_named(const struct cep_msg *m, const struct cep_field *f, size_t n,
+			const char *name, int skip_zero)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *note;
+		uint64_t v;
+
+		if (strcmp(f[i].name, name) != 0)
+			continue;
+		v = cep_field_host_get(m, &f[i]);
+		if (skip_zero && v == 0)
+			return;
+		note = value_note(m, &f[i], v);
+		if (note)
+			printf(" %s %s", f[i].name, note);
+		else
+			printf(" %s 0x%" PRIx64, f[i].name, v);
+		return;
+	}
+}
+
 static void print_line(unsigned long frame, uint64_t ns, const struct dump_where *w,
 		       const struct cep_msg *m)
 {
@@ -104,21 +133,10 @@ static void print_line(unsigned long frame, uint64_t ns, const struct dump_where
 		printf(" lid %u > lid %u", w->slid, w->dlid);
 	}
 	printf(" CM %s tid 0x%016" PRIx64, cep_msg_name(m->type), m->hdr.tid);
-	for (int k = 0; k < 6 && summary[m->type][k]; k++) {
-		for (size_t i = 0; i < n; i++) {
-			const char *note;
-			uint64_t v;
-
-			if (strcmp(f[i].name, summary[m->type][k]) != 0)
-				continue;
-			v = cep_field_host_get(m, &f[i]);
-			note = value_note(m, &f[i], v);
-			if (note)
-				printf(" %s %s", f[i].name, note);
-			else
-				printf(" %s 0x%" PRIx64, f[i].name, v);
-		}
-	}
+	for (int k = 0; k < 6 && summary[m->type][k]; k++)
+		print_named(m, f, n, summary[m->type][k], 0);
+	for (int k = 0; k < 2 && summary_if_set[m->type][k]; k++)
+		print_named(m, f, n, summary_if_set[m->type][k], 1);
 	(void)frame;
 	printf("\n");
 }
