@@ -470,7 +470,7 @@ def main():
     req = by.get("REQ", {})
     check(req.get("local_qpn") == 0xabc and req.get("starting_psn") == 0x654321,
           "json REQ qpn/psn")
-    check(req.get("service_id") == 0x1060cde and req.get("primary_flow_label") == 0xabcde,
+    check(req.get("service_id") == "0x0000000001060cde" and req.get("primary_flow_label") == 0xabcde,
           "json REQ service_id/flow label")
     check(req.get("primary_local_port_gid") == "fe80::211:22ff:fe33:4455", "json GID text")
     check(req.get("private_data", "").startswith("6c69626365702d726571"), "json private data hex")
@@ -478,6 +478,8 @@ def main():
     check(req.get("hdr", {}).get("attribute_id") == 0x10, "json hdr")
     check(by.get("SIDR_REP", {}).get("qpn") == 0x777, "json SIDR_REP qpn")
     check(by.get("LAP", {}).get("alternate_packet_rate") == 0x11, "json LAP packet rate")
+
+    check_json_integers(cepdump, v6, recs)
 
     # stdin gives the same
     same, _ = cepdump_json(cepdump, "-", stdin=open(v6, "rb").read())

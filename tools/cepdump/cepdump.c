@@ -151,7 +151,12 @@ static void print_field(FILE *o, const struct cep_msg *m, const struct cep_field
 		uint64_t v = cep_field_host_get(m, f);
 		const char *note = value_note(m, f, v);
 
-		if (json)
+		/* JSON readers hold numbers as doubles, exact only up to 2^53
+		 * (RFC 8259 section 6; jq, JavaScript): wider fields (service
+		 * IDs, GUIDs, TIDs) are hex strings. */
+		if (json && f->width > 53)
+			fprintf(o, "\"0x%016" PRIx64 "\"", v);
+		else if (json)
 			fprintf(o, "%" PRIu64, v);
 		else if (note)
 			fprintf(o, "%" PRIu64 " (0x%" PRIx64 ", %s)", v, v, note);
@@ -284,7 +289,8 @@ static void usage(FILE *o)
 		"                        FILE last; '-' reads standard input\n"
 		"  -v, --verbose         every field of every MAD, one per line\n"
 		"  -j, --json            one JSON object per MAD; keys are the spec's\n"
-		"                        field names\n"
+		"                        field names; 64-bit fields (service IDs, GUIDs,\n"
+		"                        transaction IDs) are \"0x...\" strings\n"
 		"  -q, --quiet           no closing counts (frames, MADs, bad, other) on\n"
 		"                        standard error\n"
 		"  -h, --help            this help\n"
