@@ -5,8 +5,9 @@
  * validated by libcep's codec: one line per MAD, every field with -v, JSON
  * lines with --json (keys are the spec's field names, from the codec rows).
  * Files and frames are read by capture.c; this file decodes and prints.
- * Bad packets are reported on stderr and skipped; only an unreadable file
- * is fatal.
+ * Bad packets are reported on stderr and skipped; a MAD with a field value
+ * the spec reserves is printed with the field flagged; only an unreadable
+ * file is fatal.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -137,6 +138,9 @@ static void print_line(unsigned long frame, uint64_t ns, const struct dump_where
 		print_named(m, f, n, summary[m->type][k], 0);
 	for (int k = 0; k < 2 && summary_if_set[m->type][k]; k++)
 		print_named(m, f, n, summary_if_set[m->type][k], 1);
+	for (size_t i = 0; i < n; i++)
+		if (cep_field_rule_broken(m, &f[i]) != CEP_WIRE_ERR_OK)
+			printf(" !%s=0x%" PRIx64, f[i].name, cep_field_host_get(m, &f[i]));
 	(void)frame;
 	printf("\n");
 }
@@ -186,6 +190,7 @@ static void print_verbose(unsigned long frame, uint64_t ns, const struct dump_wh
 	size_t n, nh;
 	const struct cep_field *f = cep_wire_fields(m->type, &n);
 	const struct cep_field *h = cep_wire_hdr_fields(&nh);
+	enum cep_wire_error why;
 	char a[64], b[64];
 
 	print_line(frame, ns, w, m);
@@ -211,6 +216,9 @@ static void print_verbose(unsigned long frame, uint64_t ns, const struct dump_wh
 			continue;
 		printf("  %s: ", f[i].name);
 		print_field(stdout, m, &f[i], 0);
+		why = cep_field_rule_broken(m, &f[i]);
+		if (why != CEP_WIRE_ERR_OK)
+			printf(" INVALID: %s", cep_wire_error_str(why));
 		printf("\n");
 	}
 }
@@ -223,6 +231,7 @@ static void print_json(unsigned long frame, uint64_t ns, const struct dump_where
 	const struct cep_field *h = cep_wire_hdr_fields(&nh);
 	char a[64], b[64];
 	const char *sep = "";
+	int flagged = 0;
 
 	printf("{\"frame\":%lu,\"time\":%" PRIu64 ".%09" PRIu64 ",\"msg\":\"%s\",\"net\":{",
 	       frame, ns / 1000000000u, ns % 1000000000u, cep_msg_name(m->type));
@@ -250,10 +259,39 @@ static void print_json(unsigned long frame, uint64_t ns, const struct dump_where
 		printf(",\"%s\":", f[i].name);
 		print_field(stdout, m, &f[i], 1);
 	}
-	printf("}\n");
+	for (size_t i = 0; i < n; i++) {
+		enum cep_wire_error why = cep_field_rule_broken(m, &f[i]);
+
+		if (why == CEP_WIRE_ERR_OK)
+			continue;
+		printf("%s{\"field\":\"%s\",\"rule\":\"%s\",\"why\":\"%s\"}",
+		       flagged++ ? "," : ",\"invalid\":[", f[i].name, cep_wire_error_name(why),
+		       cep_wire_error_str(why));
+	}
+	printf("%s}\n", flagged ? "]" : "");
 }
 
 /* ---- per MAD ----------------------------------------------------------------- */
+
+/* A MAD whose header is valid but a field holds a value the spec reserves
+ * (docs/protocol.md, "Validation on receive"): the CM refuses it, cepdump
+ * prints it, each such field flagged, and says so on stderr. */
+static void report_invalid(struct dump_reader *r, unsigned long frame, const struct cep_msg *m)
+{
+	size_t n;
+	const struct cep_field *f = cep_wire_fields(m->type, &n);
+
+	r->flagged++;
+	for (size_t i = 0; i < n; i++) {
+		enum cep_wire_error why = cep_field_rule_broken(m, &f[i]);
+
+		if (why != CEP_WIRE_ERR_OK)
+			fprintf(stderr, "cepdump: frame %lu: %s %s = %" PRIu64 ": %s (%s; printed, "
+				"field flagged)\n", frame, cep_msg_name(m->type), f[i].name,
+				cep_field_host_get(m, &f[i]), cep_wire_error_str(why),
+				cep_wire_error_name(why));
+	}
+}
 
 static void on_mad(struct dump_reader *r, unsigned long frame, uint64_t ns,
 		   const struct dump_where *w, const uint8_t *mad, size_t len)
@@ -261,14 +299,18 @@ static void on_mad(struct dump_reader *r, unsigned long frame, uint64_t ns,
 	enum cep_wire_error why;
 	struct cep_msg m;
 	char msg[160];
+	int rc;
 
-	if (cep_msg_decode(mad, len, &m, &why)) {
+	rc = cep_msg_decode_lax(mad, len, &m, &why);
+	if (rc && rc != -EBADMSG) {
 		snprintf(msg, sizeof(msg), "bad CM MAD: %s (%s)", cep_wire_error_name(why),
 			 cep_wire_error_str(why));
 		dump_bad(r, frame, msg);
 		return;
 	}
 	r->cm++;
+	if (rc)
+		report_invalid(r, frame, &m);
 	if (out_mode == OUT_JSON)
 		print_json(frame, ns, w, &m);
 	else if (out_mode == OUT_VERBOSE)
@@ -340,7 +382,10 @@ int main(int argc, char **argv)
 	if (in != stdin)
 		fclose(in);
 	fflush(stdout);
-	if (!quiet && rc == 0)
+	if (!quiet && rc == 0 && rd.flagged)
+		fprintf(stderr, "cepdump: %lu frames, %lu CM MADs (%lu with invalid fields), "
+			"%lu bad, %lu other\n", rd.frames, rd.cm, rd.flagged, rd.bad, rd.other);
+	else if (!quiet && rc == 0)
 		fprintf(stderr, "cepdump: %lu frames, %lu CM MADs, %lu bad, %lu other\n",
 			rd.frames, rd.cm, rd.bad, rd.other);
 	return rc;
