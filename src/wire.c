@@ -386,6 +386,15 @@ static int unpack_mad(const uint8_t *mad, size_t len, struct cep_msg *m,
 	return 0;
 }
 
+/* unpack_mad(), then the value rules: 0 or the first refusal. */
+static int unpack_validate(const uint8_t *mad, size_t len, struct cep_msg *m,
+			   enum cep_wire_error *e)
+{
+	int rc = unpack_mad(mad, len, m, e);
+
+	return rc ? rc : cep_msg_validate(m, e);
+}
+
 int cep_msg_decode_counted(const uint8_t *mad, size_t len, struct cep_msg *out,
 			   enum cep_wire_error *why, struct cep_wire_stats *stats)
 {
@@ -395,9 +404,7 @@ int cep_msg_decode_counted(const uint8_t *mad, size_t len, struct cep_msg *out,
 
 	if (!mad || !out)
 		return bad_arg(why);
-	rc = unpack_mad(mad, len, &tmp, &e);
-	if (rc == 0)
-		rc = cep_msg_validate(&tmp, &e);
+	rc = unpack_validate(mad, len, &tmp, &e);
 	if (why)
 		*why = e;
 	if (rc) {
@@ -427,13 +434,10 @@ int cep_msg_decode_lax(const uint8_t *mad, size_t len, struct cep_msg *out,
 
 	if (!mad || !out)
 		return bad_arg(why);
-	rc = unpack_mad(mad, len, &tmp, &e);
-	if (rc == 0) {
-		rc = cep_msg_validate(&tmp, &e);
-		/* only a field-value rule is broken: the message is readable */
-		if (rc == 0 || rc == -EBADMSG)
-			memcpy(out, &tmp, sizeof(tmp));
-	}
+	rc = unpack_validate(mad, len, &tmp, &e);
+	/* -EBADMSG: only a field-value rule is broken, the message is readable */
+	if (rc == 0 || rc == -EBADMSG)
+		memcpy(out, &tmp, sizeof(tmp));
 	if (why)
 		*why = e;
 	return rc;
