@@ -408,6 +408,10 @@ def check_invalid_fields(cepdump, path):
         check([i["field"] for i in recs[1].get("invalid", [])] == ["transport_service_type"],
               "json REQ invalid")
         check("invalid" not in recs[3], "json RTU has invalid")
+    # --summary names the connection with the reserved value
+    s = run([cepdump, "-q", "--summary", path]).stdout.decode()
+    check("INVALID FIELD: REP failover_accepted = 3 is reserved (frame 1)" in s,
+          "--summary does not name the invalid field:\n" + s)
 
 
 def main():
@@ -560,6 +564,7 @@ def main():
         flipped += b
     p = run([cepdump, "--json", "-"], stdin=bytes(flipped))
     check(("%d frames" % (len(rec) - 16)).encode() in p.stderr, "flipped records: not all read")
+    run([cepdump, "-q", "--summary", "--flow", "-"], stdin=bytes(flipped))
     # random records
     import random
     rnd = random.Random(4791)
@@ -568,6 +573,9 @@ def main():
         n = rnd.randrange(0, 400)
         b += struct.pack("<IIII", 0, 0, n, n) + bytes(rnd.randrange(256) for _ in range(n))
     run([cepdump, "-v", "-"], stdin=bytes(b))
+    run([cepdump, "--summary", "--flow", "-"], stdin=bytes(b))
+    p = run([cepdump, "-q", "--summary", "--flow", v6])
+    check(p.stdout.decode().count("\n#") == 3, "--flow: 2 connections and 1 SIDR lookup in test-pcap's file")
 
     if fails:
         print("%d check(s) failed" % fails)

@@ -3,7 +3,8 @@
  * cepdump: print the CM MADs of a capture (pcap or pcapng; RoCEv2 over
  * IPv4/IPv6, RoCEv1, Linux cooked, LINKTYPE_INFINIBAND), decoded and
  * validated by libcep's codec: one line per MAD, every field with -v, JSON
- * lines with --json (keys are the spec's field names, from the codec rows).
+ * lines with --json (keys are the spec's field names, from the codec rows),
+ * or the capture's connections with --summary / --flow (conn.c, report.c).
  * Files and frames are read by capture.c; this file decodes and prints.
  * Bad packets are reported on stderr and skipped; a MAD with a field value
  * the spec reserves is printed with the field flagged; only an unreadable
@@ -21,11 +22,16 @@
 #include <cep/wire.h>
 
 #include "capture.h"
+#include "conn.h"
+#include "report.h"
 #include "wire_fields.h"
 
-enum { OUT_LINE, OUT_VERBOSE, OUT_JSON };
+enum { OUT_LINE, OUT_VERBOSE, OUT_JSON, OUT_VIEWS };
+enum { VIEW_SUMMARY = 1, VIEW_FLOW = 2 };
+enum { OPT_FLOW = 256, OPT_SUMMARY };
 
 static int out_mode = OUT_LINE;
+static struct conns conns;   /* --flow / --summary: every MAD, grouped at the end */
 
 static void gid_str(const uint8_t *g, char *buf, size_t n)
 {
@@ -311,7 +317,19 @@ static void on_mad(struct dump_reader *r, unsigned long frame, uint64_t ns,
 	r->cm++;
 	if (rc)
 		report_invalid(r, frame, &m);
-	if (out_mode == OUT_JSON)
+	if (out_mode == OUT_VIEWS) {
+		size_t n;
+		const struct cep_field *f = cep_wire_fields(m.type, &n);
+		const char *bad_field = NULL;
+		uint64_t bad_value = 0;
+
+		for (size_t i = 0; rc && i < n && !bad_field; i++)
+			if (cep_field_rule_broken(&m, &f[i]) != CEP_WIRE_ERR_OK) {
+				bad_field = f[i].name;
+				bad_value = cep_field_host_get(&m, &f[i]);
+			}
+		conns_add(&conns, frame, ns, w, &m, bad_field, bad_value);
+	} else if (out_mode == OUT_JSON)
 		print_json(frame, ns, w, &m);
 	else if (out_mode == OUT_VERBOSE)
 		print_verbose(frame, ns, w, &m);
@@ -322,7 +340,7 @@ static void on_mad(struct dump_reader *r, unsigned long frame, uint64_t ns,
 static void usage(FILE *o)
 {
 	fprintf(o,
-		"usage: cepdump [-v | -j] [-q] [-r FILE | FILE]\n"
+		"usage: cepdump [-v | -j | --summary | --flow] [-q] [-r FILE | FILE]\n"
 		"Print the IB CM MADs of a pcap or pcapng capture (RoCEv2, RoCEv1, Linux\n"
 		"cooked, LINKTYPE_INFINIBAND), decoded and validated by libcep: one line\n"
 		"per MAD by default.\n"
@@ -333,6 +351,14 @@ static void usage(FILE *o)
 		"  -j, --json            one JSON object per MAD; keys are the spec's\n"
 		"                        field names; 64-bit fields (service IDs, GUIDs,\n"
 		"                        transaction IDs) are \"0x...\" strings\n"
+		"  --summary             the capture's problems first (rejected, timed out,\n"
+		"                        not established, retried connections, each with\n"
+		"                        why), then MADs per type with retries and\n"
+		"                        duplicates, REJ reasons by name and REQ->RTU setup\n"
+		"                        latency percentiles\n"
+		"  --flow                every connection and SIDR lookup as a ladder\n"
+		"                        between its two ports, one line per MAD, problems\n"
+		"                        first; with --summary, after it\n"
 		"  -q, --quiet           no closing counts (frames, MADs, bad, other) on\n"
 		"                        standard error\n"
 		"  -h, --help            this help\n"
@@ -349,29 +375,37 @@ int main(int argc, char **argv)
 		{ "read", required_argument, NULL, 'r' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "flow", no_argument, NULL, OPT_FLOW },
+		{ "summary", no_argument, NULL, OPT_SUMMARY },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct dump_reader rd = { .fn = on_mad };
 	const char *path = NULL;
-	int c, rc, quiet = 0;
+	int c, rc, quiet = 0, views = 0, per_mad = 0;
 	FILE *in;
 
 	while ((c = getopt_long(argc, argv, "vjr:qh", opts, NULL)) != -1) {
 		switch (c) {
-		case 'v': out_mode = OUT_VERBOSE; break;
-		case 'j': out_mode = OUT_JSON; break;
+		case 'v': out_mode = OUT_VERBOSE; per_mad++; break;
+		case 'j': out_mode = OUT_JSON; per_mad++; break;
 		case 'r': path = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout); return 0;
+		case OPT_FLOW: views |= VIEW_FLOW; break;
+		case OPT_SUMMARY: views |= VIEW_SUMMARY; break;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (!path && optind < argc)
 		path = argv[optind++];
-	if (!path || optind < argc) {
+	if (!path || optind < argc || (views && per_mad)) {
+		if (views && per_mad)
+			fprintf(stderr, "cepdump: --flow and --summary do not mix with -v or --json\n");
 		usage(stderr);
 		return 2;
 	}
+	if (views)
+		out_mode = OUT_VIEWS;
 	in = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
 	if (!in) {
 		fprintf(stderr, "cepdump: %s: %s\n", path, strerror(errno));
@@ -381,6 +415,16 @@ int main(int argc, char **argv)
 	rc = dump_read(in, &rd);
 	if (in != stdin)
 		fclose(in);
+	if (rc == 0 && views) {
+		conns_finish(&conns);
+		if (views & VIEW_SUMMARY)
+			report_summary(&conns, &rd);
+		if (views == (VIEW_SUMMARY | VIEW_FLOW))
+			printf("\n");
+		if (views & VIEW_FLOW)
+			report_flow(&conns, &rd);
+	}
+	conns_free(&conns);
 	fflush(stdout);
 	if (!quiet && rc == 0 && rd.flagged)
 		fprintf(stderr, "cepdump: %lu frames, %lu CM MADs (%lu with invalid fields), "
