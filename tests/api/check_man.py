@@ -4,9 +4,10 @@
 troff warning; every public function (exported by libcep.so or declared
 CEP_EXPORT) has a page under its own name that names it; cepdump(1)
 documents every option `cepdump --help` lists.
-Usage: check_man.py MAN_BUILD_DIR INCLUDE_DIR GEN_INCLUDE_DIR LIBCEP_SO CEPDUMP"""
+Usage: check_man.py BUILD_ROOT INCLUDE_DIR GEN_INCLUDE_DIR LIBCEP_SO CEPDUMP"""
 import concurrent.futures
 import glob
+import json
 import os
 import re
 import shutil
@@ -14,12 +15,16 @@ import subprocess
 import sys
 import tempfile
 
-mandir, inc, gen_inc, lib, cepdump = sys.argv[1:6]
+build, inc, gen_inc, lib, cepdump = sys.argv[1:6]
 fail = []
 
-# A manpath like the installed one, so ".so man3/x.3" resolves.
+# The pages meson installs (not whatever lies in the build directory: a
+# page dropped from man/ leaves its old output behind), copied into a
+# manpath laid out as installed, so ".so man3/x.3" resolves.
+installed = json.load(open(os.path.join(build, 'meson-info', 'intro-installed.json')))
+pages = sorted(src for src, dest in installed.items()
+               if re.search(r'/man/man[1-9]/[^/]+$', dest))
 root = tempfile.mkdtemp(prefix='cep-man-')
-pages = sorted(glob.glob(os.path.join(mandir, '*.[137]')))
 for p in pages:
     sec = p.rsplit('.', 1)[1]
     os.makedirs(os.path.join(root, 'man' + sec), exist_ok=True)
