@@ -15,6 +15,7 @@
 #include <cep/qp.h>
 
 #include "dispatch.h"
+#include "table_keys.h"
 #include "timer.h"
 
 /* Per-worker counters: relaxed atomics (any thread may add to the owning

@@ -15,6 +15,7 @@
 #include <cep/table.h>
 
 #include "rcu.h"
+#include "table_keys.h"
 #include "yield.h"
 
 /* cep.state */
