@@ -785,11 +785,12 @@ struct reqopt {
 	uint8_t ack_timeout; /* primary local ACK timeout: the kernel's timewait */
 	uint8_t class_version;
 	uint32_t psn;
+	uint16_t pkey;
 };
 
 static const struct reqopt REQ_DEFAULT = {
 	.port = LISTEN_PORT, .lcto = 18, .rcto = 18, .retries = 3, .ack_timeout = 18,
-	.class_version = CEP_CM_CLASS_VERSION, .psn = 0x1234,
+	.class_version = CEP_CM_CLASS_VERSION, .psn = 0x1234, .pkey = CEP_DEFAULT_PKEY,
 };
 
 static void build_req(struct cep_msg *m, uint32_t comm, uint32_t qpn, const struct reqopt *o)
@@ -811,7 +812,7 @@ static void build_req(struct cep_msg *m, uint32_t comm, uint32_t qpn, const stru
 	q->starting_psn = o->psn;
 	q->local_cm_response_timeout = o->lcto;
 	q->retry_count = 7;
-	q->partition_key = CEP_DEFAULT_PKEY;
+	q->partition_key = o->pkey;
 	q->path_mtu = 3;
 	q->rnr_retry_count = 7;
 	q->max_cm_retries = o->retries;
@@ -1162,12 +1163,21 @@ static void c_passive_lifecycle(void)
 		return;
 	}
 
+	scenario("passive-dup-req-in-rep-sent");
+	act("REQ %s again (same TID)", pcid(p1));
+	xmit(&req);
+	collect(WIN);
+
 	scenario("passive-rtu");
 	build_rtu(&m, p1, rep.u.rep.local_comm_id, req.hdr.tid);
 	act("RTU");
 	e0 = nevs;
 	xmit(&m);
 	wait_ev("established", h, e0, 3000);
+	scenario("passive-dup-req-established");
+	act("REQ %s again (same TID)", pcid(p1));
+	xmit(&req);
+	collect(WIN);
 	scenario("passive-dup-rtu");
 	act("RTU again");
 	xmit(&m);
@@ -1180,6 +1190,10 @@ static void c_passive_lifecycle(void)
 	e0 = nevs;
 	xmit(&dreq);
 	wait_ev("disconnected", h, e0, 3000);
+	collect(WIN);
+	scenario("passive-dup-dreq-in-dreq-rcvd");
+	act("DREQ again (same TID)");
+	xmit(&dreq);
 	collect(WIN);
 
 	/* The application answers its DISCONNECTED as librdmacm programs do. */
@@ -1233,6 +1247,24 @@ static void c_passive_no_listener(void)
 	o.port = NOBODY_PORT;
 	build_req(&req, new_pid(), new_qpn(), &o);
 	act("REQ %s port=%u", pcid(req.u.req.local_comm_id), o.port);
+	xmit(&req);
+	collect(WIN);
+	cleanup();
+}
+
+/* Issue 10 item 16: a REQ whose path the target cannot use - a P_Key
+ * not in its table. The kernel checks the path (cm_init_av_by_path) and
+ * answers REJ 12 with its GID; the application never hears of it. */
+static void c_passive_bad_path(void)
+{
+	struct reqopt o = REQ_DEFAULT;
+	struct cep_msg req;
+
+	group();
+	scenario("passive-req-unknown-pkey");
+	o.pkey = 0x1234;
+	build_req(&req, new_pid(), new_qpn(), &o);
+	act("REQ %s with P_Key 0x1234", pcid(req.u.req.local_comm_id));
 	xmit(&req);
 	collect(WIN);
 	cleanup();
@@ -1830,6 +1862,7 @@ int main(int argc, char **argv)
 
 	c_passive_lifecycle();
 	c_passive_no_listener();
+	c_passive_bad_path();
 	c_passive_dup_req();
 	c_passive_abandon("passive-reject-after-accept", "reject", 1);
 	c_passive_abandon("passive-destroy-after-accept", "destroy", 1);
