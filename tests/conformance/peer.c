@@ -41,7 +41,7 @@
 #define LISTEN_PORT 7471  /* the application listens here */
 #define NOBODY_PORT 7472  /* nobody listens here */
 #define PEER_PORT   7500  /* the application connects here (we answer) */
-#define WIN         300   /* ms: default window for answers */
+#define WIN         100   /* ms: answers collected before the barrier */
 #define PEER_PDATA  "peer"
 
 static const char *cm_name = "?";
@@ -487,6 +487,10 @@ static uint32_t addressed_to(const struct cep_msg *m)
 	}
 }
 
+/* The comm ID of the pending barrier probe, and whether its DREP came. */
+static uint32_t probe_id;
+static int probe_done;
+
 static void take_mad(const struct rx *r)
 {
 	struct cep_msg m;
@@ -500,6 +504,10 @@ static void take_mad(const struct rx *r)
 		return;
 	}
 	to = addressed_to(&m);
+	if (m.type == CEP_MSG_DREP && to == probe_id) {
+		probe_done = 1; /* barrier(): not part of any scenario */
+		return;
+	}
 	if (!recording || (to && !lab_find(pids, npids, to))) {
 		/* An earlier scenario's straggler, or the clean-up: never in
 		 * the transcript, but a DREQ is answered so the target can
@@ -556,6 +564,8 @@ static void take_event(char *line)
 	}
 }
 
+static void settle(int ms);
+
 /* Take in everything that arrives for @ms. */
 static void collect(int ms)
 {
@@ -586,7 +596,7 @@ static int wait_ev(const char *name, int h, int from, int ms)
 	for (;;) {
 		for (int i = from; i < nevs; i++)
 			if (!strcmp(evs[i].name, name) && (!h || evs[i].h == h)) {
-				collect(150);
+				settle(20);
 				return i;
 			}
 		if (ctl_now_ms() >= end)
@@ -596,8 +606,9 @@ static int wait_ev(const char *name, int h, int from, int ms)
 }
 
 /* Wait until one more message of @type than @before came, then take in
- * what follows for @settle ms. */
-static int wait_rx(enum cep_msg_type type, unsigned before, int ms, int settle)
+ * what follows for @settle_ms ms and wait for the barrier (0: return at
+ * once, for steps that race a timer). */
+static int wait_rx(enum cep_msg_type type, unsigned before, int ms, int settle_ms)
 {
 	double end = ctl_now_ms() + ms;
 
@@ -605,8 +616,8 @@ static int wait_rx(enum cep_msg_type type, unsigned before, int ms, int settle)
 		collect(2);
 	if (nrx_type[type] <= before)
 		return -1;
-	if (settle)
-		collect(settle);
+	if (settle_ms)
+		settle(settle_ms);
 	return 0;
 }
 
@@ -615,19 +626,13 @@ static int wait_rx(enum cep_msg_type type, unsigned before, int ms, int settle)
 static int ans_h;                 /* from the last answer: h=, qpn=, psn= */
 static uint32_t ans_qpn, ans_psn;
 
-/* Send a command and wait for its answer; the normalised answer goes into
- * the step. Returns 0 for "ok", -1 otherwise; @out gets the raw answer. */
-static int cmd(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int cmd(char *out, size_t n, const char *fmt, ...)
+/* Send command @line and wait for its answer (into @line); events that
+ * come first are taken in. */
+static void exchange(char *line, size_t n)
 {
-	char line[CTL_LINE], norm[CTL_LINE] = "=";
 	double end = ctl_now_ms() + 15000;
-	va_list ap;
-	int r, ok;
+	int r;
 
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
 	if (ctl_send(&ctl, "%s", line)) {
 		printf("control channel lost\n");
 		exit(1);
@@ -635,24 +640,37 @@ static int cmd(char *out, size_t n, const char *fmt, ...)
 	/* MADs wait in the queue until the answer is in: a REQ sent before
 	 * "connect" answers must find its QPN label. */
 	for (;;) {
-		r = ctl_read(&ctl, line, sizeof(line), 5);
+		r = ctl_read(&ctl, line, n, 5);
 		if (r < 0) {
 			printf("control channel lost\n");
 			exit(1);
 		}
 		if (r == 0) {
 			if (ctl_now_ms() > end) {
-				snprintf(line, sizeof(line), "err timeout");
-				break;
+				snprintf(line, n, "err timeout");
+				return;
 			}
 			continue;
 		}
-		if (!strncmp(line, "ev ", 3)) {
-			take_event(line);
-			continue;
-		}
-		break;
+		if (strncmp(line, "ev ", 3))
+			return;
+		take_event(line);
 	}
+}
+
+/* Send a command and wait for its answer; the normalised answer goes into
+ * the step. Returns 0 for "ok", -1 otherwise; @out gets the raw answer. */
+static int cmd(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int cmd(char *out, size_t n, const char *fmt, ...)
+{
+	char line[CTL_LINE], norm[CTL_LINE] = "=";
+	va_list ap;
+	int ok;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	exchange(line, sizeof(line));
 	if (out)
 		snprintf(out, n, "%s", line);
 	ok = !strncmp(line, "ok", 2);
@@ -686,6 +704,47 @@ static int cmd(char *out, size_t n, const char *fmt, ...)
 	if (recording)
 		snprintf(st.answer, sizeof(st.answer), "%s", norm);
 	return ok ? 0 : -1;
+}
+
+static struct cep_mad_addr target_addr(int gid_index);
+
+/* Make "no answer" a fact, not a guess: everything the CM and the
+ * application had to say about what came before is in. A DREQ for a comm
+ * ID nobody has is answered at once by both CMs (cm_issue_drep; libcep's
+ * unknown-comm-ID path) on the one worker that also handled the earlier
+ * MADs, so its DREP follows their answers; then "sync" makes the
+ * application read its CM's events before it answers. Bounded by 5 s. */
+static void barrier(void)
+{
+	static uint32_t n;
+	struct cep_mad_addr to = target_addr(port.gid_index);
+	uint8_t mad[CEP_MAD_SIZE];
+	char line[CTL_LINE];
+	struct cep_msg m;
+	double end = ctl_now_ms() + 5000;
+
+	n++;
+	probe_id = 0x0b00000u | n;
+	probe_done = 0;
+	cep_msg_init(&m, CEP_MSG_DREQ, 0x7e000000u | n);
+	m.u.dreq.local_comm_id = probe_id;
+	m.u.dreq.remote_comm_id = 0x7e5e0000u | n;
+	m.u.dreq.remote_qpn_eecn = 0x7e;
+	if (cep_msg_encode(&m, mad) == 0 && tp->ops->send(tp, mad, sizeof(mad), &to) == 0)
+		while (!probe_done && ctl_now_ms() < end)
+			collect(1);
+	if (!probe_done)
+		printf("      (barrier: no DREP for the probe)\n");
+	snprintf(line, sizeof(line), "sync");
+	exchange(line, sizeof(line));
+	collect(0);
+}
+
+/* Take in what comes for @ms, then wait for the barrier. */
+static void settle(int ms)
+{
+	collect(ms);
+	barrier();
 }
 
 /* Ask the application to act on connection @h ("accept C1"...). */
@@ -1097,7 +1156,7 @@ static void answer_dreq(unsigned before, const char *why)
 	build_drep(&d, q->u.dreq.remote_comm_id, q->u.dreq.local_comm_id, q->hdr.tid);
 	act("DREP (%s)", why);
 	xmit(&d);
-	collect(WIN);
+	settle(WIN);
 }
 
 /* Destroy everything on the application and let the stragglers pass
@@ -1166,7 +1225,7 @@ static void c_passive_lifecycle(void)
 	scenario("passive-dup-req-in-rep-sent");
 	act("REQ %s again (same TID)", pcid(p1));
 	xmit(&req);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("passive-rtu");
 	build_rtu(&m, p1, rep.u.rep.local_comm_id, req.hdr.tid);
@@ -1177,11 +1236,11 @@ static void c_passive_lifecycle(void)
 	scenario("passive-dup-req-established");
 	act("REQ %s again (same TID)", pcid(p1));
 	xmit(&req);
-	collect(WIN);
+	settle(WIN);
 	scenario("passive-dup-rtu");
 	act("RTU again");
 	xmit(&m);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("passive-dreq");
 	build_dreq(&dreq, p1, rep.u.rep.local_comm_id, rep.u.rep.local_qpn);
@@ -1190,11 +1249,11 @@ static void c_passive_lifecycle(void)
 	e0 = nevs;
 	xmit(&dreq);
 	wait_ev("disconnected", h, e0, 3000);
-	collect(WIN);
+	settle(WIN);
 	scenario("passive-dup-dreq-in-dreq-rcvd");
 	act("DREQ again (same TID)");
 	xmit(&dreq);
-	collect(WIN);
+	settle(WIN);
 
 	/* The application answers its DISCONNECTED as librdmacm programs do. */
 	scenario("passive-disconnect-in-dreq-rcvd");
@@ -1206,17 +1265,17 @@ static void c_passive_lifecycle(void)
 	scenario("passive-dup-dreq-in-timewait");
 	act("DREQ again (same TID)");
 	xmit(&dreq);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("passive-dup-req-in-timewait");
 	act("REQ %s again (same IDs, QPN and TID)", pcid(p1));
 	e0 = nevs;
 	xmit(&req);
-	collect(WIN);
+	settle(WIN);
 	h2 = ev_handle("connect_request", e0);
 	if (h2) {
 		app("reject", h2);
-		collect(WIN);
+		settle(WIN);
 	}
 
 	scenario("passive-timewait");
@@ -1248,7 +1307,7 @@ static void c_passive_no_listener(void)
 	build_req(&req, new_pid(), new_qpn(), &o);
 	act("REQ %s port=%u", pcid(req.u.req.local_comm_id), o.port);
 	xmit(&req);
-	collect(WIN);
+	settle(WIN);
 	cleanup();
 }
 
@@ -1266,7 +1325,7 @@ static void c_passive_bad_path(void)
 	build_req(&req, new_pid(), new_qpn(), &o);
 	act("REQ %s with P_Key 0x1234", pcid(req.u.req.local_comm_id));
 	xmit(&req);
-	collect(WIN);
+	settle(WIN);
 	cleanup();
 }
 
@@ -1288,17 +1347,18 @@ static void c_passive_dup_req(void)
 	if (i >= 0) {
 		act("REQ %s again (same TID)", pcid(p));
 		xmit(&req);
-		collect(WIN);
+		settle(WIN);
 		scenario("passive-reject");
 		app("reject", evs[i].h);
-		collect(WIN);
+		settle(WIN);
 	}
 	cleanup();
 }
 
-/* The application rejects (@verb "reject") or destroys its id after its
- * REP went out (REP_SENT), or destroys it before accepting. */
-static void c_passive_abandon(const char *name, const char *verb, int accepted)
+/* The application rejects (@verb "reject") or destroys its id: before it
+ * accepts (@stage 0), after its REP went out (1, REP_SENT), or once
+ * established (2). */
+static void c_passive_abandon(const char *name, const char *verb, int stage)
 {
 	struct cep_msg req, rep;
 	uint32_t p;
@@ -1307,7 +1367,9 @@ static void c_passive_abandon(const char *name, const char *verb, int accepted)
 	group();
 	scenario(name);
 	p = new_pid();
-	if (accepted) {
+	if (stage == 2) {
+		h = p_establish(p, new_qpn(), &req, &rep);
+	} else if (stage == 1) {
 		h = p_connect(p, new_qpn(), &REQ_DEFAULT, 150, &req, &rep);
 		if (rep.type != CEP_MSG_REP)
 			h = 0;
@@ -1321,7 +1383,7 @@ static void c_passive_abandon(const char *name, const char *verb, int accepted)
 	}
 	if (h) {
 		app(verb, h);
-		collect(WIN);
+		settle(WIN);
 	}
 	cleanup();
 }
@@ -1341,12 +1403,12 @@ static void c_passive_strays(void)
 	build_dreq(&m, p, 0x7e570001u, q);
 	act("DREQ to an unknown comm ID");
 	xmit(&m);
-	collect(WIN);
+	settle(WIN);
 	scenario("passive-unknown-rtu");
 	build_rtu(&m, p, 0x7e570002u, 0);
 	act("RTU to an unknown comm ID");
 	xmit(&m);
-	collect(WIN);
+	settle(WIN);
 	scenario("passive-unknown-rep");
 	memset(&req, 0, sizeof(req));
 	req.type = CEP_MSG_REQ;
@@ -1355,7 +1417,7 @@ static void c_passive_strays(void)
 	m.hdr.tid = 0;
 	act("REP to an unknown comm ID");
 	xmit(&m);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("passive-req-class-version-1");
 	o.class_version = 1;
@@ -1363,7 +1425,7 @@ static void c_passive_strays(void)
 	build_req(&req, p, new_qpn(), &o);
 	act("REQ %s with class version 1", pcid(p));
 	xmit(&req);
-	collect(WIN);
+	settle(WIN);
 	cleanup();
 }
 
@@ -1387,12 +1449,12 @@ static void c_passive_mra(void)
 	build_mra(&m, p, rep.u.rep.local_comm_id, CEP_MSG_CODE_REP, 20, req.hdr.tid);
 	act("MRA for the REP (service timeout 20)");
 	xmit(&m);
-	collect(900);
+	settle(900);
 
 	scenario("passive-dup-req-after-mra");
 	act("REQ %s again (same TID)", pcid(p));
 	xmit(&req);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("passive-rtu-after-mra");
 	build_rtu(&m, p, rep.u.rep.local_comm_id, req.hdr.tid);
@@ -1419,7 +1481,7 @@ static void c_passive_rep_timeout(void)
 		act("no RTU");
 		e0 = nevs;
 		wait_ev("unreachable", h, e0, 3000);
-		collect(WIN);
+		settle(WIN);
 	}
 	cleanup();
 }
@@ -1458,7 +1520,7 @@ static void c_passive_lost_rtu(void)
 	if (wait_ev("recv", h, e0, 3000) >= 0)
 		app("notify", h);
 	act("no RTU");
-	collect(1500);
+	settle(1500);
 	cleanup();
 }
 
@@ -1483,7 +1545,7 @@ static void c_passive_stale(int listener)
 		    pcid(p1));
 		dreqs = nrx_type[CEP_MSG_DREQ];
 		xmit(&m);
-		collect(WIN);
+		settle(WIN);
 		answer_dreq(dreqs, "the stale connection's DREQ");
 	}
 	cleanup();
@@ -1509,7 +1571,7 @@ static void c_passive_rej_timeout(int established)
 		build_rej(&m, p, 0, CEP_REJ_TIMEOUT, CEP_MSG_CODE_OTHER, 0);
 		act("REJ Timeout, remote comm ID 0, ARI = our CA GUID");
 		xmit(&m);
-		collect(WIN);
+		settle(WIN);
 	}
 	cleanup();
 }
@@ -1532,7 +1594,7 @@ static void c_passive_forged(void)
 	build_dreq(&m, p, rep.u.rep.local_comm_id, rep.u.rep.local_qpn ^ 0x5a);
 	act("DREQ naming another QPN");
 	xmit(&m);
-	collect(WIN);
+	settle(WIN);
 
 	/* Issue 10 item 14: the right IDs from another address of the
 	 * peer's port (a second IPv4 address, so a second RoCE GID). */
@@ -1543,7 +1605,7 @@ static void c_passive_forged(void)
 		build_dreq(&m, p, rep.u.rep.local_comm_id, rep.u.rep.local_qpn);
 		act("DREQ from another GID of the peer's port");
 		xmit_from(&m, alt_gid_index);
-		collect(WIN);
+		settle(WIN);
 	}
 	cleanup();
 }
@@ -1580,7 +1642,7 @@ static void c_active_lifecycle(void)
 	scenario("active-dup-rep");
 	act("REP again");
 	xmit(&rep);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("active-disconnect");
 	dreqs = nrx_type[CEP_MSG_DREQ];
@@ -1599,7 +1661,7 @@ static void c_active_lifecycle(void)
 	scenario("active-dup-rep-in-timewait");
 	act("REP again");
 	xmit(&rep);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("active-timewait");
 	timewait_step(h, t_drep, 10000);
@@ -1615,7 +1677,7 @@ static void c_active_lifecycle(void)
 		e0 = nevs;
 		xmit(&m);
 		wait_ev("established", h, e0, 2000);
-		collect(WIN);
+		settle(WIN);
 	}
 	cleanup();
 }
@@ -1648,21 +1710,21 @@ static void c_active_crossing(void)
 	e0 = nevs;
 	xmit(&m);
 	wait_ev("disconnected", h, e0, 2000);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("active-disconnect-in-dreq-rcvd");
 	app("disconnect", h);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("active-drep-after-crossing");
 	build_drep(&m, p, theirs.u.dreq.local_comm_id, theirs.hdr.tid);
 	act("DREP for the application's DREQ");
 	xmit(&m);
-	collect(WIN);
+	settle(WIN);
 
 	scenario("active-disconnect-in-timewait");
 	app("disconnect", h);
-	collect(WIN);
+	settle(WIN);
 	cleanup();
 }
 
@@ -1698,14 +1760,14 @@ static void c_active_answer(const char *name, int what)
 			  CEP_MSG_CODE_OTHER, req.hdr.tid);
 		act("REJ 28 (message Other, our comm ID set)");
 		xmit(&m);
-		collect(WIN);
+		settle(WIN);
 		break;
 	case 'M':
 		q = new_qpn();
 		build_mra(&m, p, req.u.req.local_comm_id, CEP_MSG_CODE_REQ, 18, req.hdr.tid);
 		act("MRA for the REQ (service timeout 18)");
 		xmit(&m);
-		collect(WIN);
+		settle(WIN);
 		build_rep(&m, &req, p, q);
 		act("REP %s %s", pcid(p), qlab(q));
 		e0 = nevs;
@@ -1729,10 +1791,10 @@ static void c_active_abandon(int qp_first)
 	if (h && req.type == CEP_MSG_REQ) {
 		if (qp_first) {
 			app("destroyqp", h);
-			collect(WIN);
+			settle(WIN);
 		}
 		app("destroy", h);
-		collect(WIN);
+		settle(WIN);
 	}
 	cleanup();
 }
@@ -1760,7 +1822,7 @@ static void c_active_other_conn(int same_id)
 		act("REP %s %s to the second connection", pcid(p2), qlab(q2));
 		dreqs = nrx_type[CEP_MSG_DREQ];
 		xmit(&m);
-		collect(WIN);
+		settle(WIN);
 		answer_dreq(dreqs, "the first connection's DREQ");
 	}
 	cleanup();
@@ -1867,6 +1929,7 @@ int main(int argc, char **argv)
 	c_passive_abandon("passive-reject-after-accept", "reject", 1);
 	c_passive_abandon("passive-destroy-after-accept", "destroy", 1);
 	c_passive_abandon("passive-destroy-before-accept", "destroy", 0);
+	c_passive_abandon("passive-destroy-established", "destroy", 2);
 	c_passive_strays();
 	c_passive_mra();
 	c_passive_rep_timeout();

@@ -120,17 +120,12 @@ void app_timewait_exit(struct app *a, struct conn *c)
 		app_ev(a, c, "timewait_exit", NULL);
 }
 
-static void poll_cq(struct app *a)
+/* Report the completions waiting on the CQ. */
+static void drain_cq(struct app *a)
 {
-	struct ibv_cq *cq;
 	struct ibv_wc wc[8];
-	void *cctx;
 	int n;
 
-	if (ibv_get_cq_event(a->cc, &cq, &cctx) == 0) {
-		ibv_ack_cq_events(cq, 1);
-		ibv_req_notify_cq(cq, 0);
-	}
 	while ((n = ibv_poll_cq(a->cq, 8, wc)) > 0) {
 		for (int i = 0; i < n; i++) {
 			struct conn *c = conn_by_h(a, (int)wc[i].wr_id);
@@ -145,6 +140,19 @@ static void poll_cq(struct app *a)
 			}
 		}
 	}
+}
+
+/* The completion channel is readable: re-arm it, then drain the CQ. */
+static void poll_cq(struct app *a)
+{
+	struct ibv_cq *cq;
+	void *cctx;
+
+	if (ibv_get_cq_event(a->cc, &cq, &cctx) == 0) {
+		ibv_ack_cq_events(cq, 1);
+		ibv_req_notify_cq(cq, 0);
+	}
+	drain_cq(a);
 }
 
 static int verbs_setup(struct app *a)
@@ -180,6 +188,14 @@ static int command(struct app *a, char *line)
 	if (!strcmp(cmd, "quit")) {
 		ctl_send(&a->ctl, "ok");
 		return 1;
+	}
+	if (!strcmp(cmd, "sync")) {
+		/* The peer's barrier: every event the CM has queued is
+		 * reported before this answer. */
+		a->be->events(a);
+		drain_cq(a);
+		ctl_send(&a->ctl, "ok");
+		return 0;
 	}
 	if (!strcmp(cmd, "hello")) {
 		ctl_send(&a->ctl, "ok cm=%s guid=%016llx", a->be->name, (unsigned long long)a->guid);
