@@ -789,11 +789,6 @@ static struct cep_mad_addr target_addr(int gid_index)
 	return to;
 }
 
-static void msg_init(struct cep_msg *m, enum cep_msg_type type)
-{
-	cep_msg_init(m, type, 0); /* xmit() gives it a TID */
-}
-
 /* Send @m with its own TID (0: a new one, labelled p:TYPEn). umad refuses
  * a TID still in its send list (EINVAL): retry briefly. */
 static void xmit_from(struct cep_msg *m, int gid_index)
@@ -870,7 +865,7 @@ static void build_req(struct cep_msg *m, uint32_t comm, uint32_t qpn, const stru
 	struct cep_req *q = &m->u.req;
 	struct cep_cma_hdr h;
 
-	msg_init(m, CEP_MSG_REQ);
+	cep_msg_init(m, CEP_MSG_REQ, 0); /* xmit() gives it a TID */
 	m->hdr.class_version = o->class_version;
 	q->local_comm_id = comm;
 	q->service_id = cep_rdma_service_id(CEP_RDMA_PS_TCP, o->port);
@@ -900,15 +895,14 @@ static void build_req(struct cep_msg *m, uint32_t comm, uint32_t qpn, const stru
 
 static void build_rtu(struct cep_msg *m, uint32_t local, uint32_t remote, uint64_t tid)
 {
-	msg_init(m, CEP_MSG_RTU);
-	m->hdr.tid = tid;
+	cep_msg_init(m, CEP_MSG_RTU, tid);
 	m->u.rtu.local_comm_id = local;
 	m->u.rtu.remote_comm_id = remote;
 }
 
 static void build_dreq(struct cep_msg *m, uint32_t local, uint32_t remote, uint32_t qpn)
 {
-	msg_init(m, CEP_MSG_DREQ);
+	cep_msg_init(m, CEP_MSG_DREQ, 0); /* xmit() gives it a TID */
 	m->u.dreq.local_comm_id = local;
 	m->u.dreq.remote_comm_id = remote;
 	m->u.dreq.remote_qpn_eecn = qpn;
@@ -916,8 +910,7 @@ static void build_dreq(struct cep_msg *m, uint32_t local, uint32_t remote, uint3
 
 static void build_drep(struct cep_msg *m, uint32_t local, uint32_t remote, uint64_t tid)
 {
-	msg_init(m, CEP_MSG_DREP);
-	m->hdr.tid = tid;
+	cep_msg_init(m, CEP_MSG_DREP, tid);
 	m->u.drep.local_comm_id = local;
 	m->u.drep.remote_comm_id = remote;
 }
@@ -925,8 +918,7 @@ static void build_drep(struct cep_msg *m, uint32_t local, uint32_t remote, uint6
 static void build_rej(struct cep_msg *m, uint32_t local, uint32_t remote, unsigned reason,
 		      unsigned code, uint64_t tid)
 {
-	msg_init(m, CEP_MSG_REJ);
-	m->hdr.tid = tid;
+	cep_msg_init(m, CEP_MSG_REJ, tid);
 	m->u.rej.local_comm_id = local;
 	m->u.rej.remote_comm_id = remote;
 	m->u.rej.reason = (uint16_t)reason;
@@ -942,8 +934,7 @@ static void build_rej(struct cep_msg *m, uint32_t local, uint32_t remote, unsign
 static void build_mra(struct cep_msg *m, uint32_t local, uint32_t remote, unsigned code,
 		      unsigned timeout, uint64_t tid)
 {
-	msg_init(m, CEP_MSG_MRA);
-	m->hdr.tid = tid;
+	cep_msg_init(m, CEP_MSG_MRA, tid);
 	m->u.mra.local_comm_id = local;
 	m->u.mra.remote_comm_id = remote;
 	m->u.mra.message_mraed = (uint8_t)code;
@@ -955,8 +946,7 @@ static void build_rep(struct cep_msg *m, const struct cep_msg *q, uint32_t local
 {
 	struct cep_rep *r = &m->u.rep;
 
-	msg_init(m, CEP_MSG_REP);
-	m->hdr.tid = q->hdr.tid;
+	cep_msg_init(m, CEP_MSG_REP, q->hdr.tid);
 	r->local_comm_id = local;
 	r->remote_comm_id = q->u.req.local_comm_id;
 	r->local_qpn = qpn;
@@ -1102,20 +1092,36 @@ static int p_connect(uint32_t pid, uint32_t qpn, const struct reqopt *o, int set
 	return h;
 }
 
+/* Passive: our RTU for @rep (with @req's TID, as the kernel's RTU carries
+ * its REQ's), then the application's ESTABLISHED. */
+static void p_rtu(int h, uint32_t pid, const struct cep_msg *req, const struct cep_msg *rep)
+{
+	struct cep_msg m;
+	int e0 = nevs;
+
+	build_rtu(&m, pid, rep->u.rep.local_comm_id, req->hdr.tid);
+	act("RTU");
+	xmit(&m);
+	wait_ev("established", h, e0, 3000);
+}
+
 /* Passive: a connection up to ESTABLISHED (REQ, accept, REP, RTU). */
 static int p_establish(uint32_t pid, uint32_t qpn, struct cep_msg *req, struct cep_msg *rep)
 {
-	struct cep_msg m;
-	int h = p_connect(pid, qpn, &REQ_DEFAULT, 150, req, rep), e0;
+	int h = p_connect(pid, qpn, &REQ_DEFAULT, 150, req, rep);
 
 	if (!h || rep->type != CEP_MSG_REP)
 		return 0;
-	build_rtu(&m, pid, rep->u.rep.local_comm_id, req->hdr.tid);
-	act("RTU");
-	e0 = nevs;
-	xmit(&m);
-	wait_ev("established", h, e0, 3000);
+	p_rtu(h, pid, req, rep);
 	return h;
+}
+
+/* Send @m again, TID and all (a retransmission), and record the answers. */
+static void again(struct cep_msg *m, const char *what)
+{
+	act("%s again (same TID)", what);
+	xmit(m);
+	settle(WIN);
 }
 
 /* Active: the application connects to PEER_PORT (on the QP of @reuse when
@@ -1236,24 +1242,15 @@ static void c_passive_lifecycle(void)
 	}
 
 	scenario("passive-dup-req-in-rep-sent");
-	act("REQ %s again (same TID)", pcid(p1));
-	xmit(&req);
-	settle(WIN);
+	again(&req, "REQ");
 
 	scenario("passive-rtu");
-	build_rtu(&m, p1, rep.u.rep.local_comm_id, req.hdr.tid);
-	act("RTU");
-	e0 = nevs;
-	xmit(&m);
-	wait_ev("established", h, e0, 3000);
+	p_rtu(h, p1, &req, &rep);
 	scenario("passive-dup-req-established");
-	act("REQ %s again (same TID)", pcid(p1));
-	xmit(&req);
-	settle(WIN);
+	again(&req, "REQ");
 	scenario("passive-dup-rtu");
-	act("RTU again");
-	xmit(&m);
-	settle(WIN);
+	build_rtu(&m, p1, rep.u.rep.local_comm_id, req.hdr.tid);
+	again(&m, "RTU");
 
 	scenario("passive-dreq");
 	build_dreq(&dreq, p1, rep.u.rep.local_comm_id, rep.u.rep.local_qpn);
@@ -1264,9 +1261,7 @@ static void c_passive_lifecycle(void)
 	wait_ev("disconnected", h, e0, 3000);
 	settle(WIN);
 	scenario("passive-dup-dreq-in-dreq-rcvd");
-	act("DREQ again (same TID)");
-	xmit(&dreq);
-	settle(WIN);
+	again(&dreq, "DREQ");
 
 	/* The application answers its DISCONNECTED as librdmacm programs do. */
 	scenario("passive-disconnect-in-dreq-rcvd");
@@ -1276,9 +1271,7 @@ static void c_passive_lifecycle(void)
 		t_drep = last_t[CEP_MSG_DREP];
 
 	scenario("passive-dup-dreq-in-timewait");
-	act("DREQ again (same TID)");
-	xmit(&dreq);
-	settle(WIN);
+	again(&dreq, "DREQ");
 
 	scenario("passive-dup-req-in-timewait");
 	act("REQ %s again (same IDs, QPN and TID)", pcid(p1));
@@ -1296,15 +1289,8 @@ static void c_passive_lifecycle(void)
 
 	scenario("passive-reuse-after-timewait");
 	h2 = p_connect(p1, q1, &o, 150, &m, &rep);
-	if (h2 && rep.type == CEP_MSG_REP) {
-		struct cep_msg rtu;
-
-		build_rtu(&rtu, p1, rep.u.rep.local_comm_id, m.hdr.tid);
-		act("RTU");
-		e0 = nevs;
-		xmit(&rtu);
-		wait_ev("established", h2, e0, 3000);
-	}
+	if (h2 && rep.type == CEP_MSG_REP)
+		p_rtu(h2, p1, &m, &rep);
 	cleanup();
 }
 
@@ -1358,9 +1344,7 @@ static void c_passive_dup_req(void)
 	xmit(&req);
 	i = wait_ev("connect_request", 0, e0, 5000);
 	if (i >= 0) {
-		act("REQ %s again (same TID)", pcid(p));
-		xmit(&req);
-		settle(WIN);
+		again(&req, "REQ");
 		scenario("passive-reject");
 		app("reject", evs[i].h);
 		settle(WIN);
@@ -1448,7 +1432,7 @@ static void c_passive_mra(void)
 	struct reqopt o = REQ_DEFAULT;
 	struct cep_msg req, rep, m;
 	uint32_t p;
-	int h, e0;
+	int h;
 
 	group();
 	scenario("passive-mra-rep");
@@ -1465,16 +1449,10 @@ static void c_passive_mra(void)
 	settle(1300);
 
 	scenario("passive-dup-req-after-mra");
-	act("REQ %s again (same TID)", pcid(p));
-	xmit(&req);
-	settle(WIN);
+	again(&req, "REQ");
 
 	scenario("passive-rtu-after-mra");
-	build_rtu(&m, p, rep.u.rep.local_comm_id, req.hdr.tid);
-	act("RTU");
-	e0 = nevs;
-	xmit(&m);
-	wait_ev("established", h, e0, 3000);
+	p_rtu(h, p, &req, &rep);
 	cleanup();
 }
 
@@ -1653,9 +1631,7 @@ static void c_active_lifecycle(void)
 	wait_ev("established", h, e0, 3000);
 
 	scenario("active-dup-rep");
-	act("REP again");
-	xmit(&rep);
-	settle(WIN);
+	again(&rep, "REP");
 
 	scenario("active-disconnect");
 	dreqs = nrx_type[CEP_MSG_DREQ];
@@ -1672,9 +1648,7 @@ static void c_active_lifecycle(void)
 	}
 
 	scenario("active-dup-rep-in-timewait");
-	act("REP again");
-	xmit(&rep);
-	settle(WIN);
+	again(&rep, "REP");
 
 	scenario("active-timewait");
 	timewait_step(h, t_drep, 10000);

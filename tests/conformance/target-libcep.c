@@ -361,6 +361,7 @@ static void l_fini(struct app *a)
 	cep_cm_channel_destroy(p->ch);
 	cep_cm_destroy(p->cm);
 	p->t->ops->destroy(p->t);
+	ibv_close_device(a->ctx);
 	free(p);
 }
 

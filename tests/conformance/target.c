@@ -346,11 +346,12 @@ out:
 	for (int i = 0; i < MAX_CONN; i++)
 		if (a.conns[i].used)
 			be->destroy(&a, &a.conns[i]);
-	be->fini(&a); /* every QP is gone after this */
+	/* Every QP went with its connection: the rest of verbs, then the CM. */
 	ibv_dereg_mr(a.mr);
 	ibv_destroy_cq(a.cq);
 	ibv_destroy_comp_channel(a.cc);
 	ibv_dealloc_pd(a.pd);
+	be->fini(&a);
 	ctl_close(&a.ctl);
 	printf("%s: exit %d\n", be->name, rc);
 	return rc;

@@ -51,6 +51,7 @@ struct backend {
 	 * connection whose QP (libcep: whose id too) is reused, or NULL. */
 	int (*connect)(struct app *a, struct conn *c, uint16_t port, struct conn *reuse);
 	int (*notify)(struct app *a, struct conn *c); /* communication established */
+	/* Last: every QP, the CQ and the PD are gone; free what init made. */
 	void (*fini)(struct app *a);
 };
 
