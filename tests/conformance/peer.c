@@ -1185,7 +1185,8 @@ static void cleanup(void)
 	step_flush();
 	recording = 0;
 	cmd(NULL, 0, "destroyall");
-	collect(400);
+	collect(300);
+	barrier();
 	recording = 1;
 	memset(&st, 0, sizeof(st));
 }
