@@ -186,7 +186,7 @@ static void timer_sync_locked(struct cep_cm_id *id)
 /* Lock held: want a timer of @kind in @ms. */
 void cm_set_timer(struct cep_cm_id *id, unsigned kind, uint32_t ms)
 {
-	id->deadline = cep_now_ms() + ms;
+	id->deadline = cep_clock_ms(id->cm->clock) + ms;
 	id->timer_kind = (uint8_t)kind;
 	if (cep_dispatch_self(id->cm->d) == (int)id->worker)
 		timer_sync_locked(id);
@@ -647,7 +647,7 @@ static void id_timer_fn(struct cep_timer *t)
 
 	pthread_mutex_lock(&id->lock);
 	if (id->deadline && !atomic_load_explicit(&id->cm->stopping, memory_order_relaxed)) {
-		uint64_t now = cep_now_ms();
+		uint64_t now = cep_clock_ms(id->cm->clock);
 
 		if (id->deadline > now) {
 			/* pushed later: keep the timer (and its reference) */
@@ -814,6 +814,10 @@ static void cm_mad(void *ctx, unsigned w, const uint8_t *mad, size_t len,
 
 /* ---- context ------------------------------------------------------------- */
 
+/* Does the caller's attr (of its ->size) reach @field? */
+#define CM_ATTR_HAS(a, field) \
+	((a)->size >= offsetof(struct cep_cm_attr, field) + sizeof((a)->field))
+
 int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 {
 	struct cep_table_attr ta = { .size = sizeof(ta) };
@@ -822,7 +826,7 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	long ncpu;
 	int ret;
 
-	if (!attr || !out || attr->size < sizeof(*attr) || !attr->transport ||
+	if (!attr || !out || attr->size < offsetof(struct cep_cm_attr, clock) || !attr->transport ||
 	    !attr->transport->ops || attr->workers > 1024 || attr->mra_service_timeout > 31 ||
 	    (attr->queue_depth & (attr->queue_depth - 1)))
 		return -EINVAL;
@@ -834,6 +838,8 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	cm->nworkers = attr->workers ? attr->workers : (unsigned)(ncpu > 0 ? ncpu : 1);
 	cm->mra_timeout = attr->mra_service_timeout ? attr->mra_service_timeout : 20;
 	cm->auto_mra = attr->auto_mra;
+	if (CM_ATTR_HAS(attr, clock))
+		cm->clock = attr->clock;
 	ret = cm->tp->ops->query_port(cm->tp, &cm->port);
 	if (ret)
 		goto fail;
@@ -854,6 +860,7 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	da.queue_depth = attr->queue_depth ? attr->queue_depth : 4096;
 	da.ops.mad = cm_mad;
 	da.ctx = cm;
+	da.clock = cm->clock;
 	ret = cep_dispatch_create(&da, &cm->d);
 	if (ret)
 		goto fail_table;

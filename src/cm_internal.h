@@ -34,6 +34,7 @@ struct cep_cm {
 	struct cep_transport *tp;      /* const */
 	struct cep_table *table;       /* const */
 	struct cep_dispatch *d;        /* const */
+	struct cep_clock *clock;       /* const: NULL = CLOCK_MONOTONIC */
 	unsigned nworkers;             /* const */
 	uint64_t ca_guid;              /* const, host order */
 	struct cep_port_info port;     /* const */

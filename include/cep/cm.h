@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cep/clock.h>
 #include <cep/export.h>
 #include <cep/table.h>
 #include <cep/transport.h>
@@ -151,6 +152,13 @@ struct cep_cm_attr {
 					 0 = 20 (~4 s) */
 	uint8_t auto_mra;             /* send MRA when the application takes more
 					 than half the peer's response timeout */
+	/* Time of every timer of this context (retries, MRA extensions,
+	 * timewait, half-open expiry) and of its workers' sleep. NULL:
+	 * CLOCK_MONOTONIC. A virtual clock (cep/clock.h) must outlive the
+	 * context; its advance wakes the workers, and cep_cm_quiesce() after
+	 * it returns only when every timer due by then has fired. Fields
+	 * from here on are read only when @size covers them. */
+	struct cep_clock *clock;
 };
 
 /* Create a CM context on @attr->transport and start its workers.
@@ -176,8 +184,12 @@ CEP_EXPORT int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn);
 CEP_EXPORT int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn);
 
 /* Block until no MAD is queued, no work is pending and no timer is firing
- * on any worker, or @timeout_ms passes (-ETIMEDOUT). Timers armed for
- * later may still fire afterwards. Not from a callback (-EDEADLK). */
+ * on any worker, or @timeout_ms (real time) passes (-ETIMEDOUT). Timers
+ * armed for later may still fire afterwards. With a virtual clock: every
+ * timer due at the clock's time when this is called has fired, and what
+ * it did on this context (MADs sent, events delivered) is done; MADs it
+ * sent to another context are that context's (see cep_clock_quiesce()).
+ * Not from a callback (-EDEADLK). */
 CEP_EXPORT int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms);
 
 /* ---- event channels ---------------------------------------------------- */

@@ -2,8 +2,11 @@
 /*
  * CM scenario harness: two CM nodes (A, B) and one raw port (C, a scripted
  * peer that sends hand-built MADs and records what it receives) on one
- * in-process fabric. Events of each node are logged; tests wait for them
- * with a bounded wait, so a missing event fails instead of hanging.
+ * in-process fabric, all on one virtual clock (cep/clock.h): time moves
+ * only when a test calls advance_ms(), and settle() waits until both nodes
+ * and the fabric have nothing left to do, so every step of a scenario is
+ * deterministic and no test sleeps for a timer. Events of each node are
+ * logged; a missing event fails the check instead of hanging.
  */
 #ifndef CEP_TEST_CM_HARNESS_H
 #define CEP_TEST_CM_HARNESS_H
@@ -14,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <cep/clock.h>
 #include <cep/cm.h>
 #include <cep/fabric.h>
 #include <cep/table.h>
@@ -66,6 +70,7 @@ struct raw {
 	int n;
 };
 
+static struct cep_clock *clk;
 static struct cep_fabric *fab;
 static struct node A = { .name = "A" }, B = { .name = "B" };
 static struct raw C;
@@ -75,6 +80,23 @@ static void sleep_ms(unsigned ms)
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 
 	nanosleep(&ts, NULL);
+}
+
+/* Wait (real time, bounded) until both nodes and the fabric are idle at
+ * the clock's current time: every MAD sent has been handled, every answer
+ * to it too, every event delivered. */
+static void settle(void)
+{
+	CHECK_EQ(cep_clock_quiesce(clk, 10000), 0);
+}
+
+/* Finish what is pending at the current time, move virtual time forward,
+ * and run everything that becomes due. */
+static void advance_ms(unsigned ms)
+{
+	settle();
+	CHECK_EQ(cep_clock_advance_ns(clk, (uint64_t)ms * 1000000u), 0);
+	settle();
 }
 
 static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
@@ -148,14 +170,13 @@ static int count_ev(struct node *n, enum cep_cm_event_type type, struct cep_cm_i
 	return c;
 }
 
-/* Wait (<= 5 s) until @n logged @count events of @type; 1 on success. */
+/* Settle, then 1 if @n logged at least @count events of @type. Time does
+ * not move: an event that needs a timer needs advance_ms() first. */
 static int wait_ev(struct node *n, enum cep_cm_event_type type, int count)
 {
-	for (int i = 0; i < 5000; i++) {
-		if (count_ev(n, type, NULL) >= count)
-			return 1;
-		sleep_ms(1);
-	}
+	settle();
+	if (count_ev(n, type, NULL) >= count)
+		return 1;
 	fprintf(stderr, "%s: timed out waiting for %d x %s (have %d)\n", n->name, count,
 		cep_cm_event_name(type), count_ev(n, type, NULL));
 	return 0;
@@ -203,13 +224,12 @@ static int raw_count(enum cep_msg_type t)
 	return c;
 }
 
+/* Settle, then 1 if C received at least @count MADs of type @t. */
 static int raw_wait(enum cep_msg_type t, int count)
 {
-	for (int i = 0; i < 5000; i++) {
-		if (raw_count(t) >= count)
-			return 1;
-		sleep_ms(1);
-	}
+	settle();
+	if (raw_count(t) >= count)
+		return 1;
 	fprintf(stderr, "C: timed out waiting for %d x %s (have %d)\n", count, cep_msg_name(t),
 		raw_count(t));
 	return 0;
@@ -274,7 +294,7 @@ static void node_init(struct node *n, uint64_t guid, uint16_t lid, unsigned work
 	struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = guid, .lid = lid,
 					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
 	struct cep_cm_attr ca = { .size = sizeof(ca), .workers = workers, .auto_mra = (uint8_t)auto_mra,
-				  .mra_service_timeout = 16 };
+				  .mra_service_timeout = 16, .clock = clk };
 
 	pthread_mutex_init(&n->mtx, NULL);
 	CHECK_EQ(cep_fabric_port_create(fab, &pa, &n->tp), 0);
@@ -288,6 +308,8 @@ static void setup(unsigned workers, int auto_mra_b)
 	struct cep_fabric_port_attr pc = { .size = sizeof(pc), .ca_guid = GUID_C, .lid = LID_C,
 					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
 
+	CHECK_EQ(cep_clock_create(1000000000ull, &clk), 0);
+	fa.clock = clk;
 	CHECK_EQ(cep_fabric_create(&fa, &fab), 0);
 	node_init(&A, GUID_A, LID_A, workers, 0);
 	node_init(&B, GUID_B, LID_B, workers, auto_mra_b);
@@ -391,14 +413,15 @@ static void teardown_all(void)
 
 	destroy_all_ids(&A);
 	destroy_all_ids(&B);
-	for (int i = 0; i < 400; i++) { /* timewaits end */
+	for (int i = 0; i < 100; i++) { /* timewaits end (virtual minutes) */
 		struct cep_table_stats sa, sb;
 
+		settle();
 		cep_table_stats(cep_cm_table(A.cm), &sa);
 		cep_table_stats(cep_cm_table(B.cm), &sb);
 		if (sa.live == 0 && sb.live == 0)
 			break;
-		sleep_ms(5);
+		advance_ms(60000);
 	}
 	struct node *nodes[2] = { &A, &B };
 
@@ -429,6 +452,7 @@ static void teardown_all(void)
 	}
 	C.tp->ops->destroy(C.tp);
 	CHECK_EQ(cep_fabric_destroy(fab), 0);
+	CHECK_EQ(cep_clock_destroy(clk), 0);
 }
 
 #endif /* CEP_TEST_CM_HARNESS_H */

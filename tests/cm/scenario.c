@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * CM protocol scenarios, one per line of docs/protocol-coverage.md.
+ * CM protocol scenarios, one per line of the coverage table of docs/protocol.md.
  * Usage: test-cm-scenario NAME. Each scenario sets up two CM nodes and a
  * scripted raw peer on the in-process fabric, drives one protocol path,
  * checks states, events, wire messages and counters, then checks that no
@@ -130,6 +130,10 @@ static void t_establish(void)
 	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
 	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED), "bye"));
 	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_TIMEWAIT);
+	advance_ms(9); /* timewait: 2 x local ACK timeout 10 (4.2 ms) = 10 ms */
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, NULL), 0);
+	advance_ms(1);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
@@ -227,6 +231,7 @@ static void t_rej_rep(void)
 	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.status, CEP_REJ_CONSUMER_DEFINED);
 	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.msg.u.rej.message_rejected, CEP_MSG_CODE_REP);
 	CHECK_EQ(cep_cm_id_state(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).id), CEP_CM_IDLE);
+	advance_ms(100);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_ESTABLISHED, NULL), 0);
 	check_binding(&B, 0x101, CEP_BINDING_INVALID);
@@ -245,12 +250,13 @@ static void t_mra_req(void)
 	B.pol.on_req = ON_REQ_MRA;
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
-	p.remote_cm_response_timeout = 12; /* 17 ms + 2 x 1 ms; MRA gives 268 ms */
-	p.max_cm_retries = 2; /* a loaded (sanitizer) run may still need one */
+	p.remote_cm_response_timeout = 12; /* 17 ms + 2 x 2 ms; MRA gives 268 ms */
+	p.max_cm_retries = 2;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_MRA_REQ_RCVD);
-	sleep_ms(80); /* past the unextended timeout with its retries (57 ms) */
+	advance_ms(80); /* past the unextended timeout with its retries (63 ms) */
+	CHECK_EQ(stats_of(&A).retries, 0);
 	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
 
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
@@ -259,7 +265,7 @@ static void t_mra_req(void)
 	CHECK_EQ(cep_cm_accept(b, &ap), 0);
 	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
-	CHECK(stats_of(&B).sent[CEP_MSG_MRA] >= 1); /* resent for a retried REQ */
+	CHECK_EQ(stats_of(&B).sent[CEP_MSG_MRA], 1);
 	teardown_all();
 }
 
@@ -275,11 +281,16 @@ static void t_mra_auto(void)
 	B.pol.on_req = ON_REQ_NOTHING;
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
-	p.remote_cm_response_timeout = 15; /* 134 ms: auto MRA after ~67 ms */
-	p.max_cm_retries = 2; /* a loaded (sanitizer) run may still need one */
+	p.remote_cm_response_timeout = 15; /* 134 ms: auto MRA after 68 ms */
+	p.max_cm_retries = 2;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	advance_ms(67);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, NULL), 0);
+	advance_ms(1);
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
-	sleep_ms(80);
+	advance_ms(80); /* past A's unextended REQ timeout (138 ms) */
+	CHECK_EQ(stats_of(&A).retries, 0);
 	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
 
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
@@ -306,14 +317,15 @@ static void t_mra_rep(void)
 	conn_param(&p, 0x100, LID_A, LID_B);
 	p.manual_rtu = 1;
 	p.local_cm_response_timeout = 12; /* B would retry REP every 17 ms */
-	p.max_cm_retries = 2; /* a loaded (sanitizer) run may still need one */
+	p.max_cm_retries = 2;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(wait_ev(&B, CEP_CM_EV_MRA_RECEIVED, 1));
 	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_MRA_RECEIVED).id;
 
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REP_RCVD);
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_MRA_REP_SENT);
-	sleep_ms(80); /* past B's unextended REP timeout with retries (51 ms) */
+	advance_ms(80); /* past B's unextended REP timeout with retries (51 ms) */
+	CHECK_EQ(stats_of(&B).retries, 0);
 	CHECK_EQ(cep_cm_rtu(a, "rtu", 4), 0);
 	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
 	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_RTU_RECEIVED), "rtu"));
@@ -335,6 +347,14 @@ static void t_req_timeout(void)
 	p.remote_cm_response_timeout = 8;
 	p.max_cm_retries = 3;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	/* each try waits 2 x packet life (2 ms) + response timeout 8 (2 ms) */
+	for (int i = 1; i <= 4; i++) {
+		settle();
+		CHECK_EQ(raw_count(CEP_MSG_REQ), i);
+		advance_ms(5);
+		CHECK_EQ(raw_count(CEP_MSG_REQ), i);
+		advance_ms(1);
+	}
 	CHECK(wait_ev(&A, CEP_CM_EV_REQ_ERROR, 1));
 	CHECK_EQ(last_ev(&A, CEP_CM_EV_REQ_ERROR).ev.status, -ETIMEDOUT);
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
@@ -369,6 +389,8 @@ static void t_tid(void)
 		p.max_cm_retries = 1;
 		CHECK_EQ(cep_cm_connect(a[i], &p), 0);
 	}
+	advance_ms(6);
+	advance_ms(6);
 	CHECK(wait_ev(&A, CEP_CM_EV_REQ_ERROR, 3));
 	pthread_mutex_lock(&C.mtx);
 	for (int i = 0; i < C.n; i++) {
@@ -403,6 +425,12 @@ static void t_rep_timeout(void)
 	B.pol.accept_qpn = 0x101;
 	raw_req(&m, 0x5000, 0x900);
 	raw_send(&m, LID_B);
+	for (int i = 1; i <= 4; i++) { /* REP retried every 34 ms (timeout 13) */
+		CHECK(raw_wait(CEP_MSG_REP, i));
+		advance_ms(33);
+		CHECK_EQ(raw_count(CEP_MSG_REP), i);
+		advance_ms(1);
+	}
 	CHECK(wait_ev(&B, CEP_CM_EV_REP_ERROR, 1));
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
 	CHECK_EQ(raw_count(CEP_MSG_REP), 4); /* 1 + max_cm_retries */
@@ -500,6 +528,7 @@ static void t_dup_req_timewait_and_reuse(void)
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
 	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 1);
+	advance_ms(10); /* 2 x the REQ's local ACK timeout 10 */
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	check_binding(&B, 0x101, CEP_BINDING_INVALID);
 	/* reuse: same remote comm ID, CA GUID and QPN, same local QP */
@@ -555,6 +584,7 @@ static void t_simultaneous_dreq(void)
 	m.u.drep.local_comm_id = 0x5600;
 	m.u.drep.remote_comm_id = bc;
 	raw_send(&m, LID_B);
+	advance_ms(10);
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREP_RECEIVED, NULL), 0);
 	teardown_all();
@@ -573,6 +603,7 @@ static void t_simultaneous_dreq_pair(void)
 
 	CHECK_EQ(ra, 0);
 	CHECK(rb == 0 || rb == -EINVAL); /* A's DREQ may already have arrived */
+	advance_ms(10);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_DREQ_ERROR, NULL) + count_ev(&B, CEP_CM_EV_DREQ_ERROR, NULL), 0);
@@ -589,8 +620,16 @@ static void t_dreq_timeout(void)
 	listen_on(&B, SID);
 	b = raw_establish(0x5700, 0x900, 0x101, &bc);
 	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	for (int i = 1; i <= 4; i++) { /* DREQ retried every 34 ms */
+		CHECK(raw_wait(CEP_MSG_DREQ, i));
+		advance_ms(33);
+		CHECK_EQ(raw_count(CEP_MSG_DREQ), i);
+		advance_ms(1);
+	}
 	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_ERROR, 1));
 	CHECK_EQ(raw_count(CEP_MSG_DREQ), 4);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	advance_ms(10);
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	check_binding(&B, 0x101, CEP_BINDING_INVALID);
 	teardown_all();
@@ -737,6 +776,8 @@ static void t_lap_timeout(void)
 	b = raw_establish(0x6100, 0x900, 0x101, &bc);
 	path_to(&alt, LID_B, LID_C);
 	CHECK_EQ(cep_cm_lap(b, &alt, 8, NULL, 0), 0);
+	for (int i = 0; i < 4; i++)
+		advance_ms(10);
 	CHECK(wait_ev(&B, CEP_CM_EV_LAP_ERROR, 1));
 	CHECK_EQ(raw_count(CEP_MSG_LAP), 4);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
@@ -778,6 +819,8 @@ static void t_sidr(void)
 	sp.peer = &to_c;
 	sp.timeout = 8;
 	CHECK_EQ(cep_cm_sidr_req(a3, &sp), 0);
+	for (int i = 0; i < 3; i++) /* each try waits timeout 8 (2 ms) */
+		advance_ms(2);
 	CHECK(wait_ev(&A, CEP_CM_EV_SIDR_REQ_ERROR, 1));
 	CHECK_EQ(raw_count(CEP_MSG_SIDR_REQ), 3);
 	CHECK_EQ(cep_cm_id_state(a3), CEP_CM_IDLE);
@@ -796,6 +839,7 @@ static void t_qp_destroy(void)
 	CHECK_EQ(cep_cm_qp_destroy(A.cm, 0x100), 0);
 	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
 	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	advance_ms(10);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(cep_is_destroyed(cep_cm_id_cep(a)), 1);
 	/* a bind to a destroyed QPN fails with the table's error */
@@ -846,6 +890,7 @@ static void t_destroy(void)
 	CHECK_EQ(cep_cm_destroy_id(a), -EALREADY);
 	CHECK(wait_ev(&A, CEP_CM_EV_DESTROYED, 1));
 	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	advance_ms(10);
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_DREP_RECEIVED, NULL), 0); /* user gone */
 	/* in a callback: -EDEADLK */
