@@ -9,7 +9,8 @@
  *
  * Handler template: look the id up (reference), lock, check the state and
  * the identifiers, transition, send under the lock (so one id's MADs leave
- * in state order), unlock, deliver the event, drop the reference.
+ * in state order), cm_emit() the event (the one delivery path: it drops
+ * the lock only while a callback runs), unlock, drop the reference.
  * References: the user's (from create, dropped after DESTROYED), the
  * table's (dropped by cep_destroy), one per armed wheel timer, one per
  * queued work item, one per lookup, one per queued channel event.
@@ -23,6 +24,10 @@
 
 #include "cm_internal.h"
 #include "table_internal.h"
+
+#ifdef CEP_TEST_HOOKS
+void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id, const struct cep_cm_event *ev);
+#endif
 
 /* ---- names ---------------------------------------------------------------- */
 
@@ -414,23 +419,56 @@ void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
 	ev->private_data_len = cep_msg_private_data_size(m->type);
 }
 
-/* Owning worker, no lock held. Returns the handler's verdict. */
-int cm_deliver(struct cep_cm_id *id, struct cep_cm_event *ev)
+static void destroy_act(struct cep_cm_id *id);
+
+/* The one path of every event but DESTROYED (MAD handlers, timers, work
+ * items), on the owning worker, @id's lock held on entry and on return.
+ *
+ * Ordered against destroy by that lock: cep_cm_destroy_id() sets
+ * F_USER_GONE under it, so an event checked here after it is not
+ * delivered. A channel event is queued under the lock (destroy purges
+ * what was queued before); a callback runs with the lock dropped and
+ * `delivering` set, which cep_cm_destroy_id() from a thread that is not a
+ * worker waits for. So once cep_cm_destroy_id() has returned, no event but
+ * DESTROYED reaches the user. A callback's non-zero verdict destroys the
+ * id (the kernel's ib_cm rule). The caller re-checks the state after it:
+ * a callback may have changed it. Returns 1 if the event was delivered. */
+int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev)
 {
+	int verdict;
+
+	if (id->flags & F_USER_GONE)
+		return 0;
 	STAT_ADD(id->cm, id->worker, events[ev->type]);
 	if (id->channel) {
+		CM_HOOK(CM_HOOK_DELIVER, id, ev);
 		if (cm_channel_push(id->channel, ev))
 			STAT_ADD(id->cm, id->worker, drops[CEP_CM_DROP_NO_MEMORY]);
-		return 0;
+		return 1;
 	}
-	return id->handler ? id->handler(id, ev) : 0;
+	if (!id->handler)
+		return 0;
+	id->delivering = 1;
+	pthread_mutex_unlock(&id->lock);
+	CM_HOOK(CM_HOOK_DELIVER, id, ev);
+	verdict = id->handler(id, ev);
+	pthread_mutex_lock(&id->lock);
+	id->delivering = 0;
+	if (verdict && !(id->flags & F_USER_GONE)) {
+		id->flags |= F_USER_GONE;
+		destroy_act(id);
+		cm_maybe_post_destroyed(id);
+	}
+	return 1;
 }
 
-/* Deliver; a non-zero verdict destroys the id (kernel ib_cm rule). */
-void cm_deliver_and_maybe_destroy(struct cep_cm_id *id, struct cep_cm_event *ev)
+void cm_maybe_post_destroyed(struct cep_cm_id *id)
 {
-	if (cm_deliver(id, ev))
-		cep_cm_destroy_id(id);
+	if ((id->flags & (F_USER_GONE | F_DESTROYED_POSTED)) == F_USER_GONE &&
+	    id->req_inflight == 0) {
+		id->flags |= F_DESTROYED_POSTED;
+		cm_post_bits(id, W_DESTROYED);
+	}
 }
 
 /* ---- lookups ------------------------------------------------------------ */
@@ -560,10 +598,11 @@ static void id_release(struct cep *cep, void *ctx)
 
 /* ---- timers ---------------------------------------------------------------- */
 
-static void on_timeout(struct cep_cm_id *id, struct cep_cm_event *ev, int *have_ev)
+/* Worker, lock held: the id's timer is due. */
+static void on_timeout(struct cep_cm_id *id)
 {
 	struct cep_cm *cm = id->cm;
-	int user = !(id->flags & F_USER_GONE);
+	struct cep_cm_event ev;
 
 	if (id->timer_kind == TK_TIMEWAIT) {
 		if (id->state != CEP_CM_TIMEWAIT)
@@ -572,10 +611,8 @@ static void on_timeout(struct cep_cm_id *id, struct cep_cm_event *ev, int *have_
 		cm_drop_remote_keys(id);
 		cep_unbind(id->cep);
 		cm_maybe_table_destroy(id);
-		if (user) {
-			cm_ev_init(ev, id, CEP_CM_EV_TIMEWAIT_EXIT);
-			*have_ev = 1;
-		}
+		cm_ev_init(&ev, id, CEP_CM_EV_TIMEWAIT_EXIT);
+		cm_emit(id, &ev);
 		return;
 	}
 	if (id->timer_kind == TK_AUTO_MRA) {
@@ -606,8 +643,8 @@ static void on_timeout(struct cep_cm_id *id, struct cep_cm_event *ev, int *have_
 		return;
 	}
 	STAT_ADD(cm, id->worker, timeouts);
-	cm_ev_init(ev, id, CEP_CM_EV_REQ_ERROR);
-	ev->status = -ETIMEDOUT;
+	cm_ev_init(&ev, id, CEP_CM_EV_REQ_ERROR);
+	ev.status = -ETIMEDOUT;
 	switch (id->state) {
 	case CEP_CM_REQ_SENT:
 	case CEP_CM_MRA_REQ_RCVD:
@@ -616,34 +653,32 @@ static void on_timeout(struct cep_cm_id *id, struct cep_cm_event *ev, int *have_
 		break;
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
-		ev->type = CEP_CM_EV_REP_ERROR;
+		ev.type = CEP_CM_EV_REP_ERROR;
 		cm_send_rej(id, CEP_REJ_TIMEOUT, CEP_MSG_CODE_OTHER, NULL, 0, NULL, 0);
 		cm_reset_to_idle(id);
 		break;
 	case CEP_CM_DREQ_SENT:
-		ev->type = CEP_CM_EV_DREQ_ERROR;
+		ev.type = CEP_CM_EV_DREQ_ERROR;
 		cm_enter_timewait(id);
 		break;
 	case CEP_CM_SIDR_REQ_SENT:
-		ev->type = CEP_CM_EV_SIDR_REQ_ERROR;
+		ev.type = CEP_CM_EV_SIDR_REQ_ERROR;
 		cm_set_state(id, CEP_CM_IDLE);
 		cm_free_retry(id);
 		cm_maybe_table_destroy(id);
 		break;
 	default: /* LAP */
-		ev->type = CEP_CM_EV_LAP_ERROR;
+		ev.type = CEP_CM_EV_LAP_ERROR;
 		id->lap_state = CEP_CM_LAP_IDLE;
 		cm_free_retry(id);
 		break;
 	}
-	*have_ev = user;
+	cm_emit(id, &ev);
 }
 
 static void id_timer_fn(struct cep_timer *t)
 {
 	struct cep_cm_id *id = (struct cep_cm_id *)((char *)t - offsetof(struct cep_cm_id, timer));
-	struct cep_cm_event ev;
-	int have_ev = 0;
 
 	pthread_mutex_lock(&id->lock);
 	if (id->deadline && !atomic_load_explicit(&id->cm->stopping, memory_order_relaxed)) {
@@ -657,11 +692,9 @@ static void id_timer_fn(struct cep_timer *t)
 			return;
 		}
 		id->deadline = 0;
-		on_timeout(id, &ev, &have_ev);
+		on_timeout(id);
 	}
 	pthread_mutex_unlock(&id->lock);
-	if (have_ev)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id); /* the timer's reference */
 }
 
@@ -688,16 +721,16 @@ static void id_work_fn(struct cep_work *w)
 	}
 	if (bits & W_QP_GONE) {
 		struct cep_cm_event ev;
-		int user;
 
 		pthread_mutex_lock(&id->lock);
-		user = !(id->flags & F_USER_GONE);
 		cm_ev_init(&ev, id, CEP_CM_EV_QP_DESTROYED);
+		cm_emit(id, &ev);
 		pthread_mutex_unlock(&id->lock);
-		if (user)
-			cm_deliver_and_maybe_destroy(id, &ev);
 	}
 	if (bits & W_DESTROYED) {
+		/* The id's last event: past every other work item, MAD and
+		 * timer of the id (all on this worker) and, for a listener,
+		 * past its children's request events (req_inflight was 0). */
 		struct cep_cm_event ev;
 		struct cm_waiter *wt;
 
@@ -705,8 +738,15 @@ static void id_work_fn(struct cep_work *w)
 		cm_ev_init(&ev, id, CEP_CM_EV_DESTROYED);
 		wt = id->waiter;
 		id->waiter = NULL;
+		STAT_ADD(id->cm, id->worker, events[ev.type]);
+		if (id->channel && cm_channel_push(id->channel, &ev)) {
+			/* never acked: release the channel here */
+			STAT_ADD(id->cm, id->worker, drops[CEP_CM_DROP_NO_MEMORY]);
+			atomic_fetch_sub(&id->channel->users, 1);
+		}
 		pthread_mutex_unlock(&id->lock);
-		cm_deliver(id, &ev);
+		if (!id->channel && id->handler)
+			(void)id->handler(id, &ev); /* its verdict: nothing left to destroy */
 		if (wt) {
 			pthread_mutex_lock(&wt->mtx);
 			wt->done = 1;
@@ -1107,16 +1147,10 @@ int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask)
 	return ret;
 }
 
-int cep_cm_destroy_id(struct cep_cm_id *id)
+/* Lock held, F_USER_GONE just set: what the state asks of a destroy
+ * (the kernel's cm_destroy_id). The caller then posts DESTROYED. */
+static void destroy_act(struct cep_cm_id *id)
 {
-	if (!id)
-		return -EINVAL;
-	pthread_mutex_lock(&id->lock);
-	if (id->flags & F_USER_GONE) {
-		pthread_mutex_unlock(&id->lock);
-		return -EALREADY;
-	}
-	id->flags |= F_USER_GONE;
 	switch (id->state) {
 	case CEP_CM_LISTEN:
 		cep_remove_listener(id->cep);
@@ -1158,8 +1192,54 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 		cep_unbind(id->cep);
 		cep_destroy(id->cep);
 	}
+}
+
+/* Lock held, not on a worker: wait until no callback of @id runs and, for
+ * a listener, no child's request event is being delivered (bounded, so a
+ * callback stuck for good is reported instead of hanging the caller). */
+static void wait_deliveries(struct cep_cm_id *id)
+{
+	for (unsigned i = 0; id->delivering || id->req_inflight; i++) {
+		struct timespec ts = { 0, 100000 };
+
+		if (i == 100000) /* 10 s */
+			fprintf(stderr, "libcep: cep_cm_destroy_id: a callback of id %#x still "
+				"running after 10 s; not waiting for it\n",
+				cep_local_comm_id(id->cep));
+		if (i >= 100000)
+			break;
+		pthread_mutex_unlock(&id->lock);
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&id->lock);
+	}
+}
+
+int cep_cm_destroy_id(struct cep_cm_id *id)
+{
+	struct cep_cm_channel *ch;
+
+	if (!id)
+		return -EINVAL;
+	pthread_mutex_lock(&id->lock);
+	if (id->flags & F_USER_GONE) {
+		pthread_mutex_unlock(&id->lock);
+		return -EALREADY;
+	}
+	/* From here cm_emit delivers nothing more to the user. */
+	id->flags |= F_USER_GONE;
+	/* A callback already running finishes first. Not from a worker: a
+	 * callback of another worker's id may be destroying one of ours. */
+	if (cep_dispatch_self(id->cm->d) < 0)
+		wait_deliveries(id);
+	destroy_act(id);
+	ch = id->channel;
 	pthread_mutex_unlock(&id->lock);
-	cm_post_bits(id, W_DESTROYED);
+	/* Before DESTROYED is posted: once it is acked, the channel may go. */
+	if (ch)
+		cm_channel_purge(ch, id);
+	pthread_mutex_lock(&id->lock);
+	cm_maybe_post_destroyed(id);
+	pthread_mutex_unlock(&id->lock);
 	return 0;
 }
 

@@ -102,6 +102,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	int listening = lid->state == CEP_CM_LISTEN && !(lid->flags & F_USER_GONE);
 	void *lctx = lid->context;
 	pthread_mutex_unlock(&lid->lock);
+	CM_HOOK(CM_HOOK_REQ_LISTENER, lid, NULL);
 	if (!listening) {
 		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
 			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
@@ -139,8 +140,8 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_ev_init(&ev, id, CEP_CM_EV_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	cm_deliver_and_maybe_destroy(id, &ev);
 	cep_put(lcep);
 }
 
@@ -235,20 +236,12 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	cm_ev_init(&ev, id, CEP_CM_EV_REP_RECEIVED);
 	cm_ev_msg(&ev, m, from);
-	pthread_mutex_unlock(&id->lock);
-	if (cm_deliver(id, &ev)) {
-		cep_cm_destroy_id(id);
-		cm_id_put(id);
-		return;
-	}
-	pthread_mutex_lock(&id->lock);
+	cm_emit(id, &ev);
+	/* the callback may have sent RTU, MRA or REJ, or destroyed the id */
 	if (!(id->flags & F_MANUAL_RTU) && id->state == CEP_CM_REP_RCVD) {
 		do_rtu(id, NULL, 0);
 		cm_ev_init(&ev, id, CEP_CM_EV_ESTABLISHED);
-		pthread_mutex_unlock(&id->lock);
-		cm_deliver_and_maybe_destroy(id, &ev);
-		cm_id_put(id);
-		return;
+		cm_emit(id, &ev);
 	}
 out:
 	pthread_mutex_unlock(&id->lock);
@@ -296,15 +289,12 @@ void cm_handle_rtu(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	cm_set_state(id, CEP_CM_ESTABLISHED);
-	int user = !(id->flags & F_USER_GONE);
-
-	if (!user) /* destroyed while accepting: release at once */
+	if (id->flags & F_USER_GONE) /* destroyed while accepting: release at once */
 		cm_start_dreq(id, NULL, 0);
 	cm_ev_init(&ev, id, CEP_CM_EV_RTU_RECEIVED);
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 
@@ -361,14 +351,12 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	if (ok) {
 		cm_set_timer(id, TK_RETRY, ext);
-		ok = !(id->flags & F_USER_GONE);
 		cm_ev_init(&ev, id, CEP_CM_EV_MRA_RECEIVED);
 		cm_ev_msg(&ev, m, from);
+		cm_emit(id, &ev);
 	}
 out:
 	pthread_mutex_unlock(&id->lock);
-	if (ok)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 
@@ -379,7 +367,6 @@ void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	struct cep_cm_id *id = NULL;
 	struct cep_cm_event ev;
 	struct cep *cep;
-	int user;
 
 	if (rj->reason <= CEP_REJ_REASON_MAX)
 		STAT_ADD(cm, w, rej_received[rj->reason]);
@@ -426,15 +413,10 @@ void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		goto drop_out;
 	}
-	user = !(id->flags & F_USER_GONE);
 	cm_ev_init(&ev, id, CEP_CM_EV_REJ_RECEIVED);
 	ev.status = rj->reason;
 	cm_ev_msg(&ev, m, from);
-	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
-	cm_id_put(id);
-	return;
+	cm_emit(id, &ev);
 drop_out:
 	pthread_mutex_unlock(&id->lock);
 	cm_id_put(id);
@@ -446,7 +428,6 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	const struct cep_dreq *dq = &m->u.dreq;
 	struct cep_cm_id *id = cm_find_id(cm, dq->remote_comm_id);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id) {
 		/* Unknown connection: answer so the peer can finish (12.9.7). */
@@ -486,24 +467,15 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_clear_timer(id);
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_set_state(id, CEP_CM_DREQ_RCVD);
-	user = !(id->flags & F_USER_GONE);
-	if (!user || (id->flags & F_QP_GONE)) {
+	if (id->flags & (F_USER_GONE | F_QP_GONE)) {
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
 		cm_enter_timewait(id);
 	}
 	cm_ev_init(&ev, id, CEP_CM_EV_DREQ_RECEIVED);
 	cm_ev_msg(&ev, m, from);
-	pthread_mutex_unlock(&id->lock);
-	if (!user) {
-		cm_id_put(id);
-		return;
-	}
-	if (cm_deliver(id, &ev)) {
-		cep_cm_destroy_id(id); /* sends the DREP if still due */
-		cm_id_put(id);
-		return;
-	}
-	pthread_mutex_lock(&id->lock);
+	cm_emit(id, &ev);
+	/* the callback may have sent the DREP or destroyed the id (which
+	 * sends it) */
 	if (!(id->flags & F_MANUAL_DREP) && id->state == CEP_CM_DREQ_RCVD) {
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
 		cm_enter_timewait(id);
@@ -518,7 +490,6 @@ void cm_handle_drep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 {
 	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.drep.remote_comm_id, m->u.drep.local_comm_id);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id)
 		return;
@@ -532,12 +503,10 @@ void cm_handle_drep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	cm_enter_timewait(id);
-	user = !(id->flags & F_USER_GONE);
 	cm_ev_init(&ev, id, CEP_CM_EV_DREP_RECEIVED);
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 

@@ -56,11 +56,12 @@ enum {
 
 /* id->flags (lock) */
 enum {
-	F_USER_GONE = 1u << 0,   /* cep_cm_destroy_id called */
+	F_USER_GONE = 1u << 0,   /* cep_cm_destroy_id called: no event but DESTROYED */
 	F_QP_GONE = 1u << 1,     /* the bound QP is being destroyed */
 	F_MANUAL_RTU = 1u << 2,
 	F_MANUAL_DREP = 1u << 3,
 	F_CHANNEL_USER = 1u << 4, /* counted in channel->users */
+	F_DESTROYED_POSTED = 1u << 5, /* W_DESTROYED queued (once) */
 };
 
 /* id->timer_kind (lock) */
@@ -103,6 +104,10 @@ struct cep_cm_id {
 	uint8_t timer_kind;            /* lock */
 	uint8_t mra_timeout;           /* lock: service timeout of our last MRA */
 	uint8_t flags;                 /* lock */
+	uint8_t delivering;            /* lock: a callback of this id is running */
+	uint32_t req_inflight;         /* lock: listener: REQ/SIDR_REQ events of its
+					  children being delivered (they use its
+					  context and channel) */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
 	struct cep_mad_addr peer;      /* lock: where the peer's CM listens */
 	struct cep_qp_params qpp;      /* lock: QP attributes negotiated so far */
@@ -133,8 +138,26 @@ static inline uint64_t cm_next_tid(struct cep_cm_id *id)
 	return id->tid;
 }
 
+/* Test hooks: compiled only into the tests' copy of the library
+ * (-DCEP_TEST_HOOKS, tests/cm/meson.build), never into libcep itself. A
+ * test widens a race window by blocking in the hook (bounded). */
+enum cm_hook_point {
+	CM_HOOK_DELIVER,      /* an event is about to reach the user */
+	CM_HOOK_REQ_LISTENER, /* REQ/SIDR_REQ: listener checked, not yet used */
+};
+#ifdef CEP_TEST_HOOKS
+extern void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id,
+			    const struct cep_cm_event *ev);
+#define CM_HOOK(p, id, ev) do { if (cm_test_hook) cm_test_hook((p), (id), (ev)); } while (0)
+#else
+#define CM_HOOK(p, id, ev) ((void)0)
+#endif
+
 /* Queue a copy of @ev (the id reference it carries is taken here). */
 int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev);
+/* Drop every queued, not yet taken event of @id but DESTROYED (no id lock
+ * held): after cep_cm_destroy_id() the channel yields none of them. */
+void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id);
 
 #define STAT_ADD(cm, w, field) \
 	atomic_fetch_add_explicit(&(cm)->ws[(w)].field, 1, memory_order_relaxed)
@@ -185,12 +208,15 @@ int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t 
 void cm_do_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
 		    const void *pdata, size_t len);
 
-/* Events: build (locked), deliver (worker, no lock). */
+/* Events: build (locked), then cm_emit (worker, locked): the one path by
+ * which every event but DESTROYED reaches the user. */
 void cm_ev_init(struct cep_cm_event *ev, struct cep_cm_id *id, enum cep_cm_event_type t);
 void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
 	       const struct cep_mad_addr *from);
-int cm_deliver(struct cep_cm_id *id, struct cep_cm_event *ev);
-void cm_deliver_and_maybe_destroy(struct cep_cm_id *id, struct cep_cm_event *ev);
+int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev);
+/* Locked: DESTROYED may be queued once the user is gone and no child's
+ * REQ/SIDR_REQ delivery still uses this (listener) id. */
+void cm_maybe_post_destroyed(struct cep_cm_id *id);
 
 /* Ids and lookups (no lock). cm_find_id returns a reference (cm_id_put);
  * cm_find_peer also checks the peer's comm ID and returns the id locked. */

@@ -13,7 +13,6 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 {
 	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.lap.remote_comm_id, m->u.lap.local_comm_id);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id)
 		return;
@@ -43,14 +42,9 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->peer_timeout_ms = cm_ms(m->u.lap.remote_cm_response_timeout);
 	if (cm->auto_mra)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
-	user = !(id->flags & F_USER_GONE);
 	cm_ev_init(&ev, id, CEP_CM_EV_LAP_RECEIVED);
 	cm_ev_msg(&ev, m, from);
-	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
-	cm_id_put(id);
-	return;
+	cm_emit(id, &ev);
 out:
 	pthread_mutex_unlock(&id->lock);
 	cm_id_put(id);
@@ -61,7 +55,6 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 {
 	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.apr.remote_comm_id, m->u.apr.local_comm_id);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id)
 		return;
@@ -75,13 +68,11 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
 	cm_clear_timer(id);
-	user = !(id->flags & F_USER_GONE);
 	cm_ev_init(&ev, id, CEP_CM_EV_APR_RECEIVED);
 	ev.status = m->u.apr.ap_status;
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 

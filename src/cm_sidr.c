@@ -43,6 +43,7 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			ret = -ENOENT;
 		lctx = lid->context;
 		pthread_mutex_unlock(&lid->lock);
+		CM_HOOK(CM_HOOK_REQ_LISTENER, lid, NULL);
 	}
 	if (ret) {
 		struct cep_mad_addr to = cm_reply_addr(from);
@@ -74,8 +75,8 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	cm_deliver_and_maybe_destroy(id, &ev);
 	cep_put(lcep);
 }
 
@@ -84,7 +85,6 @@ void cm_handle_sidr_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 {
 	struct cep_cm_id *id = cm_find_id(cm, m->u.sidr_rep.request_id);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id) {
 		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
@@ -101,13 +101,11 @@ void cm_handle_sidr_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	cm_maybe_table_destroy(id);
-	user = !(id->flags & F_USER_GONE);
 	cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REP_RECEIVED);
 	ev.status = m->u.sidr_rep.status;
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 

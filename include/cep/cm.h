@@ -221,7 +221,15 @@ CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *
  * DREQ when established, DREP when a DREQ waits; timewait continues
  * without the user), then delivers DESTROYED as the id's last event; the
  * pointer is dead after that event returns (callback) or is acked
- * (channel). 0, -EALREADY. Any thread, also from a callback. */
+ * (channel). 0, -EALREADY. Any thread, also from a callback.
+ *
+ * Once it has returned, no event of @id but DESTROYED reaches the user:
+ * events still queued on a channel are dropped, and, called from a thread
+ * that is not one of this context's workers, it first waits (bounded,
+ * logged after 10 s) for a callback of @id that is running to return - so
+ * do not hold a lock such a callback takes. From a callback (a worker) it
+ * does not wait: a callback of @id running on another worker at that
+ * moment may still return after it. */
 CEP_EXPORT int cep_cm_destroy_id(struct cep_cm_id *id);
 /* As cep_cm_destroy_id() and wait (bounded: -ETIMEDOUT after 10 s, logged)
  * for DESTROYED to have been handled (callback ids only: a channel id's

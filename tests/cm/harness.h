@@ -24,6 +24,9 @@
 
 #include "../common/check.h"
 
+/* Each test program uses a different subset of these helpers. */
+#pragma GCC diagnostic ignored "-Wunused-function"
+
 #define GUID_A 0x0002c90300000a01ull
 #define GUID_B 0x0002c90300000b02ull
 #define GUID_C 0x0002c90300000c03ull
@@ -402,6 +405,75 @@ static void destroy_all_ids(struct node *n)
 	pthread_mutex_unlock(&n->mtx);
 	for (int i = 0; i < k; i++)
 		CHECK_EQ(cep_cm_destroy_id_sync(todo[i]), 0);
+}
+
+/* The event carried private data starting with the string @want. */
+static int pd_eq(struct logged l, const char *want)
+{
+	return l.ev.private_data && !strcmp((const char *)l.ev.private_data, want);
+}
+
+static struct cep_cm_stats stats_of(struct node *n)
+{
+	struct cep_cm_stats s = { .size = sizeof(s) };
+
+	CHECK_EQ(cep_cm_get_stats(n->cm, &s), 0);
+	return s;
+}
+
+/* A connects to B; returns A's id (ESTABLISHED) and B's passive id. */
+static struct cep_cm_id *establish(struct cep_cm_id **passive, uint32_t qa, uint32_t qb)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a = make_id(&A);
+	int est = count_ev(&A, CEP_CM_EV_ESTABLISHED, NULL);
+	int rtu = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	conn_param(&p, qa, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, est + 1));
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtu + 1));
+	*passive = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+	return a;
+}
+
+/* C (raw) connects to B; B accepts on qb. Returns B's id. */
+static struct cep_cm_id *raw_establish(uint32_t comm_id, uint32_t qpn, uint32_t qb,
+				       uint32_t *b_comm)
+{
+	struct cep_msg m;
+	int reps = raw_count(CEP_MSG_REP);
+	int rtus = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	raw_req(&m, comm_id, qpn);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, reps + 1));
+	struct cep_msg rep = raw_last(CEP_MSG_REP);
+
+	CHECK_EQ(rep.u.rep.remote_comm_id, comm_id);
+	CHECK_EQ(rep.u.rep.local_qpn, qb);
+	*b_comm = rep.u.rep.local_comm_id;
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = comm_id;
+	m.u.rtu.remote_comm_id = *b_comm;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtus + 1));
+	return last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+}
+
+static void raw_dreq(uint32_t local, uint32_t remote, uint32_t qpn)
+{
+	struct cep_msg m;
+
+	cep_msg_init(&m, CEP_MSG_DREQ, 7);
+	m.u.dreq.local_comm_id = local;
+	m.u.dreq.remote_comm_id = remote;
+	m.u.dreq.remote_qpn_eecn = qpn;
+	raw_send(&m, LID_B);
 }
 
 /* Wait for timewaits to end, check both tables, tear everything down. */
