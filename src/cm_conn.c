@@ -45,6 +45,51 @@ static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 	pthread_mutex_unlock(&cur->lock);
 }
 
+/* The listener @lid of a new passive @id (REQ or SIDR_REQ, worker, no lock
+ * held, a reference on @lid's CEP held): if it still listens, pin it until
+ * cm_listener_release() and give @id its delivery (handler or channel,
+ * context). While pinned the listener's DESTROYED waits, and so does a
+ * cep_cm_destroy_id() of it from outside the workers: its context and
+ * channel outlive the child's REQ_RECEIVED / SIDR_REQ_RECEIVED, as the
+ * kernel's cm_req_handler holds the listen id across cm_process_work.
+ * -ENOENT if it no longer listens. */
+int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id)
+{
+	int listening;
+	void *ctx;
+
+	pthread_mutex_lock(&lid->lock);
+	listening = lid->state == CEP_CM_LISTEN && !(lid->flags & F_USER_GONE);
+	if (listening) {
+		lid->req_inflight++;
+		if (lid->channel) /* the listener's own count keeps it alive here */
+			atomic_fetch_add(&lid->channel->users, 1);
+	}
+	ctx = lid->context;
+	pthread_mutex_unlock(&lid->lock);
+	CM_HOOK(CM_HOOK_REQ_LISTENER, lid, NULL);
+	if (!listening)
+		return -ENOENT;
+	/* handler and channel are const once set; the listener is pinned */
+	pthread_mutex_lock(&id->lock);
+	id->handler = lid->handler;
+	id->channel = lid->channel;
+	id->context = ctx;
+	if (id->channel)
+		id->flags |= F_CHANNEL_USER;
+	pthread_mutex_unlock(&id->lock);
+	return 0;
+}
+
+/* The child's request event is delivered: unpin the listener. */
+void cm_listener_release(struct cep_cm_id *lid)
+{
+	pthread_mutex_lock(&lid->lock);
+	lid->req_inflight--;
+	cm_maybe_post_destroyed(lid);
+	pthread_mutex_unlock(&lid->lock);
+}
+
 void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
 {
@@ -98,28 +143,14 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cep_put(lcep);
 		return;
 	}
-	pthread_mutex_lock(&lid->lock);
-	int listening = lid->state == CEP_CM_LISTEN && !(lid->flags & F_USER_GONE);
-	void *lctx = lid->context;
-	pthread_mutex_unlock(&lid->lock);
-	CM_HOOK(CM_HOOK_REQ_LISTENER, lid, NULL);
-	if (!listening) {
+	if (cm_listener_hold(lid, id)) {
 		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
 			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
 		cm_discard_id(id);
 		cep_put(lcep);
 		return;
 	}
-	/* Inherit the listener's delivery. handler/channel are read only on
-	 * this (the owning) worker; the user learns the id from the event. */
-	id->handler = lid->handler;
-	id->channel = lid->channel;
-	if (id->channel)
-		atomic_fetch_add(&id->channel->users, 1);
 	pthread_mutex_lock(&id->lock);
-	if (id->channel)
-		id->flags |= F_CHANNEL_USER;
-	id->context = lctx;
 	id->remote_id = rq->local_comm_id;
 	id->remote_qpn = rq->local_qpn;
 	id->remote_ca_guid = rq->local_ca_guid;
@@ -142,6 +173,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_ev_msg(&ev, m, from);
 	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
+	cm_listener_release(lid);
 	cep_put(lcep);
 }
 

@@ -228,6 +228,10 @@ int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
 		struct cep_cm_channel *ch, void *context, struct cep_cm_id **out);
 void cm_discard_id(struct cep_cm_id *id);
 
+/* Listeners (worker, no lock): pin across a child's request event. */
+int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id);
+void cm_listener_release(struct cep_cm_id *lid);
+
 /* MAD handlers (worker w, no lock). */
 #define CM_HANDLER_(n) void cm_handle_##n(struct cep_cm *cm, unsigned w, \
 	const struct cep_msg *m, const struct cep_mad_addr *from)

@@ -33,18 +33,10 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_discard_id(id);
 		return;
 	}
-	void *lctx = NULL;
-
 	ret = cep_lookup_listener(cm->table, sq->service_id, &lcep);
 	lid = ret ? NULL : cep_context(lcep);
-	if (lid) {
-		pthread_mutex_lock(&lid->lock);
-		if (lid->state != CEP_CM_LISTEN || (lid->flags & F_USER_GONE))
-			ret = -ENOENT;
-		lctx = lid->context;
-		pthread_mutex_unlock(&lid->lock);
-		CM_HOOK(CM_HOOK_REQ_LISTENER, lid, NULL);
-	}
+	if (lid)
+		ret = cm_listener_hold(lid, id);
 	if (ret) {
 		struct cep_mad_addr to = cm_reply_addr(from);
 		struct cep_msg r;
@@ -59,14 +51,7 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			cep_put(lcep);
 		return;
 	}
-	id->handler = lid->handler;
-	id->channel = lid->channel;
-	if (id->channel)
-		atomic_fetch_add(&id->channel->users, 1);
 	pthread_mutex_lock(&id->lock);
-	if (id->channel)
-		id->flags |= F_CHANNEL_USER;
-	id->context = lctx;
 	id->remote_id = sq->request_id;
 	id->service_id = sq->service_id;
 	id->tid = m->hdr.tid;
@@ -77,6 +62,7 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_ev_msg(&ev, m, from);
 	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
+	cm_listener_release(lid);
 	cep_put(lcep);
 }
 

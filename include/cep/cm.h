@@ -229,7 +229,9 @@ CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *
  * logged after 10 s) for a callback of @id that is running to return - so
  * do not hold a lock such a callback takes. From a callback (a worker) it
  * does not wait: a callback of @id running on another worker at that
- * moment may still return after it. */
+ * moment may still return after it. Destroying a listener: its DESTROYED
+ * comes after every REQ_RECEIVED / SIDR_REQ_RECEIVED that names it as
+ * listen_id, and the waiting above includes their callbacks. */
 CEP_EXPORT int cep_cm_destroy_id(struct cep_cm_id *id);
 /* As cep_cm_destroy_id() and wait (bounded: -ETIMEDOUT after 10 s, logged)
  * for DESTROYED to have been handled (callback ids only: a channel id's
