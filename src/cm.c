@@ -554,6 +554,12 @@ int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
 		return ret;
 	}
 	id->cep = cep;
+	pthread_mutex_lock(&cm->idl[worker].mtx);
+	id->all_next = cm->idl[worker].head;
+	if (id->all_next)
+		id->all_next->all_prev = id;
+	cm->idl[worker].head = id;
+	pthread_mutex_unlock(&cm->idl[worker].mtx);
 	atomic_fetch_add_explicit(&cm->ids, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&cm->ws[worker].states[CEP_CM_IDLE], 1, memory_order_relaxed);
 	if (ch) {
@@ -591,6 +597,16 @@ static void id_release(struct cep *cep, void *ctx)
 	atomic_fetch_sub_explicit(&id->cm->ws[id->worker].states[id->state], 1,
 				  memory_order_relaxed);
 	atomic_fetch_sub_explicit(&id->cm->ids, 1, memory_order_relaxed);
+	struct cm_idlist *l = &id->cm->idl[id->worker];
+
+	pthread_mutex_lock(&l->mtx);
+	if (id->all_prev)
+		id->all_prev->all_next = id->all_next;
+	else
+		l->head = id->all_next;
+	if (id->all_next)
+		id->all_next->all_prev = id->all_prev;
+	pthread_mutex_unlock(&l->mtx);
 	free(id->retry);
 	pthread_mutex_destroy(&id->lock);
 	free(id);
@@ -889,6 +905,14 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 		goto fail;
 	}
 	memset(cm->ws, 0, sizeof(*cm->ws) * cm->nworkers);
+	if (posix_memalign((void **)&cm->idl, 64, sizeof(*cm->idl) * cm->nworkers)) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned i = 0; i < cm->nworkers; i++) {
+		pthread_mutex_init(&cm->idl[i].mtx, NULL);
+		cm->idl[i].head = NULL;
+	}
 	ta.initial_size = attr->table_size;
 	ta.teardown = cm_id_teardown;
 	ta.release = id_release;
@@ -914,27 +938,34 @@ fail_dispatch:
 fail_table:
 	cep_table_destroy(cm->table);
 fail:
+	free(cm->idl);
 	free(cm->ws);
 	free(cm);
 	return ret;
 }
 
-/* cep_cm_destroy, workers stopped: the id's user reference goes, as if
- * the user had destroyed it (no event: the context is going away). */
-static void drop_user_ref(struct cep *cep, void *ctx)
+/* cep_cm_destroy, workers stopped: the user's reference of every id the
+ * application did not destroy goes, as if it had (no event: the context is
+ * going away). The list holds ids whose CEP already left the table too. A
+ * put here may end in call_rcu, whose release takes l->mtx only later. */
+static void drop_user_refs(struct cep_cm *cm)
 {
-	struct cep_cm_id *id = cep_context(cep);
-	int user;
+	for (unsigned w = 0; w < cm->nworkers; w++) {
+		struct cm_idlist *l = &cm->idl[w];
 
-	(void)ctx;
-	if (!id)
-		return;
-	pthread_mutex_lock(&id->lock);
-	user = !(id->flags & F_USER_GONE);
-	id->flags |= F_USER_GONE;
-	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_id_put(id);
+		pthread_mutex_lock(&l->mtx);
+		for (struct cep_cm_id *id = l->head; id; id = id->all_next) {
+			int user;
+
+			pthread_mutex_lock(&id->lock);
+			user = !(id->flags & F_USER_GONE);
+			id->flags |= F_USER_GONE;
+			pthread_mutex_unlock(&id->lock);
+			if (user)
+				cm_id_put(id);
+		}
+		pthread_mutex_unlock(&l->mtx);
+	}
 }
 
 int cep_cm_destroy(struct cep_cm *cm)
@@ -951,10 +982,13 @@ int cep_cm_destroy(struct cep_cm *cm)
 	cep_dispatch_stop(cm->d, drain_timer, cm);
 	/* Workers are joined: drop the user's reference of every id the
 	 * application did not destroy, so the table can free them all. */
-	cep_table_for_each(cm->table, drop_user_ref, NULL);
+	drop_user_refs(cm);
 	int ret = cep_table_destroy(cm->table);
 
 	cep_dispatch_destroy(cm->d);
+	for (unsigned i = 0; i < cm->nworkers; i++)
+		pthread_mutex_destroy(&cm->idl[i].mtx);
+	free(cm->idl);
 	free(cm->ws);
 	free(cm);
 	return ret;

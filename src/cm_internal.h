@@ -30,6 +30,14 @@ struct cm_wstats {
 	_Atomic int64_t states[CEP_CM_STATE_COUNT];
 } __attribute__((aligned(64)));
 
+/* Every id of a worker, from cm_alloc_id to its free (id_release), so
+ * cep_cm_destroy() finds the ids the application still holds even when
+ * their CEP has left the table (destroyed QP, timewait over). */
+struct cm_idlist {
+	pthread_mutex_t mtx;
+	struct cep_cm_id *head;        /* mtx */
+} __attribute__((aligned(64)));
+
 struct cep_cm {
 	struct cep_transport *tp;      /* const */
 	struct cep_table *table;       /* const */
@@ -45,6 +53,7 @@ struct cep_cm {
 	_Atomic int64_t ids;           /* ids allocated and not yet freed */
 	_Atomic uint32_t next_tid;     /* low halves of request TIDs */
 	struct cm_wstats *ws;          /* [nworkers] */
+	struct cm_idlist *idl;         /* [nworkers] */
 };
 
 /* id->work_bits */
@@ -111,6 +120,7 @@ struct cep_cm_id {
 	uint8_t *retry;                /* lock: encoded MAD being retried */
 	struct cep_mad_addr peer;      /* lock: where the peer's CM listens */
 	struct cep_qp_params qpp;      /* lock: QP attributes negotiated so far */
+	struct cep_cm_id *all_next, *all_prev; /* cm->idl[worker].mtx */
 };
 
 /* Event channel (cm_event.c). */

@@ -166,8 +166,11 @@ struct cep_cm_attr {
 CEP_EXPORT int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out);
 
 /* Stop the transport and the workers, destroy every id left (without
- * sending anything), free the context. Callers must have stopped using
- * ids. -EDEADLK from a CM callback. Returns the table's destroy status. */
+ * sending anything or delivering DESTROYED), also ids whose connection
+ * already ended (QP destroyed, timewait over), and free the context.
+ * Callers must have stopped using ids and acked every event taken from a
+ * channel (an unacked event holds its id: -EBUSY, and that id leaks).
+ * 0, -EDEADLK from a CM callback, -EBUSY. */
 CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
 
 /* The core table of this context (for cep_table_check/stats). */
