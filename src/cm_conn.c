@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cm_internal.h"
+#include "table_internal.h"
 
 /* Release an established connection found stale by a new REQ/REP. */
 static void release_stale(struct cep_cm_id *old)
@@ -603,6 +604,10 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 		return -EINVAL;
 	if (p->private_data_len > CEP_REQ_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
+	/* An id that was connected before: its old remote keys are GONE in
+	 * the table until a grace period lets the REP re-add them (one wait,
+	 * outside the lock). */
+	(void)cep_keys_recycle(id->cep);
 	cep_msg_init(&m, CEP_MSG_REQ, 0);
 	pthread_mutex_lock(&id->lock);
 	if (id->state != CEP_CM_IDLE || (id->flags & F_USER_GONE) || cep_is_destroyed(id->cep)) {
@@ -652,6 +657,10 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	id->peer.qpn = 1;
 	id->peer.qkey = CEP_QP1_QKEY;
 	id->local_qpn = p->qpn;
+	/* a new connection: nothing of the previous peer's */
+	id->remote_id = 0;
+	id->remote_qpn = 0;
+	id->remote_ca_guid = 0;
 	id->service_id = p->service_id;
 	id->pkt_life_ms = cm_ms(p->packet_life_time);
 	id->timeout_ms = 2 * id->pkt_life_ms + cm_ms(p->remote_cm_response_timeout);

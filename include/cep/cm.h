@@ -284,7 +284,9 @@ struct cep_cm_conn_param {
 
 /* Active side: bind @p->qpn to this id, send REQ (IDLE -> REQ_SENT), arm
  * the retry timer. 0, -EINVAL (state or parameters), -EMSGSIZE (private
- * data), and cep_bind()'s errors (-ENOENT, -ESHUTDOWN, -EISCONN...). */
+ * data), and cep_bind()'s errors (-ENOENT, -ESHUTDOWN, -EISCONN...).
+ * An id may connect again once it is IDLE (after TIMEWAIT_EXIT, a REJ or
+ * a timeout); such a connect first waits for one RCU grace period. */
 CEP_EXPORT int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p);
 
 struct cep_cm_accept_param {

@@ -908,10 +908,54 @@ static void t_channel(void)
 	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
 }
 
+/* An id connects again after its connection ended (TIMEWAIT_EXIT), as
+ * the kernel lets an IDLE cm_id send a new REQ (ib_send_cm_req only
+ * checks IB_CM_IDLE). Twice, and after a REJ too. */
+static void t_reconnect(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	for (int round = 1; round <= 3; round++) {
+		CHECK_EQ(cep_cm_connect(a, &p), 0);
+		CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, round));
+		CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+		CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
+		check_binding(&A, 0x100, cep_cm_id_local_comm_id(a));
+		b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+		CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+		CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, round));
+		advance_ms(10);
+		CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, round));
+		CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, round));
+		CHECK_EQ(cep_cm_destroy_id(b), 0);
+		CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	}
+	CHECK_EQ(stats_of(&A).rej_received[CEP_REJ_STALE_CONN], 0);
+	CHECK_EQ(stats_of(&B).rej_received[CEP_REJ_STALE_CONN], 0);
+	/* rejected, then connected on the same id */
+	B.pol.on_req = ON_REQ_REJECT;
+	B.pol.rej_reason = CEP_REJ_CONSUMER_DEFINED;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_REJ_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 4));
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "reconnect", t_reconnect },
 	{ "establish", t_establish },
 	{ "rej-consumer", t_rej_consumer },
 	{ "rej-no-listener", t_rej_no_listener },
