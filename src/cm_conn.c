@@ -761,10 +761,15 @@ int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t 
 		return 0;
 	case CEP_CM_REQ_SENT:
 	case CEP_CM_MRA_REQ_RCVD:
-	case CEP_CM_REP_SENT:
-	case CEP_CM_MRA_REP_RCVD:
 		cm_send_rej(id, reason, CEP_MSG_CODE_OTHER, ari, ari_len, pdata, len);
 		cm_reset_to_idle(id);
+		return 0;
+	case CEP_CM_REP_SENT:
+	case CEP_CM_MRA_REP_RCVD:
+		/* The peer has our QPN (the REP): keep the QP bound and the keys
+		 * until timewait ends, as the kernel's ib_send_cm_rej does. */
+		cm_send_rej(id, reason, CEP_MSG_CODE_OTHER, ari, ari_len, pdata, len);
+		cm_enter_timewait(id); /* replaces the REP retry timer */
 		return 0;
 	case CEP_CM_REP_RCVD:
 	case CEP_CM_MRA_REP_SENT:

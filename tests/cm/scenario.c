@@ -951,10 +951,60 @@ static void t_reconnect(void)
 	teardown_all();
 }
 
+/* Reject (REP_SENT) and destroy (MRA_REP_RCVD) after our REP went out:
+ * the peer already has our QPN, so the QP stays bound to the id through
+ * timewait, as the kernel's ib_send_cm_rej enters timewait there. */
+static void t_rej_rep_sent(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	raw_req(&m, 0x7400, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REP_SENT);
+	CHECK_EQ(cep_cm_reject(b, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x7400);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	check_binding(&B, 0x101, cep_cm_id_local_comm_id(b));
+	advance_ms(10); /* 2 x the REQ's local ACK timeout 10 */
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	check_binding(&B, 0x101, CEP_BINDING_INVALID);
+	/* destroy in MRA_REP_RCVD */
+	raw_req(&m, 0x7401, 0x901);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, 2));
+	uint32_t bc = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	cep_msg_init(&m, CEP_MSG_MRA, 2);
+	m.u.mra.local_comm_id = 0x7401;
+	m.u.mra.remote_comm_id = bc;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REP;
+	m.u.mra.service_timeout = 14;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_MRA_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REP_RCVD);
+	CHECK_EQ(cep_cm_destroy_id_sync(b), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 2));
+	check_binding(&B, 0x101, bc);
+	CHECK_EQ(cep_is_destroyed(cep_cm_id_cep(b)), 0); /* timewait holds it */
+	advance_ms(10);
+	check_binding(&B, 0x101, CEP_BINDING_INVALID);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "rej-rep-sent", t_rej_rep_sent },
 	{ "reconnect", t_reconnect },
 	{ "establish", t_establish },
 	{ "rej-consumer", t_rej_consumer },
