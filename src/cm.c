@@ -263,12 +263,23 @@ void cm_copy_pdata(uint8_t *dst, const void *src, size_t len)
 		memcpy(dst, src, len);
 }
 
-/* Lock held: REJ from this id. */
+/* Lock held: REJ from this id. Before the peer's comm ID is known (our
+ * REQ unanswered: REQ_SENT, MRA_REQ_RCVD) the peer can match only a REJ
+ * "timeout" carrying our CA GUID in the ARI (remote comm ID 0: it finds
+ * its id by our (comm ID, GUID)), which is what the kernel's destroy
+ * sends: every REJ from those states takes that form, whatever reason
+ * the caller gave; its private data is kept. */
 void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 		     const void *ari, size_t ari_len, const void *pdata, size_t len)
 {
 	struct cep_msg m;
 
+	if (id->state == CEP_CM_REQ_SENT || id->state == CEP_CM_MRA_REQ_RCVD) {
+		reason = CEP_REJ_TIMEOUT;
+		msg_code = CEP_MSG_CODE_OTHER;
+		ari = NULL;
+		ari_len = 0;
+	}
 	cep_msg_init(&m, CEP_MSG_REJ, id->tid);
 	m.u.rej.local_comm_id = cep_local_comm_id(id->cep);
 	m.u.rej.remote_comm_id = id->remote_id;

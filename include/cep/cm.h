@@ -314,7 +314,11 @@ CEP_EXPORT int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_pa
 CEP_EXPORT int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len);
 /* Send REJ in any connecting state (and REP_RCVD), with reason, ARI and
  * private data. 0, -EINVAL (state, reason 0 or > CEP_REJ_REASON_MAX),
- * -EMSGSIZE. */
+ * -EMSGSIZE. Before the peer answered our REQ (REQ_SENT, MRA_REQ_RCVD) it
+ * can match only a REJ "timeout" carrying our CA GUID in the ARI (we do
+ * not know its comm ID yet): that is what is sent there,
+ * with @pdata; @reason and @ari are not. After a REP of ours (REP_SENT,
+ * MRA_REP_RCVD) the id enters timewait, the QP still bound. */
 CEP_EXPORT int cep_cm_reject(struct cep_cm_id *id, unsigned reason,
 			     const void *ari, size_t ari_len,
 			     const void *pdata, size_t len);

@@ -1000,10 +1000,50 @@ static void t_rej_rep_sent(void)
 	teardown_all();
 }
 
+/* The active side gives up before it knows the passive comm ID (REQ_SENT):
+ * QP destroyed, or the application rejects. The only REJ a peer can match
+ * then is reason Timeout with our CA GUID in the ARI (found through the
+ * remote (comm ID, GUID) key), which is what the kernel's cm_destroy_id
+ * sends; a REJ "no QP" with remote comm ID 0 matches nobody. */
+static void t_rej_unmatched(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *a2;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+
+	CHECK_EQ(cep_cm_qp_destroy(A.cm, 0x100), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REJ_RECEIVED, 1));
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.status, CEP_REJ_TIMEOUT);
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.msg.u.rej.reject_info_length, 8);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	/* the application rejects its own REQ */
+	a2 = make_id(&A);
+	conn_param(&p, 0x101, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_reject(a2, CEP_REJ_CONSUMER_DEFINED, NULL, 0, "bye", 4), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REJ_RECEIVED, 2));
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.status, CEP_REJ_TIMEOUT);
+	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_REJ_RECEIVED), "bye"));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_NO_CEP], 0);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "rej-unmatched", t_rej_unmatched },
 	{ "rej-rep-sent", t_rej_rep_sent },
 	{ "reconnect", t_reconnect },
 	{ "establish", t_establish },
