@@ -479,6 +479,9 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_drop(cm, w, CEP_CM_DROP_MISMATCH); /* forged or stale: change nothing */
 		goto out;
 	}
+	/* our DREP (now, later by the application, or again in timewait)
+	 * echoes this request's TID, as the kernel's cm_dreq_handler records */
+	id->tid = m->hdr.tid;
 	switch (id->state) {
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:

@@ -27,7 +27,7 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	switch (id->lap_state) {
 	case CEP_CM_LAP_IDLE:
 		break;
-	case CEP_CM_MRA_LAP_SENT:
+	case CEP_CM_MRA_LAP_SENT: /* a retry: same TID as the recorded one */
 		STAT_ADD(cm, w, duplicates);
 		cm_send_mra(id, CEP_MSG_CODE_OTHER, id->mra_timeout, NULL, 0);
 		goto out;
@@ -39,6 +39,7 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		goto out;
 	}
 	id->lap_state = CEP_CM_LAP_RCVD;
+	id->tid = m->hdr.tid; /* our MRA and APR echo it (kernel cm_lap_handler) */
 	id->peer_timeout_ms = cm_ms(m->u.lap.remote_cm_response_timeout);
 	if (cm->auto_mra)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);

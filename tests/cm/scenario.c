@@ -1039,10 +1039,56 @@ static void t_rej_unmatched(void)
 	teardown_all();
 }
 
+/* Answers echo the request's transaction ID (MAD TIDs pair a response
+ * with its request): DREP to a DREQ (also a repeated one in timewait),
+ * MRA and APR to a LAP - the kernel's cm_dreq_handler and cm_lap_handler
+ * record the request's TID for them. */
+static void t_tid_echo(void)
+{
+	struct cep_msg m;
+	struct cep_path alt;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7500, 0x900, 0x101, &bc);
+	/* LAP with TID 0x51: MRA and APR echo it */
+	cep_msg_init(&m, CEP_MSG_LAP, 0x5100000051ull);
+	m.u.lap.local_comm_id = 0x7500;
+	m.u.lap.remote_comm_id = bc;
+	m.u.lap.remote_qpn_eecn = 0x101;
+	m.u.lap.remote_cm_response_timeout = 14;
+	path_to(&alt, LID_C, LID_B);
+	m.u.lap.alternate = alt;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_mra(b, 14, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	CHECK_EQ(raw_last(CEP_MSG_MRA).hdr.tid, 0x5100000051ull);
+	CHECK_EQ(cep_cm_apr(b, CEP_APR_SUCCESS, NULL, 0, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_APR, 1));
+	CHECK_EQ(raw_last(CEP_MSG_APR).hdr.tid, 0x5100000051ull);
+	/* DREQ with TID 0x77: the DREP echoes it; a repeat with 0x78 too */
+	cep_msg_init(&m, CEP_MSG_DREQ, 0x7700000077ull);
+	m.u.dreq.local_comm_id = 0x7500;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x101;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_DREP).hdr.tid, 0x7700000077ull);
+	m.hdr.tid = 0x7800000078ull;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_DREP, 2));
+	CHECK_EQ(raw_last(CEP_MSG_DREP).hdr.tid, 0x7800000078ull);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "tid-echo", t_tid_echo },
 	{ "rej-unmatched", t_rej_unmatched },
 	{ "rej-rep-sent", t_rej_rep_sent },
 	{ "reconnect", t_reconnect },
