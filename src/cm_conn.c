@@ -400,10 +400,11 @@ void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	struct cep_cm_id *id = NULL;
 	struct cep_cm_event ev;
 	struct cep *cep;
+	int by_guid = rj->remote_comm_id == 0 && rj->reason == CEP_REJ_TIMEOUT;
 
 	if (rj->reason <= CEP_REJ_REASON_MAX)
 		STAT_ADD(cm, w, rej_received[rj->reason]);
-	if (rj->remote_comm_id == 0 && rj->reason == CEP_REJ_TIMEOUT) {
+	if (by_guid) {
 		/* The active side gave up before learning our comm ID. */
 		if (cep_lookup_remote_id(cm->table, rj->local_comm_id, cm_be64(rj->ari), &cep) == 0)
 			id = cep_context(cep);
@@ -417,6 +418,15 @@ void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	pthread_mutex_lock(&id->lock);
 	if (id->remote_id && id->remote_id != rj->local_comm_id) {
 		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+		goto drop_out;
+	}
+	/* Found by (comm ID, CA GUID) alone, which anyone who saw them can
+	 * forge: a real one comes only from an active side that gave up
+	 * before our REP was answered, i.e. to a passive id before RTU.
+	 * Stricter than the kernel (docs/protocol.md). */
+	if (by_guid && id->state != CEP_CM_REQ_RCVD && id->state != CEP_CM_MRA_REQ_SENT &&
+	    id->state != CEP_CM_REP_SENT && id->state != CEP_CM_MRA_REP_RCVD) {
+		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		goto drop_out;
 	}
 	switch (id->state) {

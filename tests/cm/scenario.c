@@ -1084,10 +1084,47 @@ static void t_tid_echo(void)
 	teardown_all();
 }
 
+/* A REJ "timeout" with remote comm ID 0 is how an active side that gave
+ * up before our REP was answered reaches us; it needs only the peer's
+ * comm ID and CA GUID, so anyone can forge it. It is legitimate only for
+ * a passive id before RTU (REQ_RCVD .. MRA_REP_RCVD); libcep drops and
+ * counts it elsewhere (stricter than the kernel, docs/protocol.md). */
+static void t_rej_timeout_forged(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7600, 0x900, 0x101, &bc);
+	cep_msg_init(&m, CEP_MSG_REJ, 3);
+	m.u.rej.local_comm_id = 0x7600;
+	m.u.rej.remote_comm_id = 0;
+	m.u.rej.reason = CEP_REJ_TIMEOUT;
+	m.u.rej.reject_info_length = 8;
+	for (int i = 0; i < 8; i++)
+		m.u.rej.ari[i] = (uint8_t)(GUID_C >> (56 - 8 * i));
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REJ_RECEIVED, NULL), 0);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BAD_STATE], 1);
+	/* also while B disconnects */
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_SENT);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REJ_RECEIVED, NULL), 0);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BAD_STATE], 2);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "rej-timeout-forged", t_rej_timeout_forged },
 	{ "tid-echo", t_tid_echo },
 	{ "rej-unmatched", t_rej_unmatched },
 	{ "rej-rep-sent", t_rej_rep_sent },
