@@ -225,9 +225,31 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		goto out;
 	}
-	ret = cep_insert_remote_id(id->cep, rp->local_comm_id, rp->local_ca_guid, &existing);
-	if (ret == 0)
+	/* Another connection holds this (remote comm ID, CA GUID): a
+	 * duplicate to drop, as the kernel's cm_rep_handler does - never a
+	 * reason to touch that connection. */
+	if (cep_lookup_remote_id(cm->table, rp->local_comm_id, rp->local_ca_guid, &existing) == 0) {
+		cep_put(existing);
+		STAT_ADD(cm, w, duplicates);
+		goto out;
+	}
+	/* Stale if another connection holds (remote QPN, CA GUID). Looked up
+	 * before any insert, so this id's keys stay free for a right REP. */
+	ret = cep_lookup_remote_qpn(cm->table, rp->local_qpn, rp->local_ca_guid, &existing)
+		      ? 0 : -EEXIST;
+	if (ret == 0) {
+		existing = NULL;
+		ret = cep_insert_remote_id(id->cep, rp->local_comm_id, rp->local_ca_guid, &existing);
+		if (ret) { /* lost a race for the key: a duplicate after all */
+			if (existing)
+				cep_put(existing);
+			STAT_ADD(cm, w, duplicates);
+			goto out;
+		}
 		ret = cep_insert_remote_qpn(id->cep, rp->local_qpn, rp->local_ca_guid, &existing);
+		if (ret)
+			cm_drop_remote_keys(id);
+	}
 	if (ret) {
 		/* Stale: refuse this REP, release the old connection; this id
 		 * keeps waiting (and times out) as the kernel's CM does. */
@@ -240,7 +262,6 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		r.u.rej.reason = CEP_REJ_STALE_CONN;
 		r.u.rej.message_rejected = CEP_MSG_CODE_REP;
 		cm_send_raw(cm, w, &r, &to, NULL);
-		cm_drop_remote_keys(id);
 		pthread_mutex_unlock(&id->lock);
 		if (existing) {
 			struct cep_cm_id *old = cep_context(existing);

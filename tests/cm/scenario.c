@@ -1120,10 +1120,82 @@ static void t_rej_timeout_forged(void)
 	teardown_all();
 }
 
+/* A REP that names an existing connection's (remote comm ID, CA GUID) is a
+ * duplicate to drop (kernel cm_rep_handler: "Check for duplicate REP"),
+ * not a stale connection: the live connection must not be torn down. */
+static void t_rep_dup_remote_id(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *a2;
+	struct cep_msg m;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x6000;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	/* a second connection; its REP reuses the first one's comm ID */
+	a2 = make_id(&A);
+	conn_param(&p, 0x101, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 2));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x6000;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x902;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	settle();
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+	CHECK_EQ(cep_cm_id_state(a2), CEP_CM_REQ_SENT);
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
+	CHECK_EQ(raw_count(CEP_MSG_DREQ), 0);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REP_RECEIVED, a2), 0);
+	CHECK_EQ(stats_of(&A).duplicates, 1);
+	/* the right REP for a2 still connects it */
+	m.u.rep.local_comm_id = 0x6001;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 2));
+	CHECK_EQ(cep_cm_id_state(a2), CEP_CM_ESTABLISHED);
+	/* a REP naming the first connection's QPN with a new comm ID is
+	 * stale: REJ 10 to it and DREQ for the old connection (kernel) */
+	struct cep_cm_id *a3 = make_id(&A);
+
+	conn_param(&p, 0x102, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a3, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 3));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x6002;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_DREQ_SENT);
+	CHECK_EQ(cep_cm_id_state(a3), CEP_CM_REQ_SENT);
+	/* and a3's keys are still free for its right REP */
+	m.u.rep.local_comm_id = 0x6003;
+	m.u.rep.local_qpn = 0x903;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 3));
+	CHECK_EQ(cep_cm_id_state(a3), CEP_CM_ESTABLISHED);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "rep-dup-remote-id", t_rep_dup_remote_id },
 	{ "rej-timeout-forged", t_rej_timeout_forged },
 	{ "tid-echo", t_tid_echo },
 	{ "rej-unmatched", t_rej_unmatched },
