@@ -124,13 +124,9 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_discard_id(id);
 		return;
 	}
-	if (cep_lookup_listener(cm->table, rq->service_id, &lcep)) {
-		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
-			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
-		cm_discard_id(id);
-		return;
-	}
-	lid = cep_context(lcep);
+	/* The kernel's cm_match_req order: duplicate (above), stale, then
+	 * the listener - a stale REQ releases the old connection even when
+	 * nobody listens for its service any more. */
 	ret = cep_insert_remote_qpn(id->cep, rq->local_qpn, rq->local_ca_guid, &existing);
 	if (ret) {
 		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
@@ -141,9 +137,15 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			release_stale(cep_context(existing));
 			cep_put(existing);
 		}
-		cep_put(lcep);
 		return;
 	}
+	if (cep_lookup_listener(cm->table, rq->service_id, &lcep)) {
+		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
+			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
+		cm_discard_id(id);
+		return;
+	}
+	lid = cep_context(lcep);
 	if (cm_listener_hold(lid, id)) {
 		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
 			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);

@@ -1191,10 +1191,34 @@ static void t_rep_dup_remote_id(void)
 	teardown_all();
 }
 
+/* A stale REQ (remote QPN + CA GUID of a live connection) for a service
+ * nobody listens on: still REJ "stale connection" and the old connection
+ * released - the kernel's cm_match_req checks duplicate, stale, then the
+ * listener. */
+static void t_stale_no_listener(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7700, 0x900, 0x101, &bc);
+	raw_req(&m, 0x7701, 0x900);
+	m.u.req.service_id = SID + 9;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_SENT);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "stale-no-listener", t_stale_no_listener },
 	{ "rep-dup-remote-id", t_rep_dup_remote_id },
 	{ "rej-timeout-forged", t_rej_timeout_forged },
 	{ "tid-echo", t_tid_echo },
