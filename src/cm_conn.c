@@ -160,11 +160,17 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->service_id = rq->service_id;
 	id->tid = m->hdr.tid;
 	id->peer = cm_reply_addr(from);
-	id->timeout_ms = cm_ms(rq->local_cm_response_timeout);
-	id->peer_timeout_ms = cm_ms(rq->remote_cm_response_timeout);
+	/* the peer's timeouts, clamped (CM_PEER_TIMEOUT_MAX) */
+	id->timeout_ms = cm_ms(cm_peer_t(rq->local_cm_response_timeout));
+	id->peer_timeout_ms = cm_ms(cm_peer_t(rq->remote_cm_response_timeout));
 	id->max_retries = rq->max_cm_retries;
-	id->timewait_ms = 2 * cm_ms(rq->primary.local_ack_timeout);
-	id->pkt_life_ms = cm_ms(rq->primary.local_ack_timeout) / 2 + 1;
+	/* The requester computed the path's ACK timeout (2 x packet life +
+	 * its ACK delay); its packet life is one less (kernel
+	 * cm_format_paths_from_req). */
+	id->timewait_ms = 2 * cm_ms(cm_peer_t(rq->primary.local_ack_timeout));
+	id->pkt_life = (uint8_t)(cm_peer_t(rq->primary.local_ack_timeout) -
+				 (rq->primary.local_ack_timeout > 0));
+	id->pkt_life_ms = cm_ms(id->pkt_life);
 	/* QP attributes (cep_cm_init_qp_attr): the REQ's half. A REQ the
 	 * glue cannot use (e.g. RD) leaves them unset: -ENODATA later. */
 	(void)cep_qp_params_passive(&id->qpp, &cm->port, rq);
@@ -278,6 +284,10 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->remote_id = rp->local_comm_id;
 	id->remote_qpn = rp->local_qpn;
 	id->remote_ca_guid = rp->local_ca_guid;
+	/* The path's ACK timeout now includes the peer's ACK delay (kernel
+	 * cm_rep_handler): timewait is twice it. */
+	id->timewait_ms = 2 * cm_ms(cep_qp_ack_timeout((uint8_t)cm_peer_t(rp->target_ack_delay),
+						      id->pkt_life));
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	(void)cep_qp_params_active_rep(&id->qpp, rp); /* the REP's half */
@@ -675,8 +685,14 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	rq->max_cm_retries = p->max_cm_retries;
 	rq->srq = p->srq ? 1 : 0;
 	rq->primary = p->primary;
-	if (path_has_alt(&p->alternate))
+	/* The ACK timeout of the path: 2 x its packet life time + our CA's
+	 * ACK delay, as the kernel's cm_format_req computes it. */
+	rq->primary.local_ack_timeout = cep_qp_ack_timeout(id->cm->port.ca_ack_delay,
+							   p->packet_life_time);
+	if (path_has_alt(&p->alternate)) {
 		rq->alternate = p->alternate;
+		rq->alternate.local_ack_timeout = rq->primary.local_ack_timeout;
+	}
 	cm_copy_pdata(rq->private_data, p->private_data, p->private_data_len);
 	if (p->peer) {
 		id->peer = *p->peer;
@@ -698,10 +714,13 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	id->remote_qpn = 0;
 	id->remote_ca_guid = 0;
 	id->service_id = p->service_id;
+	id->pkt_life = p->packet_life_time;
 	id->pkt_life_ms = cm_ms(p->packet_life_time);
 	id->timeout_ms = 2 * id->pkt_life_ms + cm_ms(p->remote_cm_response_timeout);
 	id->peer_timeout_ms = cm_ms(p->local_cm_response_timeout);
-	id->timewait_ms = 2 * cm_ms(p->primary.local_ack_timeout);
+	/* until a REP tells the peer's ACK delay: the path's (kernel: the
+	 * address vector's timeout is packet life + 1) */
+	id->timewait_ms = 2 * cm_ms(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);
 	id->max_retries = id->retries_left = p->max_cm_retries;
 	id->flags = (uint8_t)((id->flags & ~F_MANUAL_RTU) | (p->manual_rtu ? F_MANUAL_RTU : 0));
 	ret = cm_send_msg(id, &m, 1);
@@ -746,7 +765,10 @@ int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	rp->starting_psn = p->starting_psn;
 	rp->responder_resources = p->responder_resources;
 	rp->initiator_depth = p->initiator_depth;
-	rp->target_ack_delay = p->target_ack_delay & 31;
+	/* never less than this CA's own ACK delay, which the kernel always
+	 * sends (cm_format_rep) */
+	rp->target_ack_delay = (uint8_t)((p->target_ack_delay & 31) > id->cm->port.ca_ack_delay ?
+					 (p->target_ack_delay & 31) : id->cm->port.ca_ack_delay);
 	rp->failover_accepted = p->failover_accepted;
 	rp->end_to_end_flow_control = 1;
 	rp->rnr_retry_count = p->rnr_retry_count & 7;

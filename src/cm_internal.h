@@ -56,6 +56,16 @@ struct cep_cm {
 	struct cm_idlist *idl;         /* [nworkers] */
 };
 
+/* A timeout a peer supplies (5-bit IBTA exponent: REQ response timeouts
+ * and local ACK timeout, REP target ACK delay, LAP response timeout, MRA
+ * service timeout) counts at most as this: 4.096 us x 2^23 = 34.4 s, so a
+ * peer cannot hold a QP and its keys for hours. docs/protocol.md. */
+#define CM_PEER_TIMEOUT_MAX 23
+static inline unsigned cm_peer_t(unsigned t)
+{
+	return t > CM_PEER_TIMEOUT_MAX ? CM_PEER_TIMEOUT_MAX : t;
+}
+
 /* id->work_bits */
 enum {
 	W_TIMER = 1u << 0,     /* re-sync the wheel with id->deadline */
@@ -112,6 +122,7 @@ struct cep_cm_id {
 	uint8_t max_retries;           /* lock */
 	uint8_t timer_kind;            /* lock */
 	uint8_t mra_timeout;           /* lock: service timeout of our last MRA */
+	uint8_t pkt_life;              /* lock: the path's packet life time (5 bits) */
 	uint8_t flags;                 /* lock */
 	uint8_t delivering;            /* lock: a callback of this id is running */
 	uint32_t req_inflight;         /* lock: listener: REQ/SIDR_REQ events of its

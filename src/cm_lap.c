@@ -40,7 +40,7 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	id->lap_state = CEP_CM_LAP_RCVD;
 	id->tid = m->hdr.tid; /* our MRA and APR echo it (kernel cm_lap_handler) */
-	id->peer_timeout_ms = cm_ms(m->u.lap.remote_cm_response_timeout);
+	id->peer_timeout_ms = cm_ms(cm_peer_t(m->u.lap.remote_cm_response_timeout));
 	if (cm->auto_mra)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
 	cm_ev_init(&ev, id, CEP_CM_EV_LAP_RECEIVED);

@@ -259,7 +259,10 @@ CEP_EXPORT int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t
 struct cep_cm_conn_param {
 	size_t size;                        /* sizeof(struct cep_cm_conn_param) */
 	uint64_t service_id;
-	struct cep_path primary;            /* local_* = this port */
+	struct cep_path primary;            /* local_* = this port; the REQ's
+					       local_ack_timeout is computed
+					       (CA ACK delay, packet_life_time),
+					       this one is ignored */
 	struct cep_path alternate;          /* all zero: none */
 	uint32_t qpn;                       /* registered local QPN: bound here */
 	uint32_t starting_psn;
@@ -296,7 +299,8 @@ struct cep_cm_accept_param {
 	uint32_t qkey;
 	uint8_t responder_resources;
 	uint8_t initiator_depth;
-	uint8_t target_ack_delay;
+	uint8_t target_ack_delay;       /* sent: the larger of this and the
+					   port's CA ACK delay */
 	uint8_t failover_accepted;
 	uint8_t rnr_retry_count;
 	uint8_t srq;

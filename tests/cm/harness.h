@@ -74,6 +74,7 @@ struct raw {
 };
 
 static struct cep_clock *clk;
+static uint8_t ack_delay_of[2]; /* CA ACK delay of A's and B's ports */
 static struct cep_fabric *fab;
 static struct node A = { .name = "A" }, B = { .name = "B" };
 static struct raw C;
@@ -295,7 +296,8 @@ static void raw_req(struct cep_msg *m, uint32_t comm_id, uint32_t qpn)
 static void node_init(struct node *n, uint64_t guid, uint16_t lid, unsigned workers, int auto_mra)
 {
 	struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = guid, .lid = lid,
-					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
+					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB,
+					   .ca_ack_delay = ack_delay_of[n == &B] };
 	struct cep_cm_attr ca = { .size = sizeof(ca), .workers = workers, .auto_mra = (uint8_t)auto_mra,
 				  .mra_service_timeout = 16, .clock = clk };
 

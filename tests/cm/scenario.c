@@ -62,7 +62,9 @@ static void t_establish(void)
 	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED), "bye"));
 	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_TIMEWAIT);
-	advance_ms(9); /* timewait: 2 x local ACK timeout 10 (4.2 ms) = 10 ms */
+	/* timewait: 2 x the path's ACK timeout (packet life 8, no CA ACK
+	 * delay: exponent 9, 2.1 ms rounded up to 3 ms) = 6 ms */
+	advance_ms(5);
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, NULL), 0);
 	advance_ms(1);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
@@ -1214,10 +1216,88 @@ static void t_stale_no_listener(void)
 	teardown_all();
 }
 
+/* Timers from the right inputs (kernel cm_format_req / cm_format_rep /
+ * cm_rep_handler): the REQ's local ACK timeout is computed from the
+ * port's CA ACK delay and the packet life time (not copied from the
+ * caller); the REP carries the port's CA ACK delay; the active side's
+ * timewait follows the ACK timeout computed from the REP's target ACK
+ * delay; timeouts a peer supplies are clamped to 2^23 x 4.096 us. */
+static void t_timer_inputs(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+	struct cep_msg m;
+
+	ack_delay_of[0] = 15;
+	ack_delay_of[1] = 17;
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.packet_life_time = 14;
+	p.primary.local_ack_timeout = 3;  /* ignored: computed */
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	/* max(14 + 1, 15) plus one as they are within one: 16 */
+	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.primary.local_ack_timeout, 16);
+	/* C answers with target ACK delay 20: A's ACK timeout becomes 20 and
+	 * its timewait 2 x 4.096 us x 2^20 = 8590 ms */
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x7800;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	m.u.rep.target_ack_delay = 20;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	cep_msg_init(&m, CEP_MSG_DREP, raw_last(CEP_MSG_DREQ).hdr.tid);
+	m.u.drep.local_comm_id = 0x7800;
+	m.u.drep.remote_comm_id = cep_cm_id_local_comm_id(a);
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	advance_ms(8589);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, NULL), 0);
+	advance_ms(1);
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	/* B's REP carries B's port ACK delay */
+	raw_req(&m, 0x7801, 0x901);
+	m.u.req.local_cm_response_timeout = 31; /* ~2.4 h: clamped to 23 */
+	m.u.req.primary.local_ack_timeout = 31; /* timewait clamped too */
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REP).u.rep.target_ack_delay, 17);
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	/* the REP is retried after 2^23 x 4.096 us = 34360 ms, not 2.4 h */
+	advance_ms(34359);
+	CHECK_EQ(raw_count(CEP_MSG_REP), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REP), 2);
+	uint32_t bc = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = 0x7801;
+	m.u.rtu.remote_comm_id = bc;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	raw_dreq(0x7801, bc, 0x101);
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	advance_ms(2 * 34360 - 1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "timer-inputs", t_timer_inputs },
 	{ "stale-no-listener", t_stale_no_listener },
 	{ "rep-dup-remote-id", t_rep_dup_remote_id },
 	{ "rej-timeout-forged", t_rej_timeout_forged },
