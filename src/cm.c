@@ -754,6 +754,16 @@ static void id_work_fn(struct cep_work *w)
 		cm_emit(id, &ev);
 		pthread_mutex_unlock(&id->lock);
 	}
+	if (bits & W_ESTABLISHED) {
+		struct cep_cm_event ev;
+
+		pthread_mutex_lock(&id->lock);
+		if (id->state == CEP_CM_ESTABLISHED) { /* not already torn down */
+			cm_ev_init(&ev, id, CEP_CM_EV_ESTABLISHED);
+			cm_emit(id, &ev);
+		}
+		pthread_mutex_unlock(&id->lock);
+	}
 	if (bits & W_DESTROYED) {
 		/* The id's last event: past every other work item, MAD and
 		 * timer of the id (all on this worker) and, for a listener,

@@ -790,6 +790,33 @@ out:
 	return ret;
 }
 
+int cep_cm_notify_established(struct cep_cm_id *id)
+{
+	int ret = 0;
+
+	if (!id)
+		return -EINVAL;
+	pthread_mutex_lock(&id->lock);
+	switch (id->state) {
+	case CEP_CM_REP_SENT:
+	case CEP_CM_MRA_REP_RCVD:
+		/* the kernel's cm_establish: no more REP retries */
+		cm_free_retry(id);
+		cm_clear_timer(id);
+		cm_set_state(id, CEP_CM_ESTABLISHED);
+		cm_post_bits(id, W_ESTABLISHED); /* the event, on the worker */
+		break;
+	case CEP_CM_ESTABLISHED:
+		ret = -EISCONN;
+		break;
+	default:
+		ret = -EINVAL;
+		break;
+	}
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
 int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	int ret = 0;

@@ -71,6 +71,7 @@ enum {
 	W_TIMER = 1u << 0,     /* re-sync the wheel with id->deadline */
 	W_DESTROYED = 1u << 1, /* deliver DESTROYED, drop the user's reference */
 	W_QP_GONE = 1u << 2,   /* deliver QP_DESTROYED */
+	W_ESTABLISHED = 1u << 3, /* deliver ESTABLISHED (cep_cm_notify_established) */
 };
 
 /* id->flags (lock) */

@@ -65,7 +65,7 @@ enum cep_cm_lap_state {
 	X(REP_RECEIVED,      "REP received (RTU sent unless manual_rtu)") \
 	X(REP_ERROR,         "REP retries exhausted: REJ timeout sent") \
 	X(RTU_RECEIVED,      "RTU received: passive side established") \
-	X(ESTABLISHED,       "RTU sent: active side established") \
+	X(ESTABLISHED,       "established: RTU sent (active), or cep_cm_notify_established (passive)") \
 	X(REJ_RECEIVED,      "REJ received (see status = reason)") \
 	X(MRA_RECEIVED,      "MRA received: peer's timer extended") \
 	X(DREQ_RECEIVED,     "DREQ received (DREP sent unless manual_drep)") \
@@ -316,6 +316,16 @@ CEP_EXPORT int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_pa
  * (no ESTABLISHED event follows: the caller knows). Also from MRA_REP_SENT.
  * 0, -EINVAL (state), -EMSGSIZE. */
 CEP_EXPORT int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len);
+/* The connection is up although no RTU came: the QP bound to @id has
+ * received the peer's first packet (IBV_EVENT_COMM_EST; cep_cm_qp_event()
+ * in cep/verbs.h calls this for it), as the kernel's
+ * ib_cm_notify(IB_EVENT_COMM_EST). Passive side, REP_SENT or MRA_REP_RCVD
+ * -> ESTABLISHED: the REP is no longer retried (so no REJ "timeout" ends
+ * a connection the peer already uses), a later RTU is a counted
+ * duplicate, and ESTABLISHED is delivered afterwards on the id's worker.
+ * 0, -EISCONN (already ESTABLISHED), -EINVAL (NULL, other states). Any
+ * thread, also from a callback. */
+CEP_EXPORT int cep_cm_notify_established(struct cep_cm_id *id);
 /* Send REJ in any connecting state (and REP_RCVD), with reason, ARI and
  * private data. 0, -EINVAL (state, reason 0 or > CEP_REJ_REASON_MAX),
  * -EMSGSIZE. Before the peer answered our REQ (REQ_SENT, MRA_REQ_RCVD) it

@@ -1293,10 +1293,54 @@ static void t_timer_inputs(void)
 	teardown_all();
 }
 
+/* Every RTU lost: the passive side's QP has seen the peer's first packet
+ * (IBV_EVENT_COMM_EST), so the application tells the CM, as
+ * ib_cm_notify(IB_EVENT_COMM_EST) does in the kernel: REP_SENT ->
+ * ESTABLISHED, the REP is not retried, no REJ "timeout" kills a
+ * connection the active side already uses; a late RTU is a duplicate. */
+static void t_comm_est(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	raw_req(&m, 0x7900, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REP_SENT);
+	CHECK_EQ(cep_cm_notify_established(b), 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK(wait_ev(&B, CEP_CM_EV_ESTABLISHED, 1));
+	CHECK_EQ(cep_cm_notify_established(b), -EISCONN);
+	for (int i = 0; i < 6; i++) /* REP retried every 34 ms, 3 times: no more */
+		advance_ms(34);
+	CHECK_EQ(raw_count(CEP_MSG_REP), 1);
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REP_ERROR, NULL), 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	/* the RTU after all: a duplicate, no event */
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = 0x7900;
+	m.u.rtu.remote_comm_id = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL), 0);
+	CHECK_EQ(stats_of(&B).duplicates, 1);
+	/* not while connecting otherwise, nor on a listener */
+	CHECK_EQ(cep_cm_notify_established(B.made[0]), -EINVAL);
+	CHECK_EQ(cep_cm_notify_established(NULL), -EINVAL);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "comm-est", t_comm_est },
 	{ "timer-inputs", t_timer_inputs },
 	{ "stale-no-listener", t_stale_no_listener },
 	{ "rep-dup-remote-id", t_rep_dup_remote_id },
