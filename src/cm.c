@@ -565,12 +565,6 @@ int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
 		return ret;
 	}
 	id->cep = cep;
-	pthread_mutex_lock(&cm->idl[worker].mtx);
-	id->all_next = cm->idl[worker].head;
-	if (id->all_next)
-		id->all_next->all_prev = id;
-	cm->idl[worker].head = id;
-	pthread_mutex_unlock(&cm->idl[worker].mtx);
 	atomic_fetch_add_explicit(&cm->ids, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&cm->ws[worker].states[CEP_CM_IDLE], 1, memory_order_relaxed);
 	if (ch) {
@@ -578,6 +572,13 @@ int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
 		id->flags |= F_CHANNEL_USER;
 	}
 	pthread_mutex_unlock(&id->lock);
+	/* After the id's lock: cep_cm_destroy takes the list, then id locks. */
+	pthread_mutex_lock(&cm->idl[worker].mtx);
+	id->all_next = cm->idl[worker].head;
+	if (id->all_next)
+		id->all_next->all_prev = id;
+	cm->idl[worker].head = id;
+	pthread_mutex_unlock(&cm->idl[worker].mtx);
 	*out = id;
 	return 0;
 }
