@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,16 +113,43 @@ void cm_put_be64(uint8_t *p, uint64_t v)
 		p[i] = (uint8_t)v;
 }
 
-static unsigned route_hash(uint32_t id, uint64_t guid, unsigned n)
-{
-	uint64_t h = ((uint64_t)id << 32 | id) ^ guid;
+/* SipHash-2-4 (Aumasson, Bernstein) of the 12-byte message (id, guid)
+ * under the context's secret key: the worker of a REQ / SIDR_REQ. Without
+ * the key a sender cannot choose the worker its flood lands on, e.g. the
+ * worker that owns a connection it wants to starve. */
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND(v0, v1, v2, v3) do { \
+	v0 += v1; v1 = ROTL64(v1, 13); v1 ^= v0; v0 = ROTL64(v0, 32); \
+	v2 += v3; v3 = ROTL64(v3, 16); v3 ^= v2; \
+	v0 += v3; v3 = ROTL64(v3, 21); v3 ^= v0; \
+	v2 += v1; v1 = ROTL64(v1, 17); v1 ^= v2; v2 = ROTL64(v2, 32); \
+} while (0)
 
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ull;
-	h ^= h >> 33;
-	return (unsigned)(h % n);
+static uint64_t siphash_12(const uint64_t k[2], uint32_t id, uint64_t guid)
+{
+	uint64_t v0 = k[0] ^ 0x736f6d6570736575ull, v1 = k[1] ^ 0x646f72616e646f6dull;
+	uint64_t v2 = k[0] ^ 0x6c7967656e657261ull, v3 = k[1] ^ 0x7465646279746573ull;
+	/* little-endian words of the bytes id(4) guid(8), then the length */
+	uint64_t m0 = (uint64_t)id | guid << 32;
+	uint64_t m1 = guid >> 32 | (uint64_t)12 << 56;
+
+	v3 ^= m0;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	v0 ^= m0;
+	v3 ^= m1;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	v0 ^= m1;
+	v2 ^= 0xff;
+	for (int i = 0; i < 4; i++)
+		SIPROUND(v0, v1, v2, v3);
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static unsigned route_hash(const struct cep_cm *cm, uint32_t id, uint64_t guid)
+{
+	return (unsigned)(siphash_12(cm->route_key, id, guid) % cm->nworkers);
 }
 
 /* Pseudo GUID naming a SIDR requester (SIDR_REQ carries no CA GUID). */
@@ -134,9 +162,28 @@ uint64_t cm_sidr_source(const struct cep_mad_addr *from)
 	return h | 1;
 }
 
+static int half_open(unsigned s)
+{
+	return s == CEP_CM_REQ_RCVD || s == CEP_CM_MRA_REQ_SENT || s == CEP_CM_REP_SENT ||
+	       s == CEP_CM_MRA_REP_RCVD || s == CEP_CM_SIDR_REQ_RCVD;
+}
+
+/* Lock held: a child stops counting against its listener's backlog. */
+static void half_open_end(struct cep_cm_id *id)
+{
+	struct cep_cm_id *l = id->listener;
+
+	id->listener = NULL;
+	atomic_fetch_sub_explicit(&l->half_open, 1, memory_order_relaxed);
+	cep_put(l->cep); /* not the listener's lock: never two id locks */
+}
+
 void cm_set_state(struct cep_cm_id *id, unsigned s)
 {
 	struct cm_wstats *w = &id->cm->ws[id->worker];
+
+	if (id->listener && !half_open(s))
+		half_open_end(id);
 
 	atomic_fetch_sub_explicit(&w->states[id->state], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&w->states[s], 1, memory_order_relaxed);
@@ -643,10 +690,30 @@ static void on_timeout(struct cep_cm_id *id)
 		cm_emit(id, &ev);
 		return;
 	}
+	if (id->timer_kind == TK_EXPIRE) {
+		ev.type = CEP_CM_EVENT_COUNT;
+		if (id->state == CEP_CM_REQ_RCVD || id->state == CEP_CM_MRA_REQ_SENT) {
+			cm_reset_to_idle(id);
+			cm_ev_init(&ev, id, CEP_CM_EV_REQ_ERROR);
+		} else if (id->state == CEP_CM_SIDR_REQ_RCVD) {
+			cep_remove_remote_id(id->cep);
+			cm_set_state(id, CEP_CM_IDLE);
+			cm_maybe_table_destroy(id);
+			cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REQ_ERROR);
+		}
+		if (ev.type != CEP_CM_EVENT_COUNT) {
+			/* the requester gave up long ago: nothing to send */
+			STAT_ADD(cm, id->worker, timeouts);
+			ev.status = -ETIMEDOUT;
+			cm_emit(id, &ev);
+		}
+		return;
+	}
 	if (id->timer_kind == TK_AUTO_MRA) {
 		if (id->state == CEP_CM_REQ_RCVD) {
 			cm_send_mra(id, CEP_MSG_CODE_REQ, cm->mra_timeout, NULL, 0);
 			cm_set_state(id, CEP_CM_MRA_REQ_SENT);
+			cm_req_expire_after_mra(id);
 		} else if (id->state == CEP_CM_REP_RCVD) {
 			cm_send_mra(id, CEP_MSG_CODE_REP, cm->mra_timeout, NULL, 0);
 			cm_set_state(id, CEP_CM_MRA_REP_SENT);
@@ -827,17 +894,17 @@ static void cm_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_
 
 	switch (t) {
 	case CEP_MSG_REQ:
-		w = route_hash(be32(p), cm_be64(p + 16), cm->nworkers);
+		w = route_hash(cm, be32(p), cm_be64(p + 16));
 		break;
 	case CEP_MSG_SIDR_REQ:
-		w = route_hash(be32(p), cm_sidr_source(from), cm->nworkers);
+		w = route_hash(cm, be32(p), cm_sidr_source(from));
 		break;
 	case CEP_MSG_SIDR_REP:
 		w = be32(p) % cm->nworkers;
 		break;
 	case CEP_MSG_REJ:
 		if (be32(p + 4) == 0 && (((unsigned)p[10] << 8) | p[11]) == CEP_REJ_TIMEOUT)
-			w = route_hash(be32(p), cm_be64(p + 12), cm->nworkers);
+			w = route_hash(cm, be32(p), cm_be64(p + 12));
 		else
 			w = be32(p + 4) % cm->nworkers;
 		break;
@@ -918,6 +985,12 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	cm->auto_mra = attr->auto_mra;
 	if (CM_ATTR_HAS(attr, clock))
 		cm->clock = attr->clock;
+	cm->backlog = CM_ATTR_HAS(attr, listen_backlog) && attr->listen_backlog ?
+		      attr->listen_backlog : 1024;
+	if (getrandom(cm->route_key, sizeof(cm->route_key), 0) != sizeof(cm->route_key)) {
+		ret = -EIO; /* the kernel CSPRNG is ready on any Linux >= 3.17 */
+		goto fail;
+	}
 	ret = cm->tp->ops->query_port(cm->tp, &cm->port);
 	if (ret)
 		goto fail;
@@ -982,6 +1055,8 @@ static void drop_user_refs(struct cep_cm *cm)
 			pthread_mutex_lock(&id->lock);
 			user = !(id->flags & F_USER_GONE);
 			id->flags |= F_USER_GONE;
+			if (id->listener)
+				half_open_end(id);
 			pthread_mutex_unlock(&id->lock);
 			if (user)
 				cm_id_put(id);
@@ -1180,6 +1255,12 @@ struct cep *cep_cm_id_cep(const struct cep_cm_id *id)
 
 int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask)
 {
+	return cep_cm_listen_backlog(id, service_id, mask, 0);
+}
+
+int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id, uint64_t mask,
+			  unsigned backlog)
+{
 	struct cep *existing = NULL;
 	int ret;
 
@@ -1192,6 +1273,7 @@ int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask)
 		ret = cep_insert_listener(id->cep, service_id, mask, &existing);
 		if (ret == 0) {
 			id->service_id = service_id;
+			id->backlog = backlog ? backlog : id->cm->backlog;
 			cm_set_state(id, CEP_CM_LISTEN);
 		} else if (ret == -EEXIST) {
 			ret = -EADDRINUSE;

@@ -56,12 +56,19 @@ static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
  * -ENOENT if it no longer listens. */
 int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id)
 {
-	int listening;
+	int ret = 0;
 	void *ctx;
 
 	pthread_mutex_lock(&lid->lock);
-	listening = lid->state == CEP_CM_LISTEN && !(lid->flags & F_USER_GONE);
-	if (listening) {
+	if (lid->state != CEP_CM_LISTEN || (lid->flags & F_USER_GONE)) {
+		ret = -ENOENT;
+	} else if (atomic_load_explicit(&lid->half_open, memory_order_relaxed) >= lid->backlog) {
+		/* Increments happen only here, under this lock: the count
+		 * cannot pass the backlog; decrements may race (a slot frees). */
+		ret = -ENOBUFS;
+	} else {
+		atomic_fetch_add_explicit(&lid->half_open, 1, memory_order_relaxed);
+		cep_get(lid->cep); /* the child's, until its half-open state ends */
 		lid->req_inflight++;
 		if (lid->channel) /* the listener's own count keeps it alive here */
 			atomic_fetch_add(&lid->channel->users, 1);
@@ -69,10 +76,11 @@ int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id)
 	ctx = lid->context;
 	pthread_mutex_unlock(&lid->lock);
 	CM_HOOK(CM_HOOK_REQ_LISTENER, lid, NULL);
-	if (!listening)
-		return -ENOENT;
+	if (ret)
+		return ret;
 	/* handler and channel are const once set; the listener is pinned */
 	pthread_mutex_lock(&id->lock);
+	id->listener = lid;
 	id->handler = lid->handler;
 	id->channel = lid->channel;
 	id->context = ctx;
@@ -146,7 +154,16 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	lid = cep_context(lcep);
-	if (cm_listener_hold(lid, id)) {
+	ret = cm_listener_hold(lid, id);
+	if (ret == -ENOBUFS) {
+		/* Backlog full: drop, as the kernel does for a REQ its handler
+		 * refuses with -ENOMEM, so the peer retries later. */
+		cm_drop(cm, w, CEP_CM_DROP_BACKLOG);
+		cm_discard_id(id);
+		cep_put(lcep);
+		return;
+	}
+	if (ret) {
 		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
 			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
 		cm_discard_id(id);
@@ -175,8 +192,14 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	 * glue cannot use (e.g. RD) leaves them unset: -ENODATA later. */
 	(void)cep_qp_params_passive(&id->qpp, &cm->port, rq);
 	cm_set_state(id, CEP_CM_REQ_RCVD);
+	/* The requester gives up after 1 + Max CM Retries tries of 2 x packet
+	 * life + our response timeout: then this half-open id expires. */
+	id->expire_ms = (uint32_t)((1u + id->max_retries) *
+				   (2 * id->pkt_life_ms + id->peer_timeout_ms));
 	if (cm->auto_mra)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
+	else
+		cm_set_timer(id, TK_EXPIRE, id->expire_ms);
 	cm_ev_init(&ev, id, CEP_CM_EV_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);
@@ -903,10 +926,23 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 	} else {
 		ret = -EINVAL;
 	}
-	if (ret == 0)
-		cm_clear_timer(id); /* no automatic MRA any more */
+	if (ret == 0) {
+		if (id->state == CEP_CM_MRA_REQ_SENT)
+			cm_req_expire_after_mra(id); /* instead of an automatic MRA */
+		else
+			cm_clear_timer(id); /* no automatic MRA any more */
+	}
 	pthread_mutex_unlock(&id->lock);
 	return ret;
+}
+
+/* Lock held, MRA_REQ_SENT: our MRA extends the requester's wait to
+ * (service timeout + packet life) per try: expire when that has passed. */
+void cm_req_expire_after_mra(struct cep_cm_id *id)
+{
+	id->expire_ms = (uint32_t)((1u + id->max_retries) *
+				   (cm_ms(id->mra_timeout) + id->pkt_life_ms));
+	cm_set_timer(id, TK_EXPIRE, id->expire_ms);
 }
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)

@@ -48,6 +48,8 @@ struct cep_cm {
 	struct cep_port_info port;     /* const */
 	uint8_t mra_timeout;           /* const */
 	uint8_t auto_mra;              /* const */
+	unsigned backlog;              /* const: default listener backlog */
+	uint64_t route_key[2];         /* const: secret key of the REQ routing */
 	_Atomic int stopping;          /* set once by cep_cm_destroy */
 	_Atomic unsigned next_worker;  /* round robin for active ids */
 	_Atomic int64_t ids;           /* ids allocated and not yet freed */
@@ -85,7 +87,10 @@ enum {
 };
 
 /* id->timer_kind (lock) */
-enum { TK_RETRY = 1, TK_AUTO_MRA = 2, TK_TIMEWAIT = 3 };
+enum {
+	TK_RETRY = 1, TK_AUTO_MRA = 2, TK_TIMEWAIT = 3,
+	TK_EXPIRE = 4,  /* a half-open passive id whose requester has given up */
+};
 
 struct cm_waiter {
 	pthread_mutex_t mtx;
@@ -129,6 +134,14 @@ struct cep_cm_id {
 	uint32_t req_inflight;         /* lock: listener: REQ/SIDR_REQ events of its
 					  children being delivered (they use its
 					  context and channel) */
+	uint32_t backlog;              /* lock: listener: most half-open children */
+	_Atomic uint32_t half_open;    /* atomic: listener: children half-open now
+					  (incremented under its lock, decremented
+					  by each child from its own thread) */
+	struct cep_cm_id *listener;    /* lock: a half-open child: the listener it
+					  counts against (a CEP reference held) */
+	uint32_t expire_ms;            /* lock: passive: how long the requester
+					  waits for us in all (TK_EXPIRE) */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
 	struct cep_mad_addr peer;      /* lock: where the peer's CM listens */
 	struct cep_qp_params qpp;      /* lock: QP attributes negotiated so far */
@@ -220,6 +233,7 @@ void cm_reply_rej(struct cep_cm *cm, unsigned w, const struct cep_mad_addr *from
 		  unsigned msg_code);
 
 /* Transitions (locked). */
+void cm_req_expire_after_mra(struct cep_cm_id *id);
 void cm_drop_remote_keys(struct cep_cm_id *id);
 void cm_maybe_table_destroy(struct cep_cm_id *id);
 void cm_reset_to_idle(struct cep_cm_id *id);
@@ -250,7 +264,8 @@ int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
 		struct cep_cm_channel *ch, void *context, struct cep_cm_id **out);
 void cm_discard_id(struct cep_cm_id *id);
 
-/* Listeners (worker, no lock): pin across a child's request event. */
+/* Listeners (worker, no lock): pin across a child's request event and
+ * count the child against the backlog (-ENOBUFS: full, -ENOENT: gone). */
 int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id);
 void cm_listener_release(struct cep_cm_id *lid);
 

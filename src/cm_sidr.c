@@ -37,6 +37,12 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	lid = ret ? NULL : cep_context(lcep);
 	if (lid)
 		ret = cm_listener_hold(lid, id);
+	if (ret == -ENOBUFS) { /* backlog full: the requester retries */
+		cm_drop(cm, w, CEP_CM_DROP_BACKLOG);
+		cm_discard_id(id);
+		cep_put(lcep);
+		return;
+	}
 	if (ret) {
 		struct cep_mad_addr to = cm_reply_addr(from);
 		struct cep_msg r;
@@ -57,6 +63,9 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->tid = m->hdr.tid;
 	id->peer = cm_reply_addr(from);
 	cm_set_state(id, CEP_CM_SIDR_REQ_RCVD);
+	/* a SIDR_REQ says nothing of its requester's patience: unanswered,
+	 * it expires after the longest timeout a peer may ask for */
+	cm_set_timer(id, TK_EXPIRE, cm_ms(CM_PEER_TIMEOUT_MAX));
 	cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);
@@ -147,6 +156,7 @@ void cm_do_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_
 	cm_send_msg(id, &m, 0);
 	/* a retried SIDR_REQ after this is a new request */
 	cep_remove_remote_id(id->cep);
+	cm_clear_timer(id); /* the half-open expiry (it holds a reference) */
 	cm_set_state(id, CEP_CM_IDLE);
 	cm_maybe_table_destroy(id);
 }

@@ -91,21 +91,31 @@ static struct ticket *ticket_new(struct cm_run *r, int side)
 	return t;
 }
 
-/* Destroy once; caller holds t->mtx. */
-static void ticket_destroy(struct cm_run *r, struct ticket *t)
+/* Claim the one destroy of @t's id; caller holds t->mtx and calls
+ * destroy_claimed() on the result after dropping it: from an application
+ * thread cep_cm_destroy_id waits for a running callback of the id, and
+ * the callbacks take t->mtx (cm.h: do not hold a lock a callback takes). */
+static struct cep_cm_id *ticket_claim(struct cm_run *r, struct ticket *t)
 {
 	if (t->id && !t->destroy_called && !t->dead) {
 		t->destroy_called = 1;
 		atomic_fetch_add_explicit(&r->id_destroys, 1, memory_order_relaxed);
-		if (cep_cm_destroy_id(t->id))
-			stress_fail(r->name, "cep_cm_destroy_id refused a live id");
+		return t->id; /* alive until the DESTROYED our destroy causes */
 	}
+	return NULL;
+}
+
+static void destroy_claimed(struct cm_run *r, struct cep_cm_id *id)
+{
+	if (id && cep_cm_destroy_id(id))
+		stress_fail(r->name, "cep_cm_destroy_id refused a live id");
 }
 
 static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 {
 	struct cm_run *r = cur;
 	struct ticket *t = ev->context;
+	struct cep_cm_id *doomed = NULL;
 
 	if (ev->type == CEP_CM_EV_REQ_RECEIVED) {
 		struct cep_cm_accept_param ap = { .size = sizeof(ap), .starting_psn = 1,
@@ -139,9 +149,10 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 			if (ret != -ESHUTDOWN && ret != -EISCONN && ret != -ENOENT && ret != -ESTALE)
 				stress_fail(r->name, "accept: unexpected %d", ret);
 			cep_cm_reject(id, CEP_REJ_NO_QP, NULL, 0, NULL, 0);
-			ticket_destroy(r, t);
+			doomed = ticket_claim(r, t);
 		}
 		pthread_mutex_unlock(&t->mtx);
+		destroy_claimed(r, doomed);
 		return 0;
 	}
 	if (!t) {
@@ -166,15 +177,15 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		break;
 	case CEP_CM_EV_REJ_RECEIVED:
 		atomic_fetch_add_explicit(&r->rejected, 1, memory_order_relaxed);
-		ticket_destroy(r, t);
+		doomed = ticket_claim(r, t);
 		break;
 	case CEP_CM_EV_REQ_ERROR:
 	case CEP_CM_EV_REP_ERROR:
 		atomic_fetch_add_explicit(&r->timeouts, 1, memory_order_relaxed);
-		ticket_destroy(r, t);
+		doomed = ticket_claim(r, t);
 		break;
 	case CEP_CM_EV_TIMEWAIT_EXIT:
-		ticket_destroy(r, t);
+		doomed = ticket_claim(r, t);
 		break;
 	case CEP_CM_EV_DESTROYED:
 		t->dead = 1;
@@ -188,6 +199,7 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		break;
 	}
 	pthread_mutex_unlock(&t->mtx);
+	destroy_claimed(r, doomed);
 	return 0;
 }
 
@@ -218,6 +230,7 @@ static void op_connect(struct cm_run *r, unsigned s, uint64_t x)
 	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = on_event };
 	struct cep_cm_conn_param p;
 	struct ticket *t = r->slot[s];
+	struct cep_cm_id *doomed = NULL;
 	int ret;
 
 	if (t) {
@@ -249,15 +262,17 @@ static void op_connect(struct cm_run *r, unsigned s, uint64_t x)
 		/* The QP is being destroyed or gone: a refused connect. */
 		if (ret != -ESHUTDOWN && ret != -ENOENT && ret != -EISCONN)
 			stress_fail(r->name, "connect: unexpected %d", ret);
-		ticket_destroy(r, t);
+		doomed = ticket_claim(r, t);
 	}
 	pthread_mutex_unlock(&t->mtx);
+	destroy_claimed(r, doomed);
 }
 
 /* Call @fn on slot @s's live id under the ticket lock. */
 static void on_slot(struct cm_run *r, unsigned s, int what)
 {
 	struct ticket *t = r->slot[s];
+	struct cep_cm_id *doomed = NULL;
 
 	if (!t)
 		return;
@@ -266,14 +281,16 @@ static void on_slot(struct cm_run *r, unsigned s, int what)
 		if (what == 0)
 			cep_cm_disconnect(t->id, NULL, 0); /* -EINVAL unless established */
 		else
-			ticket_destroy(r, t);
+			doomed = ticket_claim(r, t);
 	}
 	pthread_mutex_unlock(&t->mtx);
+	destroy_claimed(r, doomed);
 }
 
 static void on_passive(struct cm_run *r, uint64_t x, int what)
 {
 	unsigned n = atomic_load(&r->nt), i;
+	struct cep_cm_id *doomed = NULL;
 	struct ticket *t;
 
 	if (n == 0)
@@ -287,9 +304,10 @@ static void on_passive(struct cm_run *r, uint64_t x, int what)
 		if (what == 0)
 			cep_cm_disconnect(t->id, NULL, 0);
 		else
-			ticket_destroy(r, t);
+			doomed = ticket_claim(r, t);
 	}
 	pthread_mutex_unlock(&t->mtx);
+	destroy_claimed(r, doomed);
 }
 
 static void qp_cycle(struct cm_run *r, struct cep_cm *cm, uint32_t qpn)
@@ -319,9 +337,11 @@ static void dup_req_burst(struct cm_run *r, uint64_t *rng, unsigned round_id)
 	m.u.req.local_ca_guid = GUID_C;
 	m.u.req.local_qpn = 0x300000u + comm % 0x1000;
 	m.u.req.starting_psn = 1;
-	m.u.req.remote_cm_response_timeout = 10;
+	/* Its patience (16 tries of ~4.3 s) outlasts the round that repeats
+	 * it: B may expire a half-open id only once the requester gave up. */
+	m.u.req.remote_cm_response_timeout = 20;
 	m.u.req.local_cm_response_timeout = 10;
-	m.u.req.max_cm_retries = 1;
+	m.u.req.max_cm_retries = 15;
 	m.u.req.partition_key = 0xffff;
 	m.u.req.path_mtu = 5;
 	m.u.req.primary.local_lid = 3;
@@ -448,8 +468,10 @@ static void destroy_all(struct cm_run *r)
 		if (!atomic_load_explicit(&t->ready, memory_order_acquire))
 			continue; /* being created: the next pass gets it */
 		pthread_mutex_lock(&t->mtx);
-		ticket_destroy(r, t);
+		struct cep_cm_id *doomed = ticket_claim(r, t);
+
 		pthread_mutex_unlock(&t->mtx);
+		destroy_claimed(r, doomed);
 	}
 }
 

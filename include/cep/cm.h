@@ -61,7 +61,7 @@ enum cep_cm_lap_state {
 /* X(name, description) */
 #define CEP_CM_EVENT_MAP(X) \
 	X(REQ_RECEIVED,      "REQ received (new passive id; accept, reject or MRA)") \
-	X(REQ_ERROR,         "REQ retries exhausted: REJ timeout sent") \
+	X(REQ_ERROR,         "REQ retries exhausted: REJ timeout sent; passive: the REQ expired unanswered") \
 	X(REP_RECEIVED,      "REP received (RTU sent unless manual_rtu)") \
 	X(REP_ERROR,         "REP retries exhausted: REJ timeout sent") \
 	X(RTU_RECEIVED,      "RTU received: passive side established") \
@@ -76,7 +76,7 @@ enum cep_cm_lap_state {
 	X(LAP_ERROR,         "LAP retries exhausted") \
 	X(APR_RECEIVED,      "APR received (status = AP status)") \
 	X(SIDR_REQ_RECEIVED, "SIDR_REQ received (new id; answer with cep_cm_sidr_rep)") \
-	X(SIDR_REQ_ERROR,    "SIDR_REQ retries exhausted") \
+	X(SIDR_REQ_ERROR,    "SIDR_REQ retries exhausted; passive: the SIDR_REQ expired unanswered") \
 	X(SIDR_REP_RECEIVED, "SIDR_REP received (status = SIDR status)") \
 	X(QP_DESTROYED,      "the bound QP is being destroyed: REJ or DREQ sent, the id ends") \
 	X(DESTROYED,         "asynchronous destroy complete: last event of the id")
@@ -97,7 +97,8 @@ enum cep_cm_event_type {
 	X(BAD_STATE,    "message not allowed in the CEP's state") \
 	X(UNSUPPORTED,  "message type not handled (ClassPortInfo...)") \
 	X(NO_MEMORY,    "allocation failed while handling") \
-	X(STOPPED,      "CM context being destroyed")
+	X(STOPPED,      "CM context being destroyed") \
+	X(BACKLOG,      "listener's backlog of half-open connections full")
 
 enum cep_cm_drop {
 #define CEP_CM_DROP_ENUM_(n, s) CEP_CM_DROP_##n,
@@ -159,6 +160,11 @@ struct cep_cm_attr {
 	 * it returns only when every timer due by then has fired. Fields
 	 * from here on are read only when @size covers them. */
 	struct cep_clock *clock;
+	/* Default backlog of a listener: how many of its passive ids may be
+	 * half-open at once (REQ_RCVD .. MRA_REP_RCVD, SIDR_REQ_RCVD); a
+	 * request beyond it is dropped and counted (CEP_CM_DROP_BACKLOG) and
+	 * the peer retries. 0 = 1024 (librdmacm's default). */
+	unsigned listen_backlog;
 };
 
 /* Create a CM context on @attr->transport and start its workers.
@@ -252,8 +258,16 @@ CEP_EXPORT enum cep_cm_lap_state cep_cm_id_lap_state(struct cep_cm_id *id);
 CEP_EXPORT struct cep *cep_cm_id_cep(const struct cep_cm_id *id);
 
 /* Listen (IDLE -> LISTEN) on service IDs matching (service_id & mask).
- * 0, -EINVAL (state, mask 0), -EADDRINUSE (same key listened on). */
+ * 0, -EINVAL (state, mask 0), -EADDRINUSE (same key listened on).
+ * The backlog is the context's default (cep_cm_attr.listen_backlog). */
 CEP_EXPORT int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask);
+/* As cep_cm_listen() with @backlog half-open passive ids at most (0: the
+ * context's default). A passive id counts from its REQ (or SIDR_REQ)
+ * until it is established, rejected, timed out or destroyed; an
+ * unanswered one expires once the requester has given up (REQ_ERROR /
+ * SIDR_REQ_ERROR, status -ETIMEDOUT). */
+CEP_EXPORT int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id,
+				     uint64_t mask, unsigned backlog);
 
 /* CM time values are IBTA 5-bit exponents: 4.096 us * 2^t. */
 struct cep_cm_conn_param {

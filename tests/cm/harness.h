@@ -34,7 +34,7 @@
 #define LID_B 2
 #define LID_C 3
 #define SID 0x1000000000000001ull
-#define MAXLOG 256
+#define MAXLOG 8192
 
 struct logged {
 	struct cep_cm_event ev;
@@ -51,6 +51,7 @@ struct policy {
 	int mra_rep;           /* active: MRA the REP in the callback */
 	int on_sidr_answer;    /* passive SIDR: answer at once */
 	int destroy_on_req;    /* return non-zero from the REQ callback */
+	int destroy_on_error;  /* return non-zero from REQ_ERROR / REP_ERROR */
 };
 
 struct node {
@@ -152,6 +153,9 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		else if (n->pol.mra_rep)
 			cep_cm_mra(id, 16, NULL, 0);
 		return 0;
+	case CEP_CM_EV_REQ_ERROR:
+	case CEP_CM_EV_REP_ERROR:
+		return n->pol.destroy_on_error;
 	case CEP_CM_EV_SIDR_REQ_RECEIVED:
 		if (n->pol.on_sidr_answer)
 			cep_cm_sidr_rep(id, CEP_SIDR_SUCCESS, 0x777, 0x1234, "sidr", 5);
@@ -377,7 +381,7 @@ static void check_binding(struct node *n, uint32_t qpn, uint32_t want)
  * user reference is dropped, so an id without one is still valid. */
 static void destroy_all_ids(struct node *n)
 {
-	struct cep_cm_id *todo[MAXLOG + 64];
+	static struct cep_cm_id *todo[MAXLOG + 64];
 	int k = 0;
 
 	CHECK_EQ(cep_cm_quiesce(n->cm, 5000), 0);
