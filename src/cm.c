@@ -550,6 +550,48 @@ void cm_drop(struct cep_cm *cm, unsigned w, enum cep_cm_drop why)
 	STAT_ADD(cm, w, drops[why]);
 }
 
+/* By GID when both carry one (and ours is known), else by LID; RoCE
+ * (no LID) always by GID. */
+static int addr_match(const struct cep_mad_addr *a, const struct cep_mad_addr *from)
+{
+	static const uint8_t zero[16];
+
+	if (a->grh_present && from->grh_present && memcmp(a->gid, zero, 16))
+		return !memcmp(a->gid, from->gid, 16);
+	if (a->lid)
+		return a->lid == from->lid;
+	return from->grh_present && !memcmp(a->gid, from->gid, 16);
+}
+
+struct cm_addr cm_path_addr(const struct cep_path *p, int remote)
+{
+	struct cm_addr a;
+
+	memcpy(a.gid, remote ? p->remote_gid : p->local_gid, 16);
+	a.lid = remote ? p->remote_lid : p->local_lid;
+	a.grh = a.lid == 0 || !p->subnet_local;
+	a.valid = 1;
+	return a;
+}
+
+/* Stricter than the kernel (which never looks at the source): a stranger
+ * who learnt a connection's IDs cannot end, reset, stall or complete it.
+ * docs/protocol.md. */
+int cm_from_peer(struct cep_cm_id *id, unsigned w, const struct cep_mad_addr *from)
+{
+	if (addr_match(&id->peer, from))
+		return 1;
+	if (id->alt.valid) {
+		struct cep_mad_addr alt = { .lid = id->alt.lid, .grh_present = id->alt.grh };
+
+		memcpy(alt.gid, id->alt.gid, 16);
+		if (addr_match(&alt, from))
+			return 1;
+	}
+	cm_drop(id->cm, w, CEP_CM_DROP_ADDRESS);
+	return 0;
+}
+
 /* Answers without an id (unknown comm IDs, stale REQs). */
 void cm_reply_rej(struct cep_cm *cm, unsigned w, const struct cep_mad_addr *from,
 		      uint64_t tid, uint32_t local, uint32_t remote, unsigned reason,

@@ -11,19 +11,35 @@
 #include "cm_internal.h"
 #include "table_internal.h"
 
+static int path_has_alt(const struct cep_path *p)
+{
+	static const struct cep_path zero;
+
+	return memcmp(p, &zero, sizeof(zero)) != 0;
+}
+
 /* Release an established connection found stale by a new REQ/REP. */
-static void release_stale(struct cep_cm_id *old)
+/* Release an established connection found stale by a new REQ/REP from
+ * @from - only if it comes from that connection's peer: the QPN and CA
+ * GUID are easy to claim, and a stranger must not end a live connection
+ * with them (stricter than the kernel; counted ADDRESS). */
+static void release_stale(struct cep_cm_id *old, unsigned w, const struct cep_mad_addr *from)
 {
 	pthread_mutex_lock(&old->lock);
-	cm_start_dreq(old, NULL, 0);
+	if (cm_from_peer(old, w, from))
+		cm_start_dreq(old, NULL, 0);
 	pthread_mutex_unlock(&old->lock);
 }
 
 static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 		    const struct cep_msg *m, const struct cep_mad_addr *from)
 {
-	STAT_ADD(cm, w, duplicates);
 	pthread_mutex_lock(&cur->lock);
+	if (!cm_from_peer(cur, w, from)) { /* not its requester: no answer */
+		pthread_mutex_unlock(&cur->lock);
+		return;
+	}
+	STAT_ADD(cm, w, duplicates);
 	switch (cur->state) {
 	case CEP_CM_MRA_REQ_SENT:
 		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, NULL, 0);
@@ -142,7 +158,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			  CEP_MSG_CODE_REQ);
 		cm_discard_id(id);
 		if (existing) {
-			release_stale(cep_context(existing));
+			release_stale(cep_context(existing), w, from);
 			cep_put(existing);
 		}
 		return;
@@ -177,6 +193,8 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->service_id = rq->service_id;
 	id->tid = m->hdr.tid;
 	id->peer = cm_reply_addr(from);
+	if (path_has_alt(&rq->alternate)) /* its alternate port may speak too */
+		id->alt = cm_path_addr(&rq->alternate, 0);
 	/* the peer's timeouts, clamped (CM_PEER_TIMEOUT_MAX) */
 	id->timeout_ms = cm_ms(cm_peer_t(rq->local_cm_response_timeout));
 	id->peer_timeout_ms = cm_ms(cm_peer_t(rq->remote_cm_response_timeout));
@@ -233,6 +251,8 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	pthread_mutex_lock(&id->lock);
+	if (!cm_from_peer(id, w, from)) /* e.g. a REP naming a stranger's QP */
+		goto out;
 	switch (id->state) {
 	case CEP_CM_REQ_SENT:
 	case CEP_CM_MRA_REQ_RCVD:
@@ -298,7 +318,7 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			struct cep_cm_id *old = cep_context(existing);
 
 			if (old != id)
-				release_stale(old);
+				release_stale(old, w, from);
 			cep_put(existing);
 		}
 		cm_id_put(id);
@@ -340,7 +360,7 @@ out:
 /* Look up the id addressed by @remote_comm_id (our local) whose peer is
  * @local_comm_id; on mismatch count and return NULL. Lock NOT held. */
 struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours,
-				   uint32_t theirs)
+				   uint32_t theirs, const struct cep_mad_addr *from)
 {
 	struct cep_cm_id *id = cm_find_id(cm, ours);
 
@@ -355,13 +375,19 @@ struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours,
 		cm_id_put(id);
 		return NULL;
 	}
+	if (!cm_from_peer(id, w, from)) {
+		pthread_mutex_unlock(&id->lock);
+		cm_id_put(id);
+		return NULL;
+	}
 	return id; /* locked */
 }
 
 void cm_handle_rtu(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
 {
-	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.rtu.remote_comm_id, m->u.rtu.local_comm_id);
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.rtu.remote_comm_id, m->u.rtu.local_comm_id,
+					    from);
 	struct cep_cm_event ev;
 
 	if (!id)
@@ -404,7 +430,10 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
 		goto out;
 	}
-	uint32_t ext = cm_ms(ma->service_timeout) + id->pkt_life_ms;
+	if (!cm_from_peer(id, w, from)) /* a stranger cannot stall us */
+		goto out;
+	/* the service timeout a peer asks for is clamped (34.4 s) */
+	uint32_t ext = cm_ms(cm_peer_t(ma->service_timeout)) + id->pkt_life_ms;
 
 	switch (ma->message_mraed) {
 	case CEP_MSG_CODE_REQ:
@@ -473,6 +502,16 @@ void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	pthread_mutex_lock(&id->lock);
 	if (id->remote_id && id->remote_id != rj->local_comm_id) {
+		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+		goto drop_out;
+	}
+	if (!cm_from_peer(id, w, from))
+		goto drop_out;
+	/* Before the peer's comm ID is known only a REJ of our REQ can be
+	 * meant for us (the kernel's cm_acquire_rejected_id drops the
+	 * "other" code there: it does not match remote comm ID 0). */
+	if ((id->state == CEP_CM_REQ_SENT || id->state == CEP_CM_MRA_REQ_RCVD) &&
+	    rj->message_rejected != CEP_MSG_CODE_REQ) {
 		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
 		goto drop_out;
 	}
@@ -545,6 +584,8 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_drop(cm, w, CEP_CM_DROP_MISMATCH); /* forged or stale: change nothing */
 		goto out;
 	}
+	if (!cm_from_peer(id, w, from)) /* a stranger would leave the peer half-open */
+		goto out;
 	/* our DREP (now, later by the application, or again in timewait)
 	 * echoes this request's TID, as the kernel's cm_dreq_handler records */
 	id->tid = m->hdr.tid;
@@ -590,7 +631,8 @@ out:
 void cm_handle_drep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			const struct cep_mad_addr *from)
 {
-	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.drep.remote_comm_id, m->u.drep.local_comm_id);
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.drep.remote_comm_id, m->u.drep.local_comm_id,
+					    from);
 	struct cep_cm_event ev;
 
 	if (!id)
@@ -650,13 +692,6 @@ void cm_id_teardown(struct cep *cep, void *ctx)
 		break;
 	}
 	pthread_mutex_unlock(&id->lock);
-}
-
-static int path_has_alt(const struct cep_path *p)
-{
-	static const struct cep_path zero;
-
-	return memcmp(p, &zero, sizeof(zero)) != 0;
 }
 
 int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
@@ -731,6 +766,9 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	}
 	id->peer.qpn = 1;
 	id->peer.qkey = CEP_QP1_QKEY;
+	id->alt = path_has_alt(&p->alternate) ? cm_path_addr(&p->alternate, 1)
+					      : (struct cm_addr){ .valid = 0 };
+	id->lap_alt.valid = 0;
 	id->local_qpn = p->qpn;
 	/* a new connection: nothing of the previous peer's */
 	id->remote_id = 0;

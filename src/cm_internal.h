@@ -68,6 +68,14 @@ static inline unsigned cm_peer_t(unsigned t)
 	return t > CM_PEER_TIMEOUT_MAX ? CM_PEER_TIMEOUT_MAX : t;
 }
 
+/* Where a connection's messages may come from: one end of a path. */
+struct cm_addr {
+	uint8_t gid[16];               /* network order */
+	uint16_t lid;                  /* 0: routed by GID (RoCE) */
+	uint8_t grh;                   /* compare GIDs when the MAD has a GRH */
+	uint8_t valid;
+};
+
 /* id->work_bits */
 enum {
 	W_TIMER = 1u << 0,     /* re-sync the wheel with id->deadline */
@@ -143,7 +151,11 @@ struct cep_cm_id {
 	uint32_t expire_ms;            /* lock: passive: how long the requester
 					  waits for us in all (TK_EXPIRE) */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
-	struct cep_mad_addr peer;      /* lock: where the peer's CM listens */
+	struct cep_mad_addr peer;      /* lock: where the peer's CM listens; its
+					  messages must come from there (or alt) */
+	struct cm_addr alt;            /* lock: the alternate path's far end
+					  (REQ, or a LAP answered with success) */
+	struct cm_addr lap_alt;        /* lock: a LAP's path, until its APR */
 	struct cep_qp_params qpp;      /* lock: QP attributes negotiated so far */
 	struct cep_cm_id *all_next, *all_prev; /* cm->idl[worker].mtx */
 };
@@ -255,9 +267,17 @@ int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev);
 void cm_maybe_post_destroyed(struct cep_cm_id *id);
 
 /* Ids and lookups (no lock). cm_find_id returns a reference (cm_id_put);
- * cm_find_peer also checks the peer's comm ID and returns the id locked. */
+ * cm_find_peer also checks the peer's comm ID and address and returns the
+ * id locked. */
 struct cep_cm_id *cm_find_id(struct cep_cm *cm, uint32_t comm_id);
-struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours, uint32_t theirs);
+struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours, uint32_t theirs,
+			       const struct cep_mad_addr *from);
+/* Locked: @from is the id's peer (primary or installed alternate path);
+ * counts a drop (ADDRESS) and returns 0 when it is not. */
+int cm_from_peer(struct cep_cm_id *id, unsigned w, const struct cep_mad_addr *from);
+/* The far end of a CM path as an address (remote = 1: the path's remote
+ * port, as the active side sees it; 0: its local port, as the passive). */
+struct cm_addr cm_path_addr(const struct cep_path *p, int remote);
 void cm_id_put(struct cep_cm_id *id);
 void cm_drop(struct cep_cm *cm, unsigned w, enum cep_cm_drop why);
 int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,

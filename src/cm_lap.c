@@ -11,7 +11,8 @@
 void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
 {
-	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.lap.remote_comm_id, m->u.lap.local_comm_id);
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.lap.remote_comm_id, m->u.lap.local_comm_id,
+					    from);
 	struct cep_cm_event ev;
 
 	if (!id)
@@ -39,6 +40,7 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		goto out;
 	}
 	id->lap_state = CEP_CM_LAP_RCVD;
+	id->lap_alt = cm_path_addr(&m->u.lap.alternate, 0); /* the sender's end */
 	id->tid = m->hdr.tid; /* our MRA and APR echo it (kernel cm_lap_handler) */
 	id->peer_timeout_ms = cm_ms(cm_peer_t(m->u.lap.remote_cm_response_timeout));
 	if (cm->auto_mra)
@@ -54,7 +56,8 @@ out:
 void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
 {
-	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.apr.remote_comm_id, m->u.apr.local_comm_id);
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.apr.remote_comm_id, m->u.apr.local_comm_id,
+					    from);
 	struct cep_cm_event ev;
 
 	if (!id)
@@ -69,6 +72,8 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
 	cm_clear_timer(id);
+	if (m->u.apr.ap_status == CEP_APR_SUCCESS) /* the path is installed */
+		id->alt = id->lap_alt;
 	cm_ev_init(&ev, id, CEP_CM_EV_APR_RECEIVED);
 	ev.status = m->u.apr.ap_status;
 	cm_ev_msg(&ev, m, from);
@@ -103,6 +108,7 @@ int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 	if (ret)
 		goto out;
 	id->lap_state = CEP_CM_LAP_SENT;
+	id->lap_alt = cm_path_addr(alt, 1);
 	id->retries_left = id->max_retries;
 	id->timeout_ms = 2 * id->pkt_life_ms + cm_ms(remote_cm_response_timeout);
 	cm_set_timer(id, TK_RETRY, id->timeout_ms);
@@ -136,6 +142,8 @@ int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t i
 	cm_copy_pdata(m.u.apr.private_data, pdata, len);
 	cm_send_msg(id, &m, 0);
 	id->lap_state = CEP_CM_LAP_IDLE;
+	if (status == CEP_APR_SUCCESS) /* the path is installed */
+		id->alt = id->lap_alt;
 	cm_clear_timer(id);
 out:
 	pthread_mutex_unlock(&id->lock);

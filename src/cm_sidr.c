@@ -86,6 +86,11 @@ void cm_handle_sidr_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	pthread_mutex_lock(&id->lock);
+	if (id->state == CEP_CM_SIDR_REQ_SENT && !cm_from_peer(id, w, from)) {
+		pthread_mutex_unlock(&id->lock);
+		cm_id_put(id);
+		return;
+	}
 	if (id->state != CEP_CM_SIDR_REQ_SENT) {
 		STAT_ADD(cm, w, duplicates);
 		pthread_mutex_unlock(&id->lock);

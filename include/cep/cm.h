@@ -98,7 +98,8 @@ enum cep_cm_event_type {
 	X(UNSUPPORTED,  "message type not handled (ClassPortInfo...)") \
 	X(NO_MEMORY,    "allocation failed while handling") \
 	X(STOPPED,      "CM context being destroyed") \
-	X(BACKLOG,      "listener's backlog of half-open connections full")
+	X(BACKLOG,      "listener's backlog of half-open connections full") \
+	X(ADDRESS,      "message for a connection from an address not its peer's")
 
 enum cep_cm_drop {
 #define CEP_CM_DROP_ENUM_(n, s) CEP_CM_DROP_##n,

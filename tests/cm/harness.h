@@ -33,6 +33,8 @@
 #define LID_A 1
 #define LID_B 2
 #define LID_C 3
+#define LID_X 4 /* X: a stranger's raw port, for address checks */
+#define GUID_X 0x0002c90300000d04ull
 #define SID 0x1000000000000001ull
 #define MAXLOG 8192
 
@@ -78,7 +80,7 @@ static struct cep_clock *clk;
 static uint8_t ack_delay_of[2]; /* CA ACK delay of A's and B's ports */
 static struct cep_fabric *fab;
 static struct node A = { .name = "A" }, B = { .name = "B" };
-static struct raw C;
+static struct raw C, X;
 
 static void sleep_ms(unsigned ms)
 {
@@ -258,14 +260,20 @@ static struct cep_msg raw_last(enum cep_msg_type t)
 	return m;
 }
 
-/* Send a hand-built message from C to the node at @lid. */
-static void raw_send(struct cep_msg *m, uint16_t lid)
+/* Send a hand-built message from raw port @r to the node at @lid. */
+static void raw_send_from(struct raw *r, struct cep_msg *m, uint16_t lid)
 {
 	uint8_t mad[CEP_MAD_SIZE];
 	struct cep_mad_addr to = { .lid = lid, .qpn = 1, .qkey = CEP_QP1_QKEY };
 
 	CHECK_EQ(cep_msg_encode(m, mad), 0);
-	CHECK_EQ(C.tp->ops->send(C.tp, mad, sizeof(mad), &to), 0);
+	CHECK_EQ(r->tp->ops->send(r->tp, mad, sizeof(mad), &to), 0);
+}
+
+/* Send a hand-built message from C to the node at @lid. */
+static void raw_send(struct cep_msg *m, uint16_t lid)
+{
+	raw_send_from(&C, m, lid);
 }
 
 static void path_to(struct cep_path *p, uint16_t slid, uint16_t dlid)
@@ -325,6 +333,11 @@ static void setup(unsigned workers, int auto_mra_b)
 	pthread_mutex_init(&C.mtx, NULL);
 	CHECK_EQ(cep_fabric_port_create(fab, &pc, &C.tp), 0);
 	CHECK_EQ(C.tp->ops->start(C.tp, raw_recv, &C), 0);
+	pc.ca_guid = GUID_X;
+	pc.lid = LID_X;
+	pthread_mutex_init(&X.mtx, NULL);
+	CHECK_EQ(cep_fabric_port_create(fab, &pc, &X.tp), 0);
+	CHECK_EQ(X.tp->ops->start(X.tp, raw_recv, &X), 0);
 	for (uint32_t q = 0x100; q < 0x110; q++) {
 		CHECK_EQ(cep_cm_qp_register(A.cm, q), 0);
 		CHECK_EQ(cep_cm_qp_register(B.cm, q), 0);
@@ -529,6 +542,7 @@ static void teardown_all(void)
 		n->tp->ops->destroy(n->tp);
 	}
 	C.tp->ops->destroy(C.tp);
+	X.tp->ops->destroy(X.tp);
 	CHECK_EQ(cep_fabric_destroy(fab), 0);
 	CHECK_EQ(cep_clock_destroy(clk), 0);
 }

@@ -1442,10 +1442,117 @@ static void t_route_keyed(void)
 	teardown_all();
 }
 
+/* Messages for a connection count only from its peer's address (the
+ * REQ's destination or source, the paths a LAP installs): a stranger
+ * (port X) who learnt the IDs cannot end, reset, stall or complete it.
+ * Stricter than the kernel, which does not look at the source. Also: a
+ * REJ for our REQ must say it rejects the REQ (the kernel drops the
+ * "other" code), and an MRA's service timeout is clamped. */
+static void t_peer_address(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_msg m;
+	struct cep_cm_id *a, *b;
+	uint32_t bc, ac;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7d00, 0x900, 0x101, &bc);
+	/* X's DREQ with C's IDs: dropped, nothing sent */
+	cep_msg_init(&m, CEP_MSG_DREQ, 7);
+	m.u.dreq.local_comm_id = 0x7d00;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x101;
+	raw_send_from(&X, &m, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_ADDRESS], 1);
+	CHECK_EQ(X.n + raw_count(CEP_MSG_DREP), 0);
+	/* X's REQ claiming C's QPN and CA GUID: refused as stale, but C's
+	 * live connection is not released for a stranger */
+	raw_req(&m, 0x7d10, 0x900);
+	raw_send_from(&X, &m, LID_B);
+	settle();
+	CHECK_EQ(X.n, 1);
+	CHECK_EQ(X.got[0].u.rej.reason, CEP_REJ_STALE_CONN);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_ADDRESS], 2);
+	/* A connects to C; X tries REJ, MRA and REP with the right IDs */
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.remote_cm_response_timeout = 14; /* 67 ms + 2 x 2 ms per try */
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	ac = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	cep_msg_init(&m, CEP_MSG_REJ, 3);
+	m.u.rej.remote_comm_id = ac;
+	m.u.rej.reason = CEP_REJ_CONSUMER_DEFINED;
+	m.u.rej.message_rejected = CEP_MSG_CODE_REQ;
+	raw_send_from(&X, &m, LID_A);
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7d01;
+	m.u.mra.remote_comm_id = ac;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 31;
+	raw_send_from(&X, &m, LID_A);
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x7d02;
+	m.u.rep.remote_comm_id = ac;
+	m.u.rep.local_qpn = 0x902; /* X's own QP */
+	m.u.rep.local_ca_guid = GUID_X;
+	raw_send_from(&X, &m, LID_A);
+	settle();
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_REQ_SENT);
+	CHECK_EQ(stats_of(&A).drops[CEP_CM_DROP_ADDRESS], 3);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REJ_RECEIVED, NULL) + count_ev(&A, CEP_CM_EV_MRA_RECEIVED, NULL) +
+		 count_ev(&A, CEP_CM_EV_REP_RECEIVED, NULL), 0);
+	/* C's REJ with the "other" code cannot end a REQ it never rejected */
+	cep_msg_init(&m, CEP_MSG_REJ, 3);
+	m.u.rej.remote_comm_id = ac;
+	m.u.rej.reason = CEP_REJ_CONSUMER_DEFINED;
+	m.u.rej.message_rejected = CEP_MSG_CODE_OTHER;
+	raw_send(&m, LID_A);
+	settle();
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_REQ_SENT);
+	/* C's MRA asking for 2.4 hours: clamped to 34.4 s */
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7d01;
+	m.u.mra.remote_comm_id = ac;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 31;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	int reqs = raw_count(CEP_MSG_REQ);
+
+	advance_ms(34360 + 2 * 2 + 10); /* service timeout + path's ACK timeout */
+	CHECK_EQ(raw_count(CEP_MSG_REQ), reqs + 1); /* retried, not stalled */
+	/* an alternate path installed by LAP makes X a peer address too */
+	struct cep_path alt;
+
+	path_to(&alt, LID_X, LID_B);
+	cep_msg_init(&m, CEP_MSG_LAP, 0x61);
+	m.u.lap.local_comm_id = 0x7d00;
+	m.u.lap.remote_comm_id = bc;
+	m.u.lap.remote_qpn_eecn = 0x101;
+	m.u.lap.remote_cm_response_timeout = 14;
+	m.u.lap.alternate = alt;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_apr(b, CEP_APR_SUCCESS, NULL, 0, NULL, 0), 0);
+	cep_msg_init(&m, CEP_MSG_DREQ, 8);
+	m.u.dreq.local_comm_id = 0x7d00;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x101;
+	raw_send_from(&X, &m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "peer-address", t_peer_address },
 	{ "backlog", t_backlog },
 	{ "half-open-expiry", t_half_open_expiry },
 	{ "route-keyed", t_route_keyed },
