@@ -992,7 +992,25 @@ int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 	if (len > CEP_DREQ_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
 	pthread_mutex_lock(&id->lock);
-	ret = cm_start_dreq(id, pdata, len);
+	switch (id->state) {
+	case CEP_CM_ESTABLISHED:
+		ret = cm_start_dreq(id, pdata, len);
+		break;
+	case CEP_CM_DREQ_RCVD:
+		/* The peer's DREQ crossed ours: answer it, as librdmacm's
+		 * rdma_disconnect does when it cannot send a DREQ. */
+		cm_send_simple(id, CEP_MSG_DREP, pdata, len, 0);
+		cm_enter_timewait(id);
+		ret = 0;
+		break;
+	case CEP_CM_DREQ_SENT:
+	case CEP_CM_TIMEWAIT:
+		ret = 0; /* already disconnecting: nothing more to send */
+		break;
+	default:
+		ret = -EINVAL;
+		break;
+	}
 	pthread_mutex_unlock(&id->lock);
 	return ret;
 }

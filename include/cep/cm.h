@@ -354,7 +354,13 @@ CEP_EXPORT int cep_cm_reject(struct cep_cm_id *id, unsigned reason,
 /* Send MRA for the REQ, REP or LAP being processed. */
 CEP_EXPORT int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout,
 			  const void *pdata, size_t len);
-/* ESTABLISHED -> DREQ_SENT (DREQ with retries). */
+/* End a connection, as librdmacm's rdma_disconnect: ESTABLISHED ->
+ * DREQ_SENT (DREQ with @pdata, retried); DREQ_RCVD (the peer's DREQ came
+ * first, also when it crossed ours) -> TIMEWAIT, answering it with a DREP
+ * carrying @pdata; DREQ_SENT or TIMEWAIT: already disconnecting, nothing
+ * sent. All of these return 0, so a disconnect racing the peer's needs no
+ * special case. -EINVAL while not yet established (use cep_cm_reject) or
+ * IDLE; -EMSGSIZE (@len > CEP_DREQ_PRIVATE_DATA_SIZE). Any thread. */
 CEP_EXPORT int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len);
 /* DREQ_RCVD -> TIMEWAIT (DREP). */
 CEP_EXPORT int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len);

@@ -54,6 +54,7 @@ struct policy {
 	int on_sidr_answer;    /* passive SIDR: answer at once */
 	int destroy_on_req;    /* return non-zero from the REQ callback */
 	int destroy_on_error;  /* return non-zero from REQ_ERROR / REP_ERROR */
+	int manual_drep;       /* accept with manual_drep: DREQ_RCVD stays */
 };
 
 struct node {
@@ -132,7 +133,8 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		if (n->pol.on_req == ON_REQ_ACCEPT) {
 			struct cep_cm_accept_param ap = { .size = sizeof(ap),
 				.qpn = n->pol.accept_qpn, .starting_psn = 0x4242,
-				.responder_resources = 4, .initiator_depth = 4 };
+				.responder_resources = 4, .initiator_depth = 4,
+				.manual_drep = (uint8_t)n->pol.manual_drep };
 
 			if (n->pol.rep_pdata) {
 				ap.private_data = n->pol.rep_pdata;

@@ -535,7 +535,7 @@ static void t_simultaneous_dreq_pair(void)
 	int rb = cep_cm_disconnect(b, NULL, 0);
 
 	CHECK_EQ(ra, 0);
-	CHECK(rb == 0 || rb == -EINVAL); /* A's DREQ may already have arrived */
+	CHECK_EQ(rb, 0); /* also when A's DREQ already arrived: answered (DREP) */
 	advance_ms(10);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
@@ -1548,10 +1548,53 @@ static void t_peer_address(void)
 	teardown_all();
 }
 
+/* Disconnect when the peer's DREQ came first, or when we already
+ * disconnect, behaves as librdmacm's rdma_disconnect (which answers a
+ * received DREQ with a DREP when it cannot send its own DREQ, and returns
+ * 0): DREQ_RCVD -> DREP, TIMEWAIT; DREQ_SENT and TIMEWAIT -> 0, nothing
+ * sent; a connection not yet established -> -EINVAL. */
+static void t_disconnect_crossed(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.manual_drep = 1;
+	b = raw_establish(0x7e00, 0x900, 0x101, &bc);
+	raw_dreq(0x7e00, bc, 0x101);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_RCVD);
+	CHECK_EQ(cep_cm_disconnect(b, "bye", 4), 0);
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	CHECK(!strcmp((const char *)raw_last(CEP_MSG_DREP).u.drep.private_data, "bye"));
+	CHECK_EQ(raw_last(CEP_MSG_DREP).hdr.tid, 7); /* raw_dreq's TID */
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);  /* timewait: nothing to do */
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_DREP) + raw_count(CEP_MSG_DREQ), 1);
+	/* DREQ_SENT: a second disconnect sends nothing more */
+	b = raw_establish(0x7e01, 0x901, 0x102, &bc);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_DREQ), 1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_SENT);
+	/* not established: nothing to disconnect */
+	a = make_id(&A);
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), -EINVAL);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), -EINVAL);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "disconnect-crossed", t_disconnect_crossed },
 	{ "peer-address", t_peer_address },
 	{ "backlog", t_backlog },
 	{ "half-open-expiry", t_half_open_expiry },
