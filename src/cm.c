@@ -343,6 +343,17 @@ void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 	cm_send_msg(id, &m, 0);
 }
 
+void cm_keep_pdata(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	free(id->resend_pd);
+	id->resend_pd = NULL;
+	id->resend_len = 0;
+	if (len && (id->resend_pd = malloc(len)) != NULL) { /* none: resent without */
+		memcpy(id->resend_pd, pdata, len);
+		id->resend_len = (uint8_t)len;
+	}
+}
+
 void cm_send_mra(struct cep_cm_id *id, unsigned msg_code, uint8_t service_timeout,
 		     const void *pdata, size_t len)
 {
@@ -709,6 +720,7 @@ static void id_release(struct cep *cep, void *ctx)
 		id->all_next->all_prev = id->all_prev;
 	pthread_mutex_unlock(&l->mtx);
 	free(id->retry);
+	free(id->resend_pd);
 	pthread_mutex_destroy(&id->lock);
 	free(id);
 }
@@ -754,13 +766,16 @@ static void on_timeout(struct cep_cm_id *id)
 	if (id->timer_kind == TK_AUTO_MRA) {
 		if (id->state == CEP_CM_REQ_RCVD) {
 			cm_send_mra(id, CEP_MSG_CODE_REQ, cm->mra_timeout, NULL, 0);
+			cm_keep_pdata(id, NULL, 0);
 			cm_set_state(id, CEP_CM_MRA_REQ_SENT);
 			cm_req_expire_after_mra(id);
 		} else if (id->state == CEP_CM_REP_RCVD) {
 			cm_send_mra(id, CEP_MSG_CODE_REP, cm->mra_timeout, NULL, 0);
+			cm_keep_pdata(id, NULL, 0);
 			cm_set_state(id, CEP_CM_MRA_REP_SENT);
 		} else if (id->state == CEP_CM_ESTABLISHED && id->lap_state == CEP_CM_LAP_RCVD) {
 			cm_send_mra(id, CEP_MSG_CODE_OTHER, cm->mra_timeout, NULL, 0);
+			cm_keep_pdata(id, NULL, 0);
 			id->lap_state = CEP_CM_MRA_LAP_SENT;
 		}
 		return;
@@ -916,11 +931,35 @@ static void drain_timer(struct cep_timer *t, void *ctx)
 
 /* ---- receive path ------------------------------------------------------- */
 
+/* A REQ of a class version we do not support (cep_mad_peek checked the
+ * length, base version and class): REJ 31 "unsupported class version"
+ * with the highest we support in the ARI, as IBTA table 109 and
+ * docs/protocol.md say. Other messages of that version are only dropped.
+ * Stateless; any thread. */
+static void reject_class_version(struct cep_cm *cm, const uint8_t *mad,
+				 const struct cep_mad_addr *from)
+{
+	const uint8_t *p = mad + CEP_MAD_HDR_SIZE;
+	struct cep_mad_addr to = cm_reply_addr(from);
+	struct cep_msg r;
+
+	if (mad[3] != 0x03 || ((unsigned)mad[16] << 8 | mad[17]) != 0x0010) /* Send, REQ */
+		return;
+	cep_msg_init(&r, CEP_MSG_REJ, cm_be64(mad + 8));
+	r.u.rej.remote_comm_id = be32(p); /* the REQ's local comm ID, offset 0 */
+	r.u.rej.message_rejected = CEP_MSG_CODE_REQ;
+	r.u.rej.reason = CEP_REJ_INVALID_CLASS_VERSION;
+	r.u.rej.ari[0] = 2; /* the only class version this CM speaks */
+	r.u.rej.reject_info_length = 1;
+	cm_send_raw(cm, 0, &r, &to, NULL);
+}
+
 /* Transport thread: route by the comm ID addressed to us (REQ: by the
  * remote (comm ID, CA GUID)); never blocks, never takes an id lock. */
 static void cm_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_mad_addr *from)
 {
 	struct cep_cm *cm = ctx;
+	enum cep_wire_error why;
 	enum cep_msg_type t;
 	unsigned w = 0;
 
@@ -928,7 +967,9 @@ static void cm_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_
 		cm_drop(cm, 0, CEP_CM_DROP_STOPPED);
 		return;
 	}
-	if (cep_mad_peek(mad, len, &t, NULL)) {
+	if (cep_mad_peek(mad, len, &t, &why)) {
+		if (why == CEP_WIRE_ERR_CLASS_VERSION)
+			reject_class_version(cm, mad, from);
 		cm_drop(cm, 0, CEP_CM_DROP_DECODE);
 		return;
 	}
@@ -1362,6 +1403,7 @@ static void destroy_act(struct cep_cm_id *id)
 		break;
 	case CEP_CM_DREQ_RCVD:
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_keep_pdata(id, NULL, 0);
 		cm_enter_timewait(id);
 		break;
 	default: /* DREQ_SENT, TIMEWAIT: timewait ends it; IDLE: now */

@@ -5,6 +5,7 @@
  * disconnect, DREP). Same template and locking rules as cm.c.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +43,8 @@ static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 	STAT_ADD(cm, w, duplicates);
 	switch (cur->state) {
 	case CEP_CM_MRA_REQ_SENT:
-		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, NULL, 0);
+		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, cur->resend_pd,
+			    cur->resend_len);
 		break;
 	case CEP_CM_TIMEWAIT: {
 		struct cep_mad_addr to = cm_reply_addr(from);
@@ -115,6 +117,46 @@ void cm_listener_release(struct cep_cm_id *lid)
 	pthread_mutex_unlock(&lid->lock);
 }
 
+/* The REQ's primary path must lead to this port, as the kernel's
+ * cm_init_av_by_path requires: its remote port LID (IB, subnet local) and
+ * GID (RoCE) must be ours, its MTU at most ours. Else REJ with the
+ * acceptable value in the ARI (IBTA table 109): 13 our LID, 12 our GID
+ * (the one this CM sends from: libcep serves one GID per port), 26 our
+ * active MTU in the high nibble. 1 if rejected. */
+static int req_path_bad(struct cep_cm *cm, unsigned w, const struct cep_req *rq,
+			const struct cep_mad_addr *from, uint64_t tid, uint32_t local)
+{
+	const struct cep_port_info *port = &cm->port;
+	const struct cep_path *pp = &rq->primary;
+	struct cep_mad_addr to = cm_reply_addr(from);
+	struct cep_msg r;
+
+	cep_msg_init(&r, CEP_MSG_REJ, tid);
+	if (port->link_layer == 1 && pp->subnet_local && pp->remote_lid != port->lid &&
+	    pp->remote_lid != 0xffff) { /* permissive: routed, the kernel's workaround */
+		r.u.rej.reason = CEP_REJ_INVALID_LID;
+		r.u.rej.ari[0] = (uint8_t)(port->lid >> 8);
+		r.u.rej.ari[1] = (uint8_t)port->lid;
+		r.u.rej.reject_info_length = 2;
+	} else if (port->link_layer == 2 && memcmp(pp->remote_gid, port->gid, 16)) {
+		r.u.rej.reason = CEP_REJ_INVALID_GID;
+		memcpy(r.u.rej.ari, port->gid, 16);
+		r.u.rej.reject_info_length = 16;
+	} else if (port->active_mtu >= 1 && port->active_mtu <= 5 &&
+		   rq->path_mtu > port->active_mtu) {
+		r.u.rej.reason = CEP_REJ_INVALID_MTU;
+		r.u.rej.ari[0] = (uint8_t)(port->active_mtu << 4);
+		r.u.rej.reject_info_length = 1;
+	} else {
+		return 0;
+	}
+	r.u.rej.local_comm_id = local;
+	r.u.rej.remote_comm_id = rq->local_comm_id;
+	r.u.rej.message_rejected = CEP_MSG_CODE_REQ;
+	cm_send_raw(cm, w, &r, &to, NULL);
+	return 1;
+}
+
 void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
 {
@@ -170,6 +212,11 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	lid = cep_context(lcep);
+	if (req_path_bad(cm, w, rq, from, m->hdr.tid, cep_local_comm_id(id->cep))) {
+		cm_discard_id(id);
+		cep_put(lcep);
+		return;
+	}
 	ret = cm_listener_hold(lid, id);
 	if (ret == -ENOBUFS) {
 		/* Backlog full: drop, as the kernel does for a REQ its handler
@@ -202,9 +249,9 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	/* The requester computed the path's ACK timeout (2 x packet life +
 	 * its ACK delay); its packet life is one less (kernel
 	 * cm_format_paths_from_req). */
-	id->timewait_ms = 2 * cm_ms(cm_peer_t(rq->primary.local_ack_timeout));
-	id->pkt_life = (uint8_t)(cm_peer_t(rq->primary.local_ack_timeout) -
-				 (rq->primary.local_ack_timeout > 0));
+	id->path_timeout = (uint8_t)cm_peer_t(rq->primary.local_ack_timeout);
+	id->timewait_ms = 2 * cm_ms(id->path_timeout);
+	id->pkt_life = (uint8_t)(id->path_timeout - (id->path_timeout > 0));
 	id->pkt_life_ms = cm_ms(id->pkt_life);
 	/* QP attributes (cep_cm_init_qp_attr): the REQ's half. A REQ the
 	 * glue cannot use (e.g. RD) leaves them unset: -ENODATA later. */
@@ -231,6 +278,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 static void do_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	cm_send_simple(id, CEP_MSG_RTU, pdata, len, 0);
+	cm_keep_pdata(id, pdata, len); /* for the RTU a repeated REP gets */
 	cm_clear_timer(id);
 	cm_set_state(id, CEP_CM_ESTABLISHED);
 }
@@ -258,19 +306,21 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	case CEP_CM_MRA_REQ_RCVD:
 		break;
 	case CEP_CM_ESTABLISHED:
-		if (id->remote_id == rp->local_comm_id) { /* RTU lost: again */
-			STAT_ADD(cm, w, duplicates);
-			cm_send_simple(id, CEP_MSG_RTU, NULL, 0, 0);
-		} else {
-			cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
-		}
-		goto out;
 	case CEP_CM_MRA_REP_SENT:
-		STAT_ADD(cm, w, duplicates);
-		cm_send_mra(id, CEP_MSG_CODE_REP, id->mra_timeout, NULL, 0);
-		goto out;
 	case CEP_CM_REP_RCVD:
+		/* A repeat of the REP we took (the kernel's cm_dup_rep_handler
+		 * looks the id up by both comm IDs): answer it again with the
+		 * original private data. Any other REP is not this peer's. */
+		if (id->remote_id != rp->local_comm_id) {
+			cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+			goto out;
+		}
 		STAT_ADD(cm, w, duplicates);
+		if (id->state == CEP_CM_ESTABLISHED) /* our RTU was lost */
+			cm_send_simple(id, CEP_MSG_RTU, id->resend_pd, id->resend_len, 0);
+		else if (id->state == CEP_CM_MRA_REP_SENT)
+			cm_send_mra(id, CEP_MSG_CODE_REP, id->mra_timeout, id->resend_pd,
+				    id->resend_len);
 		goto out;
 	default:
 		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
@@ -329,8 +379,9 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->remote_ca_guid = rp->local_ca_guid;
 	/* The path's ACK timeout now includes the peer's ACK delay (kernel
 	 * cm_rep_handler): timewait is twice it. */
-	id->timewait_ms = 2 * cm_ms(cep_qp_ack_timeout((uint8_t)cm_peer_t(rp->target_ack_delay),
-						      id->pkt_life));
+	id->path_timeout = cep_qp_ack_timeout((uint8_t)cm_peer_t(rp->target_ack_delay),
+					      id->pkt_life);
+	id->timewait_ms = 2 * cm_ms(id->path_timeout);
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	(void)cep_qp_params_active_rep(&id->qpp, rp); /* the REP's half */
@@ -433,7 +484,9 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	if (!cm_from_peer(id, w, from)) /* a stranger cannot stall us */
 		goto out;
 	/* the service timeout a peer asks for is clamped (34.4 s) */
-	uint32_t ext = cm_ms(cm_peer_t(ma->service_timeout)) + id->pkt_life_ms;
+	/* the service timeout plus the path's ACK timeout (kernel
+	 * cm_mra_handler: service timeout + av.timeout) */
+	uint32_t ext = cm_ms(cm_peer_t(ma->service_timeout)) + cm_ms(id->path_timeout);
 
 	switch (ma->message_mraed) {
 	case CEP_MSG_CODE_REQ:
@@ -597,7 +650,7 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		break;
 	case CEP_CM_TIMEWAIT:
 		STAT_ADD(cm, w, duplicates);
-		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_send_simple(id, CEP_MSG_DREP, id->resend_pd, id->resend_len, 0);
 		goto out;
 	case CEP_CM_DREQ_RCVD:
 		STAT_ADD(cm, w, duplicates);
@@ -612,6 +665,7 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_set_state(id, CEP_CM_DREQ_RCVD);
 	if (id->flags & (F_USER_GONE | F_QP_GONE)) {
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_keep_pdata(id, NULL, 0);
 		cm_enter_timewait(id);
 	}
 	cm_ev_init(&ev, id, CEP_CM_EV_DREQ_RECEIVED);
@@ -621,6 +675,7 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	 * sends it) */
 	if (!(id->flags & F_MANUAL_DREP) && id->state == CEP_CM_DREQ_RCVD) {
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_keep_pdata(id, NULL, 0);
 		cm_enter_timewait(id);
 	}
 out:
@@ -668,6 +723,7 @@ void cm_id_teardown(struct cep *cep, void *ctx)
 		break;
 	case CEP_CM_DREQ_RCVD:
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_keep_pdata(id, NULL, 0);
 		cm_enter_timewait(id);
 		break;
 	case CEP_CM_DREQ_SENT:
@@ -700,7 +756,8 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	struct cep_req *rq = &m.u.req;
 	int ret;
 
-	if (!id || !p || p->size < sizeof(*p) || p->qpn > 0xffffff || p->qpn < 2 ||
+	if (!id || !p || p->size < offsetof(struct cep_cm_conn_param, flow_control) ||
+	    p->qpn > 0xffffff || p->qpn < 2 ||
 	    p->max_cm_retries > 15 || p->remote_cm_response_timeout > 31 ||
 	    p->local_cm_response_timeout > 31 || p->packet_life_time > 31 ||
 	    p->path_mtu > 5 || p->transport_service_type > CEP_TS_UC ||
@@ -732,7 +789,10 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	rq->initiator_depth = p->initiator_depth;
 	rq->remote_cm_response_timeout = p->remote_cm_response_timeout;
 	rq->transport_service_type = p->transport_service_type;
-	rq->end_to_end_flow_control = 1;
+	/* the caller's (the kernel's ib_cm_req_param.flow_control); a caller
+	 * built before the field existed gets the 1 it always got */
+	rq->end_to_end_flow_control = p->size > offsetof(struct cep_cm_conn_param, flow_control) ?
+				      (p->flow_control ? 1 : 0) : 1;
 	rq->starting_psn = p->starting_psn;
 	rq->local_cm_response_timeout = p->local_cm_response_timeout;
 	rq->retry_count = p->retry_count & 7;
@@ -781,7 +841,8 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	id->peer_timeout_ms = cm_ms(p->local_cm_response_timeout);
 	/* until a REP tells the peer's ACK delay: the path's (kernel: the
 	 * address vector's timeout is packet life + 1) */
-	id->timewait_ms = 2 * cm_ms(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);
+	id->path_timeout = (uint8_t)(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);
+	id->timewait_ms = 2 * cm_ms(id->path_timeout);
 	id->max_retries = id->retries_left = p->max_cm_retries;
 	id->flags = (uint8_t)((id->flags & ~F_MANUAL_RTU) | (p->manual_rtu ? F_MANUAL_RTU : 0));
 	ret = cm_send_msg(id, &m, 1);
@@ -802,7 +863,8 @@ int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	struct cep_rep *rp = &m.u.rep;
 	int ret;
 
-	if (!id || !p || p->size < sizeof(*p) || p->qpn > 0xffffff || p->qpn < 2 ||
+	if (!id || !p || p->size < offsetof(struct cep_cm_accept_param, flow_control) ||
+	    p->qpn > 0xffffff || p->qpn < 2 ||
 	    p->starting_psn > 0xffffff || p->failover_accepted > 2 ||
 	    (p->private_data_len && !p->private_data))
 		return -EINVAL;
@@ -831,7 +893,8 @@ int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	rp->target_ack_delay = (uint8_t)((p->target_ack_delay & 31) > id->cm->port.ca_ack_delay ?
 					 (p->target_ack_delay & 31) : id->cm->port.ca_ack_delay);
 	rp->failover_accepted = p->failover_accepted;
-	rp->end_to_end_flow_control = 1;
+	rp->end_to_end_flow_control = p->size > offsetof(struct cep_cm_accept_param, flow_control) ?
+				      (p->flow_control ? 1 : 0) : 1;
 	rp->rnr_retry_count = p->rnr_retry_count & 7;
 	rp->srq = p->srq ? 1 : 0;
 	rp->local_ca_guid = id->cm->ca_guid;
@@ -964,6 +1027,8 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 	} else {
 		ret = -EINVAL;
 	}
+	if (ret == 0) /* a repeated request gets the same MRA */
+		cm_keep_pdata(id, pdata, len);
 	if (ret == 0) {
 		if (id->state == CEP_CM_MRA_REQ_SENT)
 			cm_req_expire_after_mra(id); /* instead of an automatic MRA */
@@ -979,7 +1044,7 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 void cm_req_expire_after_mra(struct cep_cm_id *id)
 {
 	id->expire_ms = (uint32_t)((1u + id->max_retries) *
-				   (cm_ms(id->mra_timeout) + id->pkt_life_ms));
+				   (cm_ms(id->mra_timeout) + cm_ms(id->path_timeout)));
 	cm_set_timer(id, TK_EXPIRE, id->expire_ms);
 }
 
@@ -1000,6 +1065,7 @@ int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 		/* The peer's DREQ crossed ours: answer it, as librdmacm's
 		 * rdma_disconnect does when it cannot send a DREQ. */
 		cm_send_simple(id, CEP_MSG_DREP, pdata, len, 0);
+		cm_keep_pdata(id, pdata, len);
 		cm_enter_timewait(id);
 		ret = 0;
 		break;
@@ -1026,6 +1092,7 @@ int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len)
 	pthread_mutex_lock(&id->lock);
 	if (id->state == CEP_CM_DREQ_RCVD) {
 		cm_send_simple(id, CEP_MSG_DREP, pdata, len, 0);
+		cm_keep_pdata(id, pdata, len); /* for a repeated DREQ */
 		cm_enter_timewait(id);
 	} else {
 		ret = -EINVAL;

@@ -137,6 +137,11 @@ struct cep_cm_id {
 	uint8_t timer_kind;            /* lock */
 	uint8_t mra_timeout;           /* lock: service timeout of our last MRA */
 	uint8_t pkt_life;              /* lock: the path's packet life time (5 bits) */
+	uint8_t path_timeout;          /* lock: the path's ACK timeout (5 bits): MRA
+					  extensions, timewait (kernel av.timeout) */
+	uint8_t resend_len;            /* lock: bytes at resend_pd */
+	uint8_t *resend_pd;            /* lock: private data of our last MRA, RTU
+					  or DREP, sent again with it */
 	uint8_t flags;                 /* lock */
 	uint8_t delivering;            /* lock: a callback of this id is running */
 	uint32_t req_inflight;         /* lock: listener: REQ/SIDR_REQ events of its
@@ -238,6 +243,8 @@ void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 		 const void *ari, size_t ari_len, const void *pdata, size_t len);
 void cm_send_mra(struct cep_cm_id *id, unsigned msg_code, uint8_t service_timeout,
 		 const void *pdata, size_t len);
+/* Keep @pdata as what a resent MRA / RTU / DREP carries (NULL: none). */
+void cm_keep_pdata(struct cep_cm_id *id, const void *pdata, size_t len);
 void cm_send_simple(struct cep_cm_id *id, enum cep_msg_type t, const void *pdata,
 		    size_t len, int retain);
 void cm_reply_rej(struct cep_cm *cm, unsigned w, const struct cep_mad_addr *from,

@@ -30,7 +30,7 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		break;
 	case CEP_CM_MRA_LAP_SENT: /* a retry: same TID as the recorded one */
 		STAT_ADD(cm, w, duplicates);
-		cm_send_mra(id, CEP_MSG_CODE_OTHER, id->mra_timeout, NULL, 0);
+		cm_send_mra(id, CEP_MSG_CODE_OTHER, id->mra_timeout, id->resend_pd, id->resend_len);
 		goto out;
 	case CEP_CM_LAP_RCVD:
 		STAT_ADD(cm, w, duplicates);

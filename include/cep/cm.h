@@ -298,6 +298,9 @@ struct cep_cm_conn_param {
 	const void *private_data;
 	size_t private_data_len;            /* <= CEP_REQ_PRIVATE_DATA_SIZE */
 	const struct cep_mad_addr *peer;    /* CM address; NULL: from primary */
+	uint8_t flow_control;               /* end-to-end flow control bit of the
+					       REQ (1: this CA implements it);
+					       read when @size covers it, else 1 */
 };
 
 /* Active side: bind @p->qpn to this id, send REQ (IDLE -> REQ_SENT), arm
@@ -322,6 +325,8 @@ struct cep_cm_accept_param {
 	uint8_t manual_drep;            /* 1: the application calls cep_cm_drep */
 	const void *private_data;
 	size_t private_data_len;        /* <= CEP_REP_PRIVATE_DATA_SIZE */
+	uint8_t flow_control;           /* the REP's end-to-end flow control bit;
+					   read when @size covers it, else 1 */
 };
 
 /* Passive side: bind, send REP (REQ_RCVD/MRA_REQ_SENT -> REP_SENT).

@@ -1590,10 +1590,229 @@ static void t_disconnect_crossed(void)
 	teardown_all();
 }
 
+/* A REQ of a class version we do not speak gets REJ 31 "unsupported
+ * class version" with the highest version we support (2) in the ARI, as
+ * docs/protocol.md says; any other message of that version is dropped. */
+static void t_class_version(void)
+{
+	struct cep_msg m;
+	uint8_t mad[CEP_MAD_SIZE];
+	struct cep_mad_addr to = { .lid = LID_B, .qpn = 1, .qkey = CEP_QP1_QKEY };
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	raw_req(&m, 0x7f00, 0x900);
+	CHECK_EQ(cep_msg_encode(&m, mad), 0);
+	mad[2] = 3; /* class version */
+	CHECK_EQ(C.tp->ops->send(C.tp, mad, sizeof(mad), &to), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	struct cep_msg r = raw_last(CEP_MSG_REJ);
+
+	CHECK_EQ(r.u.rej.reason, CEP_REJ_INVALID_CLASS_VERSION);
+	CHECK_EQ(r.u.rej.remote_comm_id, 0x7f00);
+	CHECK_EQ(r.u.rej.message_rejected, CEP_MSG_CODE_REQ);
+	CHECK_EQ(r.u.rej.reject_info_length, 1);
+	CHECK_EQ(r.u.rej.ari[0], 2);
+	CHECK_EQ(r.hdr.tid, m.hdr.tid);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 0);
+	raw_dreq(0x7f00, 0x1234, 0x101);
+	settle();
+	cep_msg_init(&m, CEP_MSG_DREQ, 9);
+	CHECK_EQ(cep_msg_encode(&m, mad), 0);
+	mad[2] = 3;
+	CHECK_EQ(C.tp->ops->send(C.tp, mad, sizeof(mad), &to), 0);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 1);
+	teardown_all();
+}
+
+/* The MRA resent for a duplicate REP (MRA_REP_SENT) answers only a REP of
+ * this connection: a REP naming another sender comm ID is dropped (the
+ * kernel's cm_dup_rep_handler looks the id up by both comm IDs). */
+static void t_dup_rep_mra_ids(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	struct cep_msg m;
+
+	setup(2, 0);
+	A.pol.mra_rep = 1;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.manual_rtu = 1;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x7f10;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_MRA_REP_SENT);
+	raw_send(&m, LID_A); /* the same REP again: MRA again */
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	m.u.rep.local_comm_id = 0x7f11; /* not this connection's peer */
+	raw_send(&m, LID_A);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_MRA), 2);
+	CHECK_EQ(stats_of(&A).drops[CEP_CM_DROP_MISMATCH], 1);
+	teardown_all();
+}
+
+/* A resent MRA, RTU or DREP carries the private data of the original, as
+ * the kernel keeps it (cm_set_private_data) for cm_dup_req_handler,
+ * cm_dup_rep_handler and the DREP of a repeated DREQ. */
+static void t_resend_pdata(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+	struct cep_msg m, req;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	/* MRA for a REQ, resent for the repeated REQ */
+	B.pol.on_req = ON_REQ_NOTHING;
+	raw_req(&req, 0x7f20, 0x900);
+	raw_send(&req, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_mra(b, 16, "mra-pd", 7), 0);
+	raw_send(&req, LID_B);
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	CHECK(!strcmp((const char *)raw_last(CEP_MSG_MRA).u.mra.private_data, "mra-pd"));
+	/* DREP, resent for the repeated DREQ */
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x101, .manual_drep = 1 };
+
+	CHECK_EQ(cep_cm_accept(b, &ap), 0);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	bc = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = 0x7f20;
+	m.u.rtu.remote_comm_id = bc;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	raw_dreq(0x7f20, bc, 0x101);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK_EQ(cep_cm_drep(b, "drep-pd", 8), 0);
+	raw_dreq(0x7f20, bc, 0x101);
+	CHECK(raw_wait(CEP_MSG_DREP, 2));
+	CHECK(!strcmp((const char *)raw_last(CEP_MSG_DREP).u.drep.private_data, "drep-pd"));
+	/* RTU, resent for the repeated REP */
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.manual_rtu = 1;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x7f21;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_REP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_rtu(a, "rtu-pd", 7), 0);
+	raw_send(&m, LID_A);
+	CHECK(raw_wait(CEP_MSG_RTU, 2));
+	CHECK(!strcmp((const char *)raw_last(CEP_MSG_RTU).u.rtu.private_data, "rtu-pd"));
+	teardown_all();
+}
+
+/* End-to-end flow control is the caller's (ib_cm_req_param / rep_param
+ * .flow_control in the kernel), not always 1. */
+static void t_flow_control(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.flow_control = 0;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.end_to_end_flow_control, 0);
+	struct cep_cm_id *a2 = make_id(&A);
+
+	conn_param(&p, 0x101, LID_A, LID_C);
+	p.flow_control = 1;
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 2));
+	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.end_to_end_flow_control, 1);
+	raw_req(&m, 0x7f30, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x101, .flow_control = 0 };
+
+	CHECK_EQ(cep_cm_accept(last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id, &ap), 0);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REP).u.rep.end_to_end_flow_control, 0);
+	teardown_all();
+}
+
+/* An MRA extends the wait by its service timeout plus the path's ACK
+ * timeout (kernel cm_mra_handler: service timeout + av.timeout), not one
+ * packet lifetime: packet life 14 -> path timeout 15 (135 ms). */
+static void t_mra_path_timeout(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	struct cep_msg m;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.packet_life_time = 14;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7f40;
+	m.u.mra.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 10; /* 5 ms */
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	advance_ms(139);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	teardown_all();
+}
+
+/* The REQ's primary path must lead to this port: a remote port LID that
+ * is not ours gets REJ 13 with our LID in the ARI (the kernel refuses a
+ * path it cannot resolve to a local port, cm_init_av_by_path). */
+static void t_req_path_lid(void)
+{
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	raw_req(&m, 0x7f50, 0x900);
+	m.u.req.primary.remote_lid = 9;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_INVALID_LID);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reject_info_length, 2);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.ari[1], LID_B);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 0);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "class-version", t_class_version },
+	{ "dup-rep-mra-ids", t_dup_rep_mra_ids },
+	{ "resend-pdata", t_resend_pdata },
+	{ "flow-control", t_flow_control },
+	{ "mra-path-timeout", t_mra_path_timeout },
+	{ "req-path-lid", t_req_path_lid },
 	{ "disconnect-crossed", t_disconnect_crossed },
 	{ "peer-address", t_peer_address },
 	{ "backlog", t_backlog },
