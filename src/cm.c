@@ -484,8 +484,19 @@ void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
 	case CEP_MSG_SIDR_REP: pd = m->u.sidr_rep.private_data; break;
 	default: return;
 	}
-	ev->private_data = (const uint8_t *)&ev->msg + (pd - base);
-	ev->private_data_len = cep_msg_private_data_size(m->type);
+	/* The wire field has no length. RTU, DREQ and DREP usually carry
+	 * none, and a peer that sent none sent zeros: an all-zero field is
+	 * "none" (NULL), as cm.h says. The others always give the whole field
+	 * (zeros there can be data: a connection index 0, a CMA header). */
+	size_t n = cep_msg_private_data_size(m->type);
+	int none = m->type == CEP_MSG_RTU || m->type == CEP_MSG_DREQ || m->type == CEP_MSG_DREP;
+
+	for (size_t i = 0; none && i < n; i++)
+		none = pd[i] == 0;
+	if (!none) {
+		ev->private_data = (const uint8_t *)&ev->msg + (pd - base);
+		ev->private_data_len = n;
+	}
 }
 
 static void destroy_act(struct cep_cm_id *id);
@@ -1042,6 +1053,36 @@ static void cm_mad(void *ctx, unsigned w, const uint8_t *mad, size_t len,
 
 /* ---- context ------------------------------------------------------------- */
 
+/* Contexts not yet destroyed: cep_cm_destroy() of anything else (a second
+ * call, a stray pointer) is -EINVAL instead of a use after free. Touched
+ * only by create and destroy, which are rare. */
+static pthread_mutex_t live_mtx = PTHREAD_MUTEX_INITIALIZER;
+static struct cep_cm *live_head;  /* live_mtx */
+
+static void live_add(struct cep_cm *cm)
+{
+	pthread_mutex_lock(&live_mtx);
+	cm->live_next = live_head;
+	live_head = cm;
+	pthread_mutex_unlock(&live_mtx);
+}
+
+/* 0 if @cm was live (and now is not), -EINVAL otherwise. */
+static int live_remove(struct cep_cm *cm)
+{
+	int ret = -EINVAL;
+
+	pthread_mutex_lock(&live_mtx);
+	for (struct cep_cm **pp = &live_head; *pp; pp = &(*pp)->live_next)
+		if (*pp == cm) {
+			*pp = cm->live_next;
+			ret = 0;
+			break;
+		}
+	pthread_mutex_unlock(&live_mtx);
+	return ret;
+}
+
 /* Does the caller's attr (of its ->size) reach @field? */
 #define CM_ATTR_HAS(a, field) \
 	((a)->size >= offsetof(struct cep_cm_attr, field) + sizeof((a)->field))
@@ -1109,6 +1150,7 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	ret = cm->tp->ops->start(cm->tp, cm_recv, cm);
 	if (ret)
 		goto fail_dispatch;
+	live_add(cm);
 	*out = cm;
 	return 0;
 fail_dispatch:
@@ -1152,8 +1194,14 @@ int cep_cm_destroy(struct cep_cm *cm)
 {
 	if (!cm)
 		return -EINVAL;
-	if (cep_dispatch_self(cm->d) >= 0)
+	/* Found first: a destroyed context's memory is not read. The check
+	 * and the removal are one step, so two racing calls get one 0. */
+	if (live_remove(cm))
+		return -EINVAL;
+	if (cep_dispatch_self(cm->d) >= 0) {
+		live_add(cm);
 		return -EDEADLK;
+	}
 	cm->tp->ops->stop(cm->tp);
 	if (cep_dispatch_quiesce(cm->d, 5000))
 		fprintf(stderr, "libcep: cep_cm_destroy: workers still busy after 5 s "

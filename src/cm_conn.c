@@ -750,21 +750,48 @@ void cm_id_teardown(struct cep *cep, void *ctx)
 	pthread_mutex_unlock(&id->lock);
 }
 
-int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
+/* The caller's parameters (of its ->size) with the defaults of cm.h for
+ * zero CM timing fields, librdmacm's (its kernel's CMA_CM_RESPONSE_TIMEOUT,
+ * CMA_MAX_CM_RETRIES, CMA_IBOE_PACKET_LIFETIME), in @q. 0, -EINVAL,
+ * -EMSGSIZE. */
+static int cm_conn_param_defaults(const struct cep_cm_conn_param *p, struct cep_cm_conn_param *q)
 {
+	memset(q, 0, sizeof(*q));
+	memcpy(q, p, p->size < sizeof(*q) ? p->size : sizeof(*q));
+	q->size = sizeof(*q);
+	if (p->size <= offsetof(struct cep_cm_conn_param, flow_control))
+		q->flow_control = 1; /* a caller built before the field: as it always was */
+	if (q->qpn > 0xffffff || q->qpn < 2 || q->max_cm_retries > 15 ||
+	    q->remote_cm_response_timeout > 31 || q->local_cm_response_timeout > 31 ||
+	    q->packet_life_time > 31 || q->path_mtu > 5 ||
+	    q->transport_service_type > CEP_TS_UC || q->starting_psn > 0xffffff ||
+	    (q->private_data_len && !q->private_data))
+		return -EINVAL;
+	if (q->private_data_len > CEP_REQ_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	if (!q->remote_cm_response_timeout)
+		q->remote_cm_response_timeout = CEP_CM_DEFAULT_RESPONSE_TIMEOUT;
+	if (!q->local_cm_response_timeout)
+		q->local_cm_response_timeout = CEP_CM_DEFAULT_RESPONSE_TIMEOUT;
+	if (!q->max_cm_retries)
+		q->max_cm_retries = CEP_CM_DEFAULT_MAX_RETRIES;
+	if (!q->packet_life_time)
+		q->packet_life_time = CEP_CM_DEFAULT_PACKET_LIFE_TIME;
+	return 0;
+}
+
+int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
+{
+	struct cep_cm_conn_param q, *p = &q;
 	struct cep_msg m;
 	struct cep_req *rq = &m.u.req;
 	int ret;
 
-	if (!id || !p || p->size < offsetof(struct cep_cm_conn_param, flow_control) ||
-	    p->qpn > 0xffffff || p->qpn < 2 ||
-	    p->max_cm_retries > 15 || p->remote_cm_response_timeout > 31 ||
-	    p->local_cm_response_timeout > 31 || p->packet_life_time > 31 ||
-	    p->path_mtu > 5 || p->transport_service_type > CEP_TS_UC ||
-	    p->starting_psn > 0xffffff || (p->private_data_len && !p->private_data))
+	if (!id || !user || user->size < offsetof(struct cep_cm_conn_param, flow_control))
 		return -EINVAL;
-	if (p->private_data_len > CEP_REQ_PRIVATE_DATA_SIZE)
-		return -EMSGSIZE;
+	ret = cm_conn_param_defaults(user, &q);
+	if (ret)
+		return ret;
 	/* An id that was connected before: its old remote keys are GONE in
 	 * the table until a grace period lets the REP re-add them (one wait,
 	 * outside the lock). */
@@ -778,7 +805,7 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	ret = cep_bind(id->cep, p->qpn);
 	if (ret)
 		goto out;
-	(void)cep_qp_params_active(&id->qpp, &id->cm->port, p); /* our half */
+	(void)cep_qp_params_active(&id->qpp, &id->cm->port, p); /* our half, defaults applied */
 	m.hdr.tid = cm_next_tid(id);
 	rq->local_comm_id = cep_local_comm_id(id->cep);
 	rq->service_id = p->service_id;
@@ -789,10 +816,8 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	rq->initiator_depth = p->initiator_depth;
 	rq->remote_cm_response_timeout = p->remote_cm_response_timeout;
 	rq->transport_service_type = p->transport_service_type;
-	/* the caller's (the kernel's ib_cm_req_param.flow_control); a caller
-	 * built before the field existed gets the 1 it always got */
-	rq->end_to_end_flow_control = p->size > offsetof(struct cep_cm_conn_param, flow_control) ?
-				      (p->flow_control ? 1 : 0) : 1;
+	/* the caller's (the kernel's ib_cm_req_param.flow_control) */
+	rq->end_to_end_flow_control = p->flow_control ? 1 : 0;
 	rq->starting_psn = p->starting_psn;
 	rq->local_cm_response_timeout = p->local_cm_response_timeout;
 	rq->retry_count = p->retry_count & 7;
@@ -920,7 +945,8 @@ int cep_cm_notify_established(struct cep_cm_id *id)
 
 	if (!id)
 		return -EINVAL;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	switch (id->state) {
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
@@ -949,7 +975,8 @@ int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 		return -EINVAL;
 	if (len > CEP_RTU_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state == CEP_CM_REP_RCVD || id->state == CEP_CM_MRA_REP_SENT)
 		do_rtu(id, pdata, len);
 	else
@@ -1000,7 +1027,8 @@ int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t
 		return -EINVAL;
 	if (ari_len > CEP_REJ_ARI_SIZE || len > CEP_REJ_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	ret = cm_do_reject(id, reason, ari, ari_len, pdata, len);
 	pthread_mutex_unlock(&id->lock);
 	return ret;
@@ -1014,7 +1042,8 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 		return -EINVAL;
 	if (len > CEP_MRA_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state == CEP_CM_REQ_RCVD) {
 		cm_send_mra(id, CEP_MSG_CODE_REQ, service_timeout, pdata, len);
 		cm_set_state(id, CEP_CM_MRA_REQ_SENT);
@@ -1056,7 +1085,8 @@ int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 		return -EINVAL;
 	if (len > CEP_DREQ_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	switch (id->state) {
 	case CEP_CM_ESTABLISHED:
 		ret = cm_start_dreq(id, pdata, len);
@@ -1089,7 +1119,8 @@ int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len)
 		return -EINVAL;
 	if (len > CEP_DREP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state == CEP_CM_DREQ_RCVD) {
 		cm_send_simple(id, CEP_MSG_DREP, pdata, len, 0);
 		cm_keep_pdata(id, pdata, len); /* for a repeated DREQ */

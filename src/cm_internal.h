@@ -7,6 +7,7 @@
 #ifndef CEP_CM_INTERNAL_H
 #define CEP_CM_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -56,6 +57,7 @@ struct cep_cm {
 	_Atomic uint32_t next_tid;     /* low halves of request TIDs */
 	struct cm_wstats *ws;          /* [nworkers] */
 	struct cm_idlist *idl;         /* [nworkers] */
+	struct cep_cm *live_next;      /* the live contexts' list (cm.c) */
 };
 
 /* A timeout a peer supplies (5-bit IBTA exponent: REQ response timeouts
@@ -225,6 +227,18 @@ void cm_put_be64(uint8_t *p, uint64_t v);
 uint64_t cm_sidr_source(const struct cep_mad_addr *from);
 void cm_copy_pdata(uint8_t *dst, const void *src, size_t len);
 struct cep_mad_addr cm_reply_addr(const struct cep_mad_addr *from);
+
+/* API entry on an id: take its lock unless the user destroyed it
+ * (cep_cm_destroy_id): then -EINVAL and no lock. */
+static inline int cm_lock_live(struct cep_cm_id *id)
+{
+	pthread_mutex_lock(&id->lock);
+	if (id->flags & F_USER_GONE) {
+		pthread_mutex_unlock(&id->lock);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 /* Queue W_* bits for the owning worker (any thread, lock may be held). */
 void cm_post_bits(struct cep_cm_id *id, uint32_t bits);

@@ -92,11 +92,14 @@ int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 		return -EINVAL;
 	if (len > CEP_LAP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state != CEP_CM_ESTABLISHED || id->lap_state != CEP_CM_LAP_IDLE) {
 		ret = -EINVAL;
 		goto out;
 	}
+	if (!remote_cm_response_timeout) /* librdmacm's default (cm.h) */
+		remote_cm_response_timeout = CEP_CM_DEFAULT_RESPONSE_TIMEOUT;
 	cep_msg_init(&m, CEP_MSG_LAP, cm_next_tid(id));
 	m.u.lap.local_comm_id = cep_local_comm_id(id->cep);
 	m.u.lap.remote_comm_id = id->remote_id;
@@ -127,7 +130,8 @@ int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t i
 		return -EINVAL;
 	if (info_len > CEP_APR_INFO_SIZE || len > CEP_APR_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state != CEP_CM_ESTABLISHED ||
 	    (id->lap_state != CEP_CM_LAP_RCVD && id->lap_state != CEP_CM_MRA_LAP_SENT)) {
 		ret = -EINVAL;

@@ -136,8 +136,10 @@ int cep_cm_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
 	ret = cm_send_msg(id, &m, 1);
 	if (ret)
 		goto out;
-	id->timeout_ms = cm_ms(p->timeout);
-	id->max_retries = id->retries_left = p->max_cm_retries;
+	/* zero: librdmacm's defaults (cm.h) */
+	id->timeout_ms = cm_ms(p->timeout ? p->timeout : CEP_CM_DEFAULT_RESPONSE_TIMEOUT);
+	id->max_retries = id->retries_left = p->max_cm_retries ? p->max_cm_retries
+							      : CEP_CM_DEFAULT_MAX_RETRIES;
 	cm_set_state(id, CEP_CM_SIDR_REQ_SENT);
 	cm_set_timer(id, TK_RETRY, id->timeout_ms);
 out:
@@ -175,7 +177,8 @@ int cep_cm_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_
 		return -EINVAL;
 	if (len > CEP_SIDR_REP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state == CEP_CM_SIDR_REQ_RCVD)
 		cm_do_sidr_rep(id, status, qpn, qkey, pdata, len);
 	else

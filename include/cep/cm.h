@@ -11,6 +11,23 @@
  * safe against concurrent MAD processing for the same id. No global lock is
  * taken on the MAD path. A QP's connection is recorded only in the core
  * table's binding word (cep/table.h). See docs/cm.md.
+ *
+ * When a handle is dead (libuv's close contract):
+ * - struct cep_cm: from cep_cm_create() until cep_cm_destroy() returns
+ *   (anything but -EDEADLK). cep_cm_destroy() of a context that is not
+ *   live (already destroyed, never created) is -EINVAL.
+ * - struct cep_cm_id: from cep_cm_create_id(), or the REQ_RECEIVED /
+ *   SIDR_REQ_RECEIVED event that hands it over, until its DESTROYED event
+ *   has returned (callback) or been acked (channel), or until
+ *   cep_cm_destroy_id_sync() or cep_cm_destroy() has returned. After
+ *   cep_cm_destroy_id() and before then, the handle is valid but no longer
+ *   the caller's to drive: the getters answer, a second destroy is
+ *   -EALREADY, every other call is -EINVAL, and no event but DESTROYED
+ *   reaches the caller. Any call once it is dead is a use after free
+ *   libcep cannot detect (the memory may hold a new id): free what your
+ *   callbacks use in DESTROYED, not before.
+ * - struct cep_cm_event taken from a channel: until cep_cm_ack_event().
+ * - struct cep_cm_channel: until cep_cm_channel_destroy() returns 0.
  */
 #ifndef CEP_CM_H
 #define CEP_CM_H
@@ -127,7 +144,13 @@ struct cep_cm_event {
 	/* The received message (decoded), or type CEP_MSG_INVALID when the
 	 * event has none (timeouts, ESTABLISHED, TIMEWAIT_EXIT, DESTROYED). */
 	struct cep_msg msg;
-	const uint8_t *private_data; /* into msg; NULL when none */
+	/* Into msg: the message's whole private-data field (the wire carries
+	 * no length). For RTU, DREQ and DREP, which usually carry none, NULL
+	 * (length 0) when the field is all zero: that is how "the peer sent
+	 * none" is told (a peer that sent only zero bytes looks the same).
+	 * The other messages always give the field, zeros included (they can
+	 * be data). NULL for events without a message. */
+	const uint8_t *private_data;
 	size_t private_data_len;
 	struct cep_mad_addr from;    /* sender of msg */
 };
@@ -270,7 +293,13 @@ CEP_EXPORT int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t
 CEP_EXPORT int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id,
 				     uint64_t mask, unsigned backlog);
 
-/* CM time values are IBTA 5-bit exponents: 4.096 us * 2^t. */
+/* CM time values are IBTA 5-bit exponents: 4.096 us * 2^t.
+ * A CM timing field left 0 takes librdmacm's default (its kernel's
+ * CMA_CM_RESPONSE_TIMEOUT, CMA_MAX_CM_RETRIES, CMA_IBOE_PACKET_LIFETIME),
+ * so a zero-filled parameter block connects sensibly: */
+#define CEP_CM_DEFAULT_RESPONSE_TIMEOUT 20 /* 4.3 s */
+#define CEP_CM_DEFAULT_MAX_RETRIES 15
+#define CEP_CM_DEFAULT_PACKET_LIFE_TIME 16 /* 268 ms */
 struct cep_cm_conn_param {
 	size_t size;                        /* sizeof(struct cep_cm_conn_param) */
 	uint64_t service_id;
@@ -285,12 +314,15 @@ struct cep_cm_conn_param {
 	uint16_t pkey;
 	uint8_t responder_resources;
 	uint8_t initiator_depth;
-	uint8_t remote_cm_response_timeout; /* how long the peer may take */
-	uint8_t local_cm_response_timeout;  /* how long we take to answer REP */
-	uint8_t max_cm_retries;             /* 0..15 */
-	uint8_t packet_life_time;           /* of the path, 5 bits */
-	uint8_t retry_count;
-	uint8_t rnr_retry_count;
+	uint8_t remote_cm_response_timeout; /* how long the peer may take;
+					       0 = CEP_CM_DEFAULT_RESPONSE_TIMEOUT */
+	uint8_t local_cm_response_timeout;  /* how long we take to answer REP;
+					       0 = CEP_CM_DEFAULT_RESPONSE_TIMEOUT */
+	uint8_t max_cm_retries;             /* 1..15; 0 = CEP_CM_DEFAULT_MAX_RETRIES */
+	uint8_t packet_life_time;           /* of the path, 5 bits;
+					       0 = CEP_CM_DEFAULT_PACKET_LIFE_TIME */
+	uint8_t retry_count;                /* of the QP (not a CM timer): as given */
+	uint8_t rnr_retry_count;            /* of the QP: as given */
 	uint8_t path_mtu;                   /* 1..5; 0 = port's active MTU */
 	uint8_t transport_service_type;     /* enum cep_transport_service */
 	uint8_t srq;
@@ -369,7 +401,8 @@ CEP_EXPORT int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout,
 CEP_EXPORT int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len);
 /* DREQ_RCVD -> TIMEWAIT (DREP). */
 CEP_EXPORT int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len);
-/* ESTABLISHED, LAP_IDLE: send LAP for @alt -> LAP_SENT. */
+/* ESTABLISHED, LAP_IDLE: send LAP for @alt -> LAP_SENT. A response
+ * timeout of 0 is CEP_CM_DEFAULT_RESPONSE_TIMEOUT. */
 CEP_EXPORT int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 			  uint8_t remote_cm_response_timeout,
 			  const void *pdata, size_t len);
@@ -382,8 +415,9 @@ struct cep_cm_sidr_param {
 	size_t size;
 	uint64_t service_id;
 	uint16_t pkey;
-	uint8_t timeout;                /* 5-bit exponent for each try */
-	uint8_t max_cm_retries;
+	uint8_t timeout;                /* 5-bit exponent for each try;
+					   0 = CEP_CM_DEFAULT_RESPONSE_TIMEOUT */
+	uint8_t max_cm_retries;         /* 0 = CEP_CM_DEFAULT_MAX_RETRIES */
 	const void *private_data;
 	size_t private_data_len;        /* <= CEP_SIDR_REQ_PRIVATE_DATA_SIZE */
 	const struct cep_mad_addr *peer; /* required */

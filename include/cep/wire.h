@@ -19,7 +19,9 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#ifndef __cplusplus
 #include <stdatomic.h>
+#endif
 
 #include <cep/export.h>
 
@@ -411,10 +413,19 @@ enum cep_wire_error {
  * add, to exactly one counter: decoded[type] on success, refused[why] on
  * failure; refused[CEP_WIRE_ERR_OK] stays 0. Many threads may decode into
  * one struct at once; readers use atomic_load (or cep_wire_stats_read). */
+#ifdef __cplusplus
+/* C++ has no _Atomic before C++23: the same layout (8-byte counters,
+ * 8-byte aligned, which _Atomic uint64_t is on every ABI libcep supports,
+ * checked in wire.c); read them with cep_wire_stats_decoded/refused. */
+#define CEP_WIRE_COUNTER_ alignas(8) uint64_t
+#else
+#define CEP_WIRE_COUNTER_ _Atomic uint64_t
+#endif
 struct cep_wire_stats {
-	_Atomic uint64_t decoded[CEP_MSG_COUNT];
-	_Atomic uint64_t refused[CEP_WIRE_ERR_COUNT];
+	CEP_WIRE_COUNTER_ decoded[CEP_MSG_COUNT];
+	CEP_WIRE_COUNTER_ refused[CEP_WIRE_ERR_COUNT];
 };
+#undef CEP_WIRE_COUNTER_
 
 /* ---- codec --------------------------------------------------------------- */
 

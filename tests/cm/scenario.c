@@ -1803,10 +1803,152 @@ static void t_req_path_lid(void)
 	teardown_all();
 }
 
+/* A zero-filled connect parameter block (but the QPN, service and path)
+ * gets librdmacm's defaults for its CM timing fields, documented in cm.h:
+ * response timeouts 20 (4.3 s), Max CM Retries 15, packet life 16
+ * (268 ms; the kernel's RoCE default), so the REQ is retried after
+ * 2 x 269 + 4295 = 4833 ms instead of timing out for good after 3 ms. */
+static void t_conn_defaults(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(2, 0);
+	a = make_id(&A);
+	memset(&p, 0, sizeof(p));
+	p.size = sizeof(p);
+	p.service_id = SID;
+	p.qpn = 0x100;
+	path_to(&p.primary, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	struct cep_msg r = raw_last(CEP_MSG_REQ);
+
+	CHECK_EQ(r.u.req.remote_cm_response_timeout, 20);
+	CHECK_EQ(r.u.req.local_cm_response_timeout, 20);
+	CHECK_EQ(r.u.req.max_cm_retries, 15);
+	advance_ms(4832);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	/* SIDR: timeout and retries 0 take the same defaults */
+	struct cep_mad_addr to_c = { .lid = LID_C };
+	struct cep_cm_sidr_param sp = { .size = sizeof(sp), .service_id = SID, .peer = &to_c };
+	struct cep_cm_id *s2 = make_id(&A);
+
+	CHECK_EQ(cep_cm_sidr_req(s2, &sp), 0);
+	CHECK(raw_wait(CEP_MSG_SIDR_REQ, 1));
+	advance_ms(4294);
+	CHECK_EQ(raw_count(CEP_MSG_SIDR_REQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_SIDR_REQ), 2);
+	teardown_all();
+}
+
+/* RTU, DREQ and DREP events point private_data at the message only when
+ * the peer sent some: the wire field has no length, so an all-zero field
+ * is "none" (NULL, length 0), as cm.h says. */
+static void t_pdata_none(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7f70, 0x900, 0x101, &bc); /* its RTU carries none */
+	struct logged l = last_ev(&B, CEP_CM_EV_RTU_RECEIVED);
+
+	CHECK(l.ev.private_data == NULL);
+	CHECK_EQ(l.ev.private_data_len, 0);
+	raw_dreq(0x7f70, bc, 0x101);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED).ev.private_data == NULL);
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED).ev.private_data_len, 0);
+	/* with data: the whole field */
+	b = raw_establish(0x7f71, 0x901, 0x102, &bc);
+	cep_msg_init(&m, CEP_MSG_DREQ, 8);
+	m.u.dreq.local_comm_id = 0x7f71;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x102;
+	m.u.dreq.private_data[5] = 1;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 2));
+	CHECK(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED).ev.private_data != NULL);
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED).ev.private_data_len,
+		 CEP_DREQ_PRIVATE_DATA_SIZE);
+	/* DREP with none */
+	b = raw_establish(0x7f72, 0x902, 0x103, &bc);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	cep_msg_init(&m, CEP_MSG_DREP, raw_last(CEP_MSG_DREQ).hdr.tid);
+	m.u.drep.local_comm_id = 0x7f72;
+	m.u.drep.remote_comm_id = bc;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREP_RECEIVED, 1));
+	CHECK(last_ev(&B, CEP_CM_EV_DREP_RECEIVED).ev.private_data == NULL);
+	teardown_all();
+}
+
+/* When a handle is dead (cm.h): after cep_cm_destroy_id() the id stays
+ * valid until its DESTROYED is handled (here: acked on a channel), but it
+ * is no longer the application's to drive - every call but the getters
+ * and a second destroy (-EALREADY) is -EINVAL; a second cep_cm_destroy()
+ * of a context is -EINVAL, not a use after free. */
+static void t_handle_dead(void)
+{
+	struct cep_cm_channel *ch;
+	struct cep_cm_id_attr ia = { .size = sizeof(ia) };
+	struct cep_cm_id *id;
+	struct cep_cm_event *ev;
+	struct cep_cm_conn_param p;
+
+	setup(2, 0);
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	ia.channel = ch;
+	CHECK_EQ(cep_cm_create_id(A.cm, &ia, &id), 0);
+	CHECK_EQ(cep_cm_destroy_id(id), 0);
+	CHECK_EQ(cep_cm_destroy_id(id), -EALREADY);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(id, &p), -EINVAL);
+	CHECK_EQ(cep_cm_listen(id, SID, ~0ull), -EINVAL);
+	CHECK_EQ(cep_cm_disconnect(id, NULL, 0), -EINVAL);
+	CHECK_EQ(cep_cm_reject(id, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), -EINVAL);
+	CHECK_EQ(cep_cm_notify_established(id), -EINVAL);
+	CHECK_EQ(cep_cm_id_state(id), CEP_CM_IDLE); /* getters still answer */
+	settle();
+	CHECK_EQ(cep_cm_get_event(ch, &ev), 0);
+	CHECK(ev->id == id && ev->type == CEP_CM_EV_DESTROYED);
+	cep_cm_ack_event(ev); /* from here the handle is dead */
+	teardown_all();
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+	/* a second destroy of a context */
+	struct cep_fabric *f2;
+	struct cep_fabric_attr fa = { .size = sizeof(fa), .seed = 1 };
+	struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = 9, .lid = 9,
+					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
+	struct cep_transport *t;
+	struct cep_cm_attr ca = { .size = sizeof(ca), .workers = 1 };
+	struct cep_cm *cm;
+
+	CHECK_EQ(cep_fabric_create(&fa, &f2), 0);
+	CHECK_EQ(cep_fabric_port_create(f2, &pa, &t), 0);
+	ca.transport = t;
+	CHECK_EQ(cep_cm_create(&ca, &cm), 0);
+	CHECK_EQ(cep_cm_destroy(cm), 0);
+	CHECK_EQ(cep_cm_destroy(cm), -EINVAL);
+	t->ops->destroy(t);
+	CHECK_EQ(cep_fabric_destroy(f2), 0);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "conn-defaults", t_conn_defaults },
+	{ "pdata-none", t_pdata_none },
+	{ "handle-dead", t_handle_dead },
 	{ "class-version", t_class_version },
 	{ "dup-rep-mra-ids", t_dup_rep_mra_ids },
 	{ "resend-pdata", t_resend_pdata },
