@@ -358,6 +358,29 @@ static void qp_cycle(struct cm_run *r, struct cep_cm *cm, uint32_t qpn)
 		stress_fail(r->name, "qp register %#x: %d", qpn, ret);
 }
 
+/* A REQ from the raw port C to B for @sid: comm ID @comm, QPN @qpn, and
+ * the requester's patience (response timeout, retries). */
+static void raw_req_msg(struct cep_msg *m, uint32_t comm, uint64_t sid, uint32_t qpn,
+			uint8_t rcrt, uint8_t retries)
+{
+	cep_msg_init(m, CEP_MSG_REQ, 0x5100000000ull | comm);
+	m->u.req.local_comm_id = comm;
+	m->u.req.service_id = sid;
+	m->u.req.local_ca_guid = GUID_C;
+	m->u.req.local_qpn = qpn;
+	m->u.req.starting_psn = 1;
+	m->u.req.remote_cm_response_timeout = rcrt;
+	m->u.req.local_cm_response_timeout = 10;
+	m->u.req.max_cm_retries = retries;
+	m->u.req.partition_key = 0xffff;
+	m->u.req.path_mtu = 5;
+	m->u.req.primary.local_lid = 3;
+	m->u.req.primary.remote_lid = 2;
+	m->u.req.primary.subnet_local = 1;
+	m->u.req.primary.local_ack_timeout = 6;
+	m->u.req.primary.packet_rate = 3;
+}
+
 /* dup-req-storm: every thread sends the same few REQs many times from a
  * raw port; node B must create exactly one passive id per REQ. */
 static void dup_req_burst(struct cm_run *r, uint64_t *rng, unsigned round_id)
@@ -367,24 +390,9 @@ static void dup_req_burst(struct cm_run *r, uint64_t *rng, unsigned round_id)
 	struct cep_msg m;
 	uint32_t comm = 0x700000u + round_id * 16 + (uint32_t)(stress_rand(rng) % 4);
 
-	cep_msg_init(&m, CEP_MSG_REQ, 0x5100000000ull | comm);
-	m.u.req.local_comm_id = comm;
-	m.u.req.service_id = SID;
-	m.u.req.local_ca_guid = GUID_C;
-	m.u.req.local_qpn = 0x300000u + comm % 0x1000;
-	m.u.req.starting_psn = 1;
 	/* Its patience (16 tries of ~4.3 s) outlasts the round that repeats
 	 * it: B may expire a half-open id only once the requester gave up. */
-	m.u.req.remote_cm_response_timeout = 20;
-	m.u.req.local_cm_response_timeout = 10;
-	m.u.req.max_cm_retries = 15;
-	m.u.req.partition_key = 0xffff;
-	m.u.req.path_mtu = 5;
-	m.u.req.primary.local_lid = 3;
-	m.u.req.primary.remote_lid = 2;
-	m.u.req.primary.subnet_local = 1;
-	m.u.req.primary.local_ack_timeout = 6;
-	m.u.req.primary.packet_rate = 3;
+	raw_req_msg(&m, comm, SID, 0x300000u + comm % 0x1000, 20, 15);
 	if (cep_msg_encode(&m, mad)) {
 		stress_fail(r->name, "encode REQ");
 		return;
@@ -454,22 +462,7 @@ static void request_flood(struct cm_run *r, uint64_t x)
 		m.u.sidr_req.service_id = sid;
 		m.u.sidr_req.partition_key = 0xffff;
 	} else {
-		cep_msg_init(&m, CEP_MSG_REQ, 0x5300000000ull | n);
-		m.u.req.local_comm_id = n;
-		m.u.req.service_id = sid;
-		m.u.req.local_ca_guid = GUID_C;
-		m.u.req.local_qpn = 0x400000u + n % 0x100000;
-		m.u.req.starting_psn = 1;
-		m.u.req.remote_cm_response_timeout = 12;
-		m.u.req.local_cm_response_timeout = 12;
-		m.u.req.max_cm_retries = 2;
-		m.u.req.partition_key = 0xffff;
-		m.u.req.path_mtu = 5;
-		m.u.req.primary.local_lid = 3;
-		m.u.req.primary.remote_lid = 2;
-		m.u.req.primary.subnet_local = 1;
-		m.u.req.primary.local_ack_timeout = 6;
-		m.u.req.primary.packet_rate = 3;
+		raw_req_msg(&m, n, sid, 0x400000u + n % 0x100000, 12, 2); /* expires soon */
 	}
 	if (cep_msg_encode(&m, mad)) {
 		stress_fail(r->name, "encode");

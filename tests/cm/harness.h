@@ -460,6 +460,23 @@ static struct cep_cm_id *establish(struct cep_cm_id **passive, uint32_t qa, uint
 	return a;
 }
 
+/* C (raw) sends a REQ that B accepts on qb: B's id, in REP_SENT (the
+ * REP is the @nrep-th C received). */
+static struct cep_cm_id *raw_to_rep_sent(uint32_t comm_id, uint32_t qpn, uint32_t qb, int nrep)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	raw_req(&m, comm_id, qpn);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, nrep));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REP_SENT);
+	return b;
+}
+
 /* C (raw) connects to B; B accepts on qb. Returns B's id. */
 static struct cep_cm_id *raw_establish(uint32_t comm_id, uint32_t qpn, uint32_t qb,
 				       uint32_t *b_comm)

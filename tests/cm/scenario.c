@@ -963,13 +963,7 @@ static void t_rej_rep_sent(void)
 
 	setup(2, 0);
 	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
-	raw_req(&m, 0x7400, 0x900);
-	raw_send(&m, LID_B);
-	CHECK(raw_wait(CEP_MSG_REP, 1));
-	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
-	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REP_SENT);
+	b = raw_to_rep_sent(0x7400, 0x900, 0x101, 1);
 	CHECK_EQ(cep_cm_reject(b, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), 0);
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x7400);
@@ -979,12 +973,9 @@ static void t_rej_rep_sent(void)
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	check_binding(&B, 0x101, CEP_BINDING_INVALID);
 	/* destroy in MRA_REP_RCVD */
-	raw_req(&m, 0x7401, 0x901);
-	raw_send(&m, LID_B);
-	CHECK(raw_wait(CEP_MSG_REP, 2));
+	b = raw_to_rep_sent(0x7401, 0x901, 0x101, 2);
 	uint32_t bc = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
 
-	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
 	cep_msg_init(&m, CEP_MSG_MRA, 2);
 	m.u.mra.local_comm_id = 0x7401;
 	m.u.mra.remote_comm_id = bc;
@@ -1305,13 +1296,7 @@ static void t_comm_est(void)
 
 	setup(2, 0);
 	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
-	raw_req(&m, 0x7900, 0x900);
-	raw_send(&m, LID_B);
-	CHECK(raw_wait(CEP_MSG_REP, 1));
-	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
-	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REP_SENT);
+	b = raw_to_rep_sent(0x7900, 0x900, 0x101, 1);
 	CHECK_EQ(cep_cm_notify_established(b), 0);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
 	CHECK(wait_ev(&B, CEP_CM_EV_ESTABLISHED, 1));
