@@ -174,7 +174,7 @@ static void half_open_end(struct cep_cm_id *id)
 	struct cep_cm_id *l = id->listener;
 
 	id->listener = NULL;
-	atomic_fetch_sub_explicit(&l->half_open, 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&l->lis.half_open, 1, memory_order_relaxed);
 	cep_put(l->cep); /* not the listener's lock: never two id locks */
 }
 
@@ -430,7 +430,8 @@ void cm_enter_timewait(struct cep_cm_id *id)
 	cm_set_state(id, CEP_CM_TIMEWAIT);
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
-	cm_set_timer(id, TK_TIMEWAIT, id->timewait_ms);
+	/* twice the path's ACK timeout: every packet of the connection dies */
+	cm_set_timer(id, TK_TIMEWAIT, 2 * cm_ms(id->path_timeout));
 }
 
 /* Lock held: ESTABLISHED -> DREQ_SENT. */
@@ -545,7 +546,7 @@ int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev)
 void cm_maybe_post_destroyed(struct cep_cm_id *id)
 {
 	if ((id->flags & (F_USER_GONE | F_DESTROYED_POSTED)) == F_USER_GONE &&
-	    id->req_inflight == 0) {
+	    id->lis.req_inflight == 0) {
 		id->flags |= F_DESTROYED_POSTED;
 		cm_post_bits(id, W_DESTROYED);
 	}
@@ -585,6 +586,13 @@ static int addr_match(const struct cep_mad_addr *a, const struct cep_mad_addr *f
 	return from->grh_present && !memcmp(a->gid, from->gid, 16);
 }
 
+struct cm_paths *cm_paths(struct cep_cm_id *id)
+{
+	if (!id->paths)
+		id->paths = calloc(1, sizeof(*id->paths));
+	return id->paths;
+}
+
 struct cm_addr cm_path_addr(const struct cep_path *p, int remote)
 {
 	struct cm_addr a;
@@ -603,10 +611,11 @@ int cm_from_peer(struct cep_cm_id *id, unsigned w, const struct cep_mad_addr *fr
 {
 	if (addr_match(&id->peer, from))
 		return 1;
-	if (id->alt.valid) {
-		struct cep_mad_addr alt = { .lid = id->alt.lid, .grh_present = id->alt.grh };
+	if (id->paths && id->paths->alt.valid) {
+		const struct cm_addr *a = &id->paths->alt;
+		struct cep_mad_addr alt = { .lid = a->lid, .grh_present = a->grh };
 
-		memcpy(alt.gid, id->alt.gid, 16);
+		memcpy(alt.gid, a->gid, 16);
 		if (addr_match(&alt, from))
 			return 1;
 	}
@@ -732,6 +741,7 @@ static void id_release(struct cep *cep, void *ctx)
 	pthread_mutex_unlock(&l->mtx);
 	free(id->retry);
 	free(id->resend_pd);
+	free(id->paths);
 	pthread_mutex_destroy(&id->lock);
 	free(id);
 }
@@ -1404,7 +1414,9 @@ int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id, uint64_t ma
 		ret = cep_insert_listener(id->cep, service_id, mask, &existing);
 		if (ret == 0) {
 			id->service_id = service_id;
-			id->backlog = backlog ? backlog : id->cm->backlog;
+			id->lis.backlog = backlog ? backlog : id->cm->backlog;
+			id->lis.req_inflight = 0;
+			atomic_store_explicit(&id->lis.half_open, 0, memory_order_relaxed);
 			cm_set_state(id, CEP_CM_LISTEN);
 		} else if (ret == -EEXIST) {
 			ret = -EADDRINUSE;
@@ -1469,7 +1481,7 @@ static void destroy_act(struct cep_cm_id *id)
  * callback stuck for good is reported instead of hanging the caller). */
 static void wait_deliveries(struct cep_cm_id *id)
 {
-	for (unsigned i = 0; id->delivering || id->req_inflight; i++) {
+	for (unsigned i = 0; id->delivering || id->lis.req_inflight; i++) {
 		struct timespec ts = { 0, 100000 };
 
 		if (i == 100000) /* 10 s */

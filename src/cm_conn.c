@@ -80,14 +80,14 @@ int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id)
 	pthread_mutex_lock(&lid->lock);
 	if (lid->state != CEP_CM_LISTEN || (lid->flags & F_USER_GONE)) {
 		ret = -ENOENT;
-	} else if (atomic_load_explicit(&lid->half_open, memory_order_relaxed) >= lid->backlog) {
+	} else if (atomic_load_explicit(&lid->lis.half_open, memory_order_relaxed) >= lid->lis.backlog) {
 		/* Increments happen only here, under this lock: the count
 		 * cannot pass the backlog; decrements may race (a slot frees). */
 		ret = -ENOBUFS;
 	} else {
-		atomic_fetch_add_explicit(&lid->half_open, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&lid->lis.half_open, 1, memory_order_relaxed);
 		cep_get(lid->cep); /* the child's, until its half-open state ends */
-		lid->req_inflight++;
+		lid->lis.req_inflight++;
 		if (lid->channel) /* the listener's own count keeps it alive here */
 			atomic_fetch_add(&lid->channel->users, 1);
 	}
@@ -112,7 +112,7 @@ int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id)
 void cm_listener_release(struct cep_cm_id *lid)
 {
 	pthread_mutex_lock(&lid->lock);
-	lid->req_inflight--;
+	lid->lis.req_inflight--;
 	cm_maybe_post_destroyed(lid);
 	pthread_mutex_unlock(&lid->lock);
 }
@@ -240,8 +240,8 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->service_id = rq->service_id;
 	id->tid = m->hdr.tid;
 	id->peer = cm_reply_addr(from);
-	if (path_has_alt(&rq->alternate)) /* its alternate port may speak too */
-		id->alt = cm_path_addr(&rq->alternate, 0);
+	if (path_has_alt(&rq->alternate) && cm_paths(id)) /* its alternate port may speak too */
+		id->paths->alt = cm_path_addr(&rq->alternate, 0);
 	/* the peer's timeouts, clamped (CM_PEER_TIMEOUT_MAX) */
 	id->timeout_ms = cm_ms(cm_peer_t(rq->local_cm_response_timeout));
 	id->peer_timeout_ms = cm_ms(cm_peer_t(rq->remote_cm_response_timeout));
@@ -250,21 +250,18 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	 * its ACK delay); its packet life is one less (kernel
 	 * cm_format_paths_from_req). */
 	id->path_timeout = (uint8_t)cm_peer_t(rq->primary.local_ack_timeout);
-	id->timewait_ms = 2 * cm_ms(id->path_timeout);
 	id->pkt_life = (uint8_t)(id->path_timeout - (id->path_timeout > 0));
-	id->pkt_life_ms = cm_ms(id->pkt_life);
 	/* QP attributes (cep_cm_init_qp_attr): the REQ's half. A REQ the
 	 * glue cannot use (e.g. RD) leaves them unset: -ENODATA later. */
 	(void)cep_qp_params_passive(&id->qpp, &cm->port, rq);
 	cm_set_state(id, CEP_CM_REQ_RCVD);
 	/* The requester gives up after 1 + Max CM Retries tries of 2 x packet
 	 * life + our response timeout: then this half-open id expires. */
-	id->expire_ms = (uint32_t)((1u + id->max_retries) *
-				   (2 * id->pkt_life_ms + id->peer_timeout_ms));
 	if (cm->auto_mra)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
 	else
-		cm_set_timer(id, TK_EXPIRE, id->expire_ms);
+		cm_set_timer(id, TK_EXPIRE, (1u + id->max_retries) *
+					    (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms));
 	cm_ev_init(&ev, id, CEP_CM_EV_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);
@@ -381,7 +378,6 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	 * cm_rep_handler): timewait is twice it. */
 	id->path_timeout = cep_qp_ack_timeout((uint8_t)cm_peer_t(rp->target_ack_delay),
 					      id->pkt_life);
-	id->timewait_ms = 2 * cm_ms(id->path_timeout);
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	(void)cep_qp_params_active_rep(&id->qpp, rp); /* the REP's half */
@@ -851,9 +847,10 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	}
 	id->peer.qpn = 1;
 	id->peer.qkey = CEP_QP1_QKEY;
-	id->alt = path_has_alt(&p->alternate) ? cm_path_addr(&p->alternate, 1)
-					      : (struct cm_addr){ .valid = 0 };
-	id->lap_alt.valid = 0;
+	if (id->paths) /* nothing of a previous connection's paths */
+		memset(id->paths, 0, sizeof(*id->paths));
+	if (path_has_alt(&p->alternate) && cm_paths(id))
+		id->paths->alt = cm_path_addr(&p->alternate, 1);
 	id->local_qpn = p->qpn;
 	/* a new connection: nothing of the previous peer's */
 	id->remote_id = 0;
@@ -861,13 +858,11 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	id->remote_ca_guid = 0;
 	id->service_id = p->service_id;
 	id->pkt_life = p->packet_life_time;
-	id->pkt_life_ms = cm_ms(p->packet_life_time);
-	id->timeout_ms = 2 * id->pkt_life_ms + cm_ms(p->remote_cm_response_timeout);
+	id->timeout_ms = 2 * cm_ms(id->pkt_life) + cm_ms(p->remote_cm_response_timeout);
 	id->peer_timeout_ms = cm_ms(p->local_cm_response_timeout);
 	/* until a REP tells the peer's ACK delay: the path's (kernel: the
 	 * address vector's timeout is packet life + 1) */
 	id->path_timeout = (uint8_t)(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);
-	id->timewait_ms = 2 * cm_ms(id->path_timeout);
 	id->max_retries = id->retries_left = p->max_cm_retries;
 	id->flags = (uint8_t)((id->flags & ~F_MANUAL_RTU) | (p->manual_rtu ? F_MANUAL_RTU : 0));
 	ret = cm_send_msg(id, &m, 1);
@@ -1072,9 +1067,8 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
  * (service timeout + packet life) per try: expire when that has passed. */
 void cm_req_expire_after_mra(struct cep_cm_id *id)
 {
-	id->expire_ms = (uint32_t)((1u + id->max_retries) *
-				   (cm_ms(id->mra_timeout) + cm_ms(id->path_timeout)));
-	cm_set_timer(id, TK_EXPIRE, id->expire_ms);
+	cm_set_timer(id, TK_EXPIRE, (1u + id->max_retries) *
+				    (cm_ms(id->mra_timeout) + cm_ms(id->path_timeout)));
 }
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)

@@ -79,6 +79,12 @@ struct cm_addr {
 	uint8_t valid;
 };
 
+/* An id's alternate path ends (allocated only when it has one: few do). */
+struct cm_paths {
+	struct cm_addr alt;            /* the REQ's, or a LAP's answered with success */
+	struct cm_addr lap;            /* a LAP's in flight, until its APR */
+};
+
 /* id->work_bits */
 enum {
 	W_TIMER = 1u << 0,     /* re-sync the wheel with id->deadline */
@@ -131,8 +137,6 @@ struct cep_cm_id {
 	uint32_t remote_qpn;           /* lock */
 	uint32_t timeout_ms;           /* lock: retry period */
 	uint32_t peer_timeout_ms;      /* lock: peer's wait for us (auto MRA) */
-	uint32_t timewait_ms;          /* lock */
-	uint32_t pkt_life_ms;          /* lock */
 	uint8_t state;                 /* lock: enum cep_cm_state */
 	uint8_t lap_state;             /* lock: enum cep_cm_lap_state */
 	uint8_t retries_left;          /* lock */
@@ -143,27 +147,24 @@ struct cep_cm_id {
 	uint8_t path_timeout;          /* lock: the path's ACK timeout (5 bits): MRA
 					  extensions, timewait (kernel av.timeout) */
 	uint8_t resend_len;            /* lock: bytes at resend_pd */
-	uint8_t *resend_pd;            /* lock: private data of our last MRA, RTU
-					  or DREP, sent again with it */
 	uint8_t flags;                 /* lock */
 	uint8_t delivering;            /* lock: a callback of this id is running */
-	uint32_t req_inflight;         /* lock: listener: REQ/SIDR_REQ events of its
-					  children being delivered (they use its
-					  context and channel) */
-	uint32_t backlog;              /* lock: listener: most half-open children */
-	_Atomic uint32_t half_open;    /* atomic: listener: children half-open now
-					  (incremented under its lock, decremented
-					  by each child from its own thread) */
+	uint8_t *resend_pd;            /* lock: private data of our last MRA, RTU
+					  or DREP, sent again with it */
+	struct {                       /* a listener's count of its children */
+		uint32_t req_inflight; /* lock: REQ/SIDR_REQ events of its children
+					  being delivered (they use its context
+					  and channel) */
+		uint32_t backlog;      /* lock: most half-open children */
+		_Atomic uint32_t half_open; /* children half-open now (incremented
+					  under its lock, decremented by each child) */
+	} lis;
 	struct cep_cm_id *listener;    /* lock: a half-open child: the listener it
 					  counts against (a CEP reference held) */
-	uint32_t expire_ms;            /* lock: passive: how long the requester
-					  waits for us in all (TK_EXPIRE) */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
+	struct cm_paths *paths;        /* lock: alternate path ends, or NULL */
 	struct cep_mad_addr peer;      /* lock: where the peer's CM listens; its
 					  messages must come from there (or alt) */
-	struct cm_addr alt;            /* lock: the alternate path's far end
-					  (REQ, or a LAP answered with success) */
-	struct cm_addr lap_alt;        /* lock: a LAP's path, until its APR */
 	struct cep_qp_params qpp;      /* lock: QP attributes negotiated so far */
 	struct cep_cm_id *all_next, *all_prev; /* cm->idl[worker].mtx */
 };
@@ -296,6 +297,9 @@ void cm_maybe_post_destroyed(struct cep_cm_id *id);
 struct cep_cm_id *cm_find_id(struct cep_cm *cm, uint32_t comm_id);
 struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours, uint32_t theirs,
 			       const struct cep_mad_addr *from);
+/* Locked: the id's alternate path ends, allocated on first use (NULL:
+ * no memory; the alternate then counts as absent). */
+struct cm_paths *cm_paths(struct cep_cm_id *id);
 /* Locked: @from is the id's peer (primary or installed alternate path);
  * counts a drop (ADDRESS) and returns 0 when it is not. */
 int cm_from_peer(struct cep_cm_id *id, unsigned w, const struct cep_mad_addr *from);

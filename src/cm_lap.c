@@ -40,7 +40,8 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		goto out;
 	}
 	id->lap_state = CEP_CM_LAP_RCVD;
-	id->lap_alt = cm_path_addr(&m->u.lap.alternate, 0); /* the sender's end */
+	if (cm_paths(id)) /* the sender's end, installed by our APR success */
+		id->paths->lap = cm_path_addr(&m->u.lap.alternate, 0);
 	id->tid = m->hdr.tid; /* our MRA and APR echo it (kernel cm_lap_handler) */
 	id->peer_timeout_ms = cm_ms(cm_peer_t(m->u.lap.remote_cm_response_timeout));
 	if (cm->auto_mra)
@@ -72,8 +73,8 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
 	cm_clear_timer(id);
-	if (m->u.apr.ap_status == CEP_APR_SUCCESS) /* the path is installed */
-		id->alt = id->lap_alt;
+	if (m->u.apr.ap_status == CEP_APR_SUCCESS && id->paths) /* the path is installed */
+		id->paths->alt = id->paths->lap;
 	cm_ev_init(&ev, id, CEP_CM_EV_APR_RECEIVED);
 	ev.status = m->u.apr.ap_status;
 	cm_ev_msg(&ev, m, from);
@@ -111,9 +112,10 @@ int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 	if (ret)
 		goto out;
 	id->lap_state = CEP_CM_LAP_SENT;
-	id->lap_alt = cm_path_addr(alt, 1);
+	if (cm_paths(id))
+		id->paths->lap = cm_path_addr(alt, 1);
 	id->retries_left = id->max_retries;
-	id->timeout_ms = 2 * id->pkt_life_ms + cm_ms(remote_cm_response_timeout);
+	id->timeout_ms = 2 * cm_ms(id->pkt_life) + cm_ms(remote_cm_response_timeout);
 	cm_set_timer(id, TK_RETRY, id->timeout_ms);
 out:
 	pthread_mutex_unlock(&id->lock);
@@ -146,8 +148,8 @@ int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t i
 	cm_copy_pdata(m.u.apr.private_data, pdata, len);
 	cm_send_msg(id, &m, 0);
 	id->lap_state = CEP_CM_LAP_IDLE;
-	if (status == CEP_APR_SUCCESS) /* the path is installed */
-		id->alt = id->lap_alt;
+	if (status == CEP_APR_SUCCESS && id->paths) /* the path is installed */
+		id->paths->alt = id->paths->lap;
 	cm_clear_timer(id);
 out:
 	pthread_mutex_unlock(&id->lock);
