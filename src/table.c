@@ -476,6 +476,35 @@ int cep_remove_listener(struct cep *cep)
 	return cep ? key_remove(cep, IDX_LISTEN) : -EINVAL;
 }
 
+/* Removed keys (GONE) become insertable again (NONE) once a grace period
+ * has passed since their removal: a reader may still stand on the removed
+ * node, and rculfhash forbids re-adding a node before that. Blocks for one
+ * grace period, and only when a key is GONE. Not from a read side. For an
+ * id that connects again (the CM); a destroyed CEP keeps its keys GONE. */
+int cep_keys_recycle(struct cep *cep)
+{
+	int gone = 0;
+
+	for (int idx = 0; idx < IDX_NKEYS; idx++)
+		gone |= atomic_load(&cep->key_state[idx]) == KEY_GONE;
+	if (!gone)
+		return 0;
+	if (atomic_load(&cep->state) != CEP_LIVE)
+		return -ESTALE;
+	cep_rcu_thread_ensure();
+	urcu_memb_synchronize_rcu();
+	/* Readers of the removed nodes finished before this point. */
+	cep_tsan_acquire(&cep_tsan_grace_period);
+	for (int idx = 0; idx < IDX_NKEYS; idx++) {
+		uint8_t s = KEY_GONE;
+
+		/* CAS: a destroy racing with us leaves it GONE or NONE, and a
+		 * claim on a destroyed CEP fails on its state (key_claim). */
+		atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_NONE);
+	}
+	return 0;
+}
+
 int cep_lookup_remote_id(struct cep_table *t, uint32_t remote_comm_id,
 			 uint64_t remote_ca_guid, struct cep **out)
 {

@@ -121,6 +121,11 @@ void cep_binding_release(struct cep_table *t, uint32_t qpn, uint32_t cid);
  * period). For teardown paths (cep_cm_destroy). */
 void cep_table_for_each(struct cep_table *t, void (*fn)(struct cep *cep, void *ctx), void *ctx);
 
+/* table.c: make @cep's removed secondary keys (GONE) insertable again,
+ * after a grace period (synchronize_rcu: not from a read side). For an id
+ * that connects again. 0, -ESTALE (destroyed). */
+int cep_keys_recycle(struct cep *cep);
+
 /* binding.c: RCU callback freeing a QP record. */
 void cep_qp_free_rcu(struct rcu_head *head);
 

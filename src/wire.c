@@ -483,6 +483,10 @@ void cep_msg_init(struct cep_msg *m, enum cep_msg_type type, uint64_t tid)
 	m->hdr.attr_id = cep_msg_attr_id(type);
 }
 
+/* wire.h gives C++ the counters as alignas(8) uint64_t: same layout. */
+_Static_assert(sizeof(_Atomic uint64_t) == 8 && _Alignof(_Atomic uint64_t) == 8,
+	       "cep_wire_stats: C and C++ layouts differ");
+
 uint64_t cep_wire_stats_refused(const struct cep_wire_stats *stats, enum cep_wire_error why)
 {
 	if (!stats || (unsigned)why >= CEP_WIRE_ERR_COUNT)
