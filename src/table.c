@@ -405,8 +405,8 @@ static int key_insert(struct cep *cep, int idx, uint64_t a, uint64_t b, struct c
 	return 0;
 }
 
-CEP_EXPORT int cep_insert_remote_id(struct cep *cep, uint32_t remote_comm_id,
-				    uint64_t remote_ca_guid, struct cep **existing)
+int cep_insert_remote_id(struct cep *cep, uint32_t remote_comm_id,
+			 uint64_t remote_ca_guid, struct cep **existing)
 {
 	int ret;
 
@@ -418,8 +418,8 @@ CEP_EXPORT int cep_insert_remote_id(struct cep *cep, uint32_t remote_comm_id,
 	return key_insert(cep, IDX_REMOTE_ID, remote_comm_id, remote_ca_guid, existing);
 }
 
-CEP_EXPORT int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
-				     uint64_t remote_ca_guid, struct cep **existing)
+int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
+			  uint64_t remote_ca_guid, struct cep **existing)
 {
 	int ret;
 
@@ -431,8 +431,8 @@ CEP_EXPORT int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
 	return key_insert(cep, IDX_REMOTE_QPN, remote_qpn, remote_ca_guid, existing);
 }
 
-CEP_EXPORT int cep_insert_listener(struct cep *cep, uint64_t service_id, uint64_t mask,
-				   struct cep **existing)
+int cep_insert_listener(struct cep *cep, uint64_t service_id, uint64_t mask,
+			struct cep **existing)
 {
 	int ret;
 
@@ -483,17 +483,17 @@ static int key_remove(struct cep *cep, int idx)
 	return 0;
 }
 
-CEP_EXPORT int cep_remove_remote_id(struct cep *cep)
+int cep_remove_remote_id(struct cep *cep)
 {
 	return cep ? key_remove(cep, IDX_REMOTE_ID) : -EINVAL;
 }
 
-CEP_EXPORT int cep_remove_remote_qpn(struct cep *cep)
+int cep_remove_remote_qpn(struct cep *cep)
 {
 	return cep ? key_remove(cep, IDX_REMOTE_QPN) : -EINVAL;
 }
 
-CEP_EXPORT int cep_remove_listener(struct cep *cep)
+int cep_remove_listener(struct cep *cep)
 {
 	return cep ? key_remove(cep, IDX_LISTEN) : -EINVAL;
 }
@@ -512,14 +512,14 @@ static int lookup_pair(struct cep_table *t, int idx, uint64_t a, uint64_t b, str
 	return cep ? 0 : -ENOENT;
 }
 
-CEP_EXPORT int cep_lookup_remote_id(struct cep_table *t, uint32_t remote_comm_id,
-				    uint64_t remote_ca_guid, struct cep **out)
+int cep_lookup_remote_id(struct cep_table *t, uint32_t remote_comm_id,
+			 uint64_t remote_ca_guid, struct cep **out)
 {
 	return lookup_pair(t, IDX_REMOTE_ID, remote_comm_id, remote_ca_guid, out);
 }
 
-CEP_EXPORT int cep_lookup_remote_qpn(struct cep_table *t, uint32_t remote_qpn,
-				     uint64_t remote_ca_guid, struct cep **out)
+int cep_lookup_remote_qpn(struct cep_table *t, uint32_t remote_qpn,
+			  uint64_t remote_ca_guid, struct cep **out)
 {
 	return lookup_pair(t, IDX_REMOTE_QPN, remote_qpn, remote_ca_guid, out);
 }
@@ -587,7 +587,7 @@ static void mask_set_update(struct cep_table *t, uint64_t mask, int delta)
 		cep_call_rcu(&old->rcu, old, mask_set_free);
 }
 
-CEP_EXPORT int cep_lookup_listener(struct cep_table *t, uint64_t service_id, struct cep **out)
+int cep_lookup_listener(struct cep_table *t, uint64_t service_id, struct cep **out)
 {
 	struct cep_mask_set *ms;
 	struct cep *cep = NULL;

@@ -18,6 +18,7 @@
 #include "index.h"
 #include "rcu.h"
 #include "slab.h"
+#include "table_keys.h"
 #include "yield.h"
 
 /* cep.state */
