@@ -55,6 +55,9 @@ struct policy {
 	int destroy_on_req;    /* return non-zero from the REQ callback */
 	int destroy_on_error;  /* return non-zero from REQ_ERROR / REP_ERROR */
 	int manual_drep;       /* accept with manual_drep: DREQ_RCVD stays */
+	/* active: connect again from the REJ_RECEIVED callback (a worker) */
+	const struct cep_cm_conn_param *reconnect;
+	_Atomic int reconnects, reconnect_errors;
 };
 
 struct node {
@@ -160,6 +163,14 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	case CEP_CM_EV_REQ_ERROR:
 	case CEP_CM_EV_REP_ERROR:
 		return n->pol.destroy_on_error;
+	case CEP_CM_EV_REJ_RECEIVED:
+		if (n->pol.reconnect) {
+			if (cep_cm_connect(id, n->pol.reconnect))
+				atomic_fetch_add(&n->pol.reconnect_errors, 1);
+			else
+				atomic_fetch_add(&n->pol.reconnects, 1);
+		}
+		return 0;
 	case CEP_CM_EV_SIDR_REQ_RECEIVED:
 		if (n->pol.on_sidr_answer)
 			cep_cm_sidr_rep(id, CEP_SIDR_SUCCESS, 0x777, 0x1234, "sidr", 5);

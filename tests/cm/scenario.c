@@ -953,6 +953,53 @@ static void t_reconnect(void)
 	teardown_all();
 }
 
+/* The same from a CM worker, on an id whose remote keys were removed when
+ * its first connection's timewait ended: A connects to a service nobody
+ * listens on, and its REJ_RECEIVED callback connects again to the right
+ * one (the kernel's cm_id handler may call ib_send_cm_req). Under
+ * CEP_RCU=qsbr (cm-reconnect-callback-qsbr) the worker is an online QSBR
+ * reader: nothing on the path may wait for a grace period. */
+static void t_reconnect_callback(void)
+{
+	struct cep_cm_conn_param p, wrong;
+	struct cep_cm_id *a, *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	wrong = p;
+	wrong.service_id = SID + 1;
+	for (int round = 1; round <= 3; round++) {
+		if (round == 1) {
+			CHECK_EQ(cep_cm_connect(a, &p), 0);
+		} else {
+			A.pol.reconnect = &p;
+			CHECK_EQ(cep_cm_connect(a, &wrong), 0);
+			CHECK(wait_ev(&A, CEP_CM_EV_REJ_RECEIVED, round - 1));
+		}
+		CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, round));
+		A.pol.reconnect = NULL;
+		CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+		check_binding(&A, 0x100, cep_cm_id_local_comm_id(a));
+		b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+		CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+		CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, round));
+		advance_ms(10);
+		CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, round));
+		CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, round));
+		CHECK_EQ(cep_cm_destroy_id(b), 0);
+	}
+	CHECK_EQ(atomic_load(&A.pol.reconnects), 2);
+	CHECK_EQ(atomic_load(&A.pol.reconnect_errors), 0);
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
+	CHECK_EQ(stats_of(&B).rej_received[CEP_REJ_STALE_CONN], 0);
+	teardown_all();
+}
+
 /* Reject (REP_SENT) and destroy (MRA_REP_RCVD) after our REP went out:
  * the peer already has our QPN, so the QP stays bound to the id through
  * timewait, as the kernel's ib_send_cm_rej enters timewait there. */
@@ -1954,6 +2001,7 @@ static const struct {
 	{ "rej-unmatched", t_rej_unmatched },
 	{ "rej-rep-sent", t_rej_rep_sent },
 	{ "reconnect", t_reconnect },
+	{ "reconnect-callback", t_reconnect_callback },
 	{ "establish", t_establish },
 	{ "rej-consumer", t_rej_consumer },
 	{ "rej-no-listener", t_rej_no_listener },
