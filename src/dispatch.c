@@ -5,8 +5,10 @@
  * without annotations); the work stack is a Treiber stack the worker empties
  * with one exchange (no ABA: the consumer never pops single nodes). A worker
  * sleeps on a condition variable only after announcing it, and producers
- * wake it only when it announced; the sleep is also bounded by the next
- * timer tick, so a wake-up can be late by at most one tick, never lost.
+ * wake it only when it announced, so a wake-up is never lost. An idle
+ * worker yields a while before it sleeps only after MADs or work items,
+ * and sleeps until its next timer is due (at most SLEEP_MAX_MS), so armed
+ * timers cost a wake-up per expiry, not one per millisecond.
  * With a virtual clock (cep/clock.h) time moves only by an advance, which
  * posts a tick item to every worker; the tick runs the wheel, so timers due
  * after an advance fire inside an item that quiesce waits for.
@@ -263,6 +265,27 @@ static int dispatch_clock_is_self(struct cep_clock_sub *s)
 							 offsetof(struct cep_dispatch, sub))) >= 0;
 }
 
+/* Yields of an idle worker before it sleeps, after it did work. */
+#define SPIN_YIELDS 64
+/* The longest sleep: a safety net (a wake-up is never lost), and the bound
+ * with a virtual clock, whose advance posts a tick to wake the worker. */
+#define SLEEP_MAX_MS 50
+
+/* How long the worker may sleep: until its next timer is due (real time),
+ * at most SLEEP_MAX_MS; 0 if one is due now. Worker. */
+static long sleep_ns(struct worker *w)
+{
+	const struct cep_clock *c = w->d->attr.clock;
+	uint64_t due, now;
+
+	if (!w->wheel.armed || cep_clock_is_virtual(c))
+		return SLEEP_MAX_MS * 1000000L;
+	/* The wheel fires a timer of tick t once the clock's ms reach t. */
+	due = cep_wheel_next(&w->wheel, SLEEP_MAX_MS) * 1000000u;
+	now = cep_clock_now_ns(c);
+	return due > now ? (long)(due - now) : 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -278,9 +301,10 @@ static void *worker_main(void *arg)
 		d->attr.ops.thread_start(d->attr.ctx, w->idx);
 	for (;;) {
 		size_t n = drain_ring(w, 256);
+		size_t fired;
 
 		n += drain_works(w);
-		n += run_wheel(w);
+		fired = run_wheel(w);
 		/* Between batches the worker holds nothing it found under RCU
 		 * without a reference. */
 		cep_rcu_worker_quiescent();
@@ -288,9 +312,16 @@ static void *worker_main(void *arg)
 			idle = 0;
 			continue;
 		}
+		if (fired)
+			continue; /* look again, but timers alone earn no spinning */
 		if (atomic_load_explicit(&d->stop, memory_order_acquire))
 			break;
-		if (++idle < 64) {
+		/* Yield a while before sleeping only after work: within a burst
+		 * the next MAD is likely soon, and a sleep costs a futex wake to
+		 * the producer. A wake-up that found nothing (a timer not due
+		 * yet, the bound) sleeps again at once. */
+		if (idle < SPIN_YIELDS) {
+			idle++;
 			sched_yield();
 			continue;
 		}
@@ -302,12 +333,13 @@ static void *worker_main(void *arg)
 			    atomic_load_explicit(&w->done, memory_order_relaxed) &&
 		    !atomic_load_explicit(&d->stop, memory_order_relaxed)) {
 			struct timespec ts;
-			/* Real time: wake for the next tick while timers are armed.
-			 * Virtual time moves only by an advance, which posts a tick:
-			 * the bound is a safety net, never needed for progress. */
-			long ns = w->wheel.armed && !cep_clock_is_virtual(d->attr.clock)
-					  ? 1000000L : 50000000L;
+			long ns = sleep_ns(w);
 
+			if (ns == 0) {
+				idle = SPIN_YIELDS;
+				atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
+				continue; /* a timer is due: run the wheel */
+			}
 			atomic_fetch_add_explicit(&w->st_sleeps, 1, memory_order_relaxed);
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_nsec += ns;
@@ -324,7 +356,7 @@ static void *worker_main(void *arg)
 			cep_rcu_worker_idle_end();
 		}
 		atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
-		idle = 0;
+		idle = SPIN_YIELDS; /* spin again once work came */
 	}
 	cep_rcu_worker_end();
 	self_d = NULL;

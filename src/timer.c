@@ -102,6 +102,29 @@ size_t cep_wheel_run(struct cep_wheel *w, uint64_t now_ms)
 	return fired;
 }
 
+/* Timers looked at by one cep_wheel_next before it settles for "now". */
+#define NEXT_BUDGET 256
+
+uint64_t cep_wheel_next(const struct cep_wheel *w, uint64_t within)
+{
+	unsigned budget = NEXT_BUDGET;
+
+	if (w->armed == 0)
+		return w->last + within;
+	for (uint64_t tick = w->last + 1; tick <= w->last + within; tick++) {
+		const struct cep_timer *head = &w->slot[tick & (CEP_WHEEL_SLOTS - 1)];
+
+		/* A slot also holds timers of later revolutions: due only if
+		 * one expires at this tick (none expires earlier: run fired
+		 * those and arm clamps to last + 1). */
+		for (const struct cep_timer *t = head->next; t != head; t = t->next) {
+			if (t->expires <= tick || --budget == 0)
+				return tick;
+		}
+	}
+	return w->last + within;
+}
+
 void cep_wheel_drain(struct cep_wheel *w, void (*fn)(struct cep_timer *t, void *ctx),
 		     void *ctx)
 {

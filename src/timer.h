@@ -38,6 +38,11 @@ static inline int cep_timer_armed(const struct cep_timer *t) { return t->next !=
 /* Fire every timer due at or before @now_ms, each unlinked before its fn
  * runs (fn may re-arm it or arm others). Returns the number fired. */
 size_t cep_wheel_run(struct cep_wheel *w, uint64_t now_ms);
+/* The earliest tick in (last, last + @within] at which a timer is due, or
+ * last + @within if none is (@within <= CEP_WHEEL_SLOTS). Never later than
+ * the true next expiry; earlier when a crowded slot would cost more than a
+ * bounded walk (the caller then merely wakes early). For a sleep's bound. */
+uint64_t cep_wheel_next(const struct cep_wheel *w, uint64_t within);
 /* Unlink every armed timer and call @fn on each (bulk cancel). */
 void cep_wheel_drain(struct cep_wheel *w, void (*fn)(struct cep_timer *t, void *ctx),
 		     void *ctx);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Timer wheel unit test: order of expiry, cancel, re-arm from a callback,
- * timers beyond one revolution, bulk drain. */
+ * timers beyond one revolution, bulk drain, the next expiry a sleeping
+ * worker waits for. */
 #include <string.h>
 
 #include "../common/check.h"
@@ -48,6 +49,10 @@ int main(void)
 	cep_timer_arm(&wheel, &it[2].t, 1000 + CEP_WHEEL_SLOTS + 5, on_fire); /* same slot as 0 */
 	cep_timer_arm(&wheel, &it[3].t, 1010, on_fire);
 	CHECK_EQ(wheel.armed, 4);
+	/* Next due: 1003; a timer one revolution out shares 1005's slot
+	 * without being due there; within 2 ticks nothing is due. */
+	CHECK_EQ(cep_wheel_next(&wheel, 50), 1003);
+	CHECK_EQ(cep_wheel_next(&wheel, 2), 1002);
 	CHECK_EQ(cep_timer_cancel(&wheel, &it[3].t), 1);
 	CHECK_EQ(cep_timer_cancel(&wheel, &it[3].t), 0);
 	now = 1004;
@@ -59,6 +64,9 @@ int main(void)
 	CHECK_EQ(it[0].fired, 1);
 	CHECK_EQ(it[2].fired, 0); /* a revolution later */
 	CHECK(cep_timer_armed(&it[2].t));
+	/* only the far one is left: not due within a revolution's wait */
+	CHECK_EQ(cep_wheel_next(&wheel, 50), 1006 + 50);
+	CHECK_EQ(cep_wheel_next(&wheel, CEP_WHEEL_SLOTS), 1000 + CEP_WHEEL_SLOTS + 5);
 	/* move an armed timer earlier */
 	cep_timer_arm(&wheel, &it[2].t, 1008, on_fire);
 	now = 1008;
