@@ -9,4 +9,4 @@ set ylabel 'million ops/s'
 set xtics (1, 2)
 set xrange [0.5:2.5]
 set yrange [0:*]
-plot 'table-100-0-0-libcep.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'libcep', 'table-100-0-0-rculfhash.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'rculfhash', 'table-100-0-0-rwlock.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'rwlock', 'table-100-0-0-mutex.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'mutex'
+plot 'table-100-0-0-libcep-ck.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'libcep-ck', 'table-100-0-0-libcep-rculfhash.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'libcep-rculfhash', 'table-100-0-0-rculfhash.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'rculfhash', 'table-100-0-0-ck_rhs.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'ck_rhs', 'table-100-0-0-ck_ht.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'ck_ht', 'table-100-0-0-rwlock.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'rwlock', 'table-100-0-0-mutex.dat' using 1:($2/1e6):($3/1e6):($4/1e6) with yerrorlines title 'mutex'
