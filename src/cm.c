@@ -892,6 +892,12 @@ static void drop_user_ref(struct cep *cep, void *ctx)
 	pthread_mutex_lock(&id->lock);
 	user = !(id->flags & F_USER_GONE);
 	id->flags |= F_USER_GONE;
+	/* No DESTROYED will be acked: the id stops using its channel now, or
+	 * the channel stays busy (-EBUSY) forever. */
+	if (user && (id->flags & F_CHANNEL_USER)) {
+		id->flags &= (uint8_t)~F_CHANNEL_USER;
+		atomic_fetch_sub(&id->channel->users, 1);
+	}
 	pthread_mutex_unlock(&id->lock);
 	if (user)
 		cm_id_put(id);
