@@ -41,11 +41,40 @@ static void t_channel_after_cm_destroy(void)
 	teardown_all();
 }
 
+/* issue 10 #13 (engine's branch fixes it: expected to fail until then):
+ * an id whose QP was destroyed leaves the table when its timewait ends,
+ * while the application still holds it; cep_cm_destroy must free it too
+ * (cm.h: it destroys every id left) and return 0. fuzz-cm: connect,
+ * QP_DESTROY, ADVANCE 10 ms, CM_RESTART -> -EBUSY and a leak. */
+static void t_cm_destroy_after_qp_destroy(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(1, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	CHECK_EQ(cep_cm_qp_destroy(A.cm, 0x100), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_QP_DESTROYED, 1));
+	advance_ms(10); /* timewait: 2 x local ACK timeout 10 */
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(cep_is_destroyed(cep_cm_id_cep(a)), 1); /* out of the table */
+	CHECK_EQ(cep_cm_destroy(A.cm), 0);
+	node_restart(&A, GUID_A, LID_A);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } tests[] = {
 	{ "channel-after-cm-destroy", t_channel_after_cm_destroy },
+	{ "cm-destroy-after-qp-destroy", t_cm_destroy_after_qp_destroy },
 };
 
 int main(int argc, char **argv)
