@@ -43,6 +43,7 @@ struct worker {
 	_Atomic uint64_t posted, done;    /* items in and out (quiesce) */
 	_Atomic int in_timers;            /* firing timers now (quiesce) */
 	_Atomic uint64_t st_mads, st_works, st_full, st_timers, st_sleeps;
+	_Atomic uint64_t st_armed;        /* wheel.armed after the last item */
 	struct cep_work tick;             /* virtual clock moved: run the wheel */
 	_Atomic int tick_queued;          /* tick posted and not yet started */
 	struct cep_wheel wheel;           /* worker thread only */
@@ -130,6 +131,15 @@ void cep_dispatch_post_work(struct cep_dispatch *d, unsigned wi, struct cep_work
 	wake_worker(w);
 }
 
+/* Worker: publish the wheel's armed count for cep_dispatch_stats before
+ * the item that changed it counts as done, so it is exact once quiesce
+ * returns. Relaxed: a monitoring figure; quiesce's acquire of done orders
+ * it for a reader that quiesced first. */
+static void note_armed(struct worker *w)
+{
+	atomic_store_explicit(&w->st_armed, w->wheel.armed, memory_order_relaxed);
+}
+
 static size_t drain_ring(struct worker *w, size_t budget)
 {
 	size_t n = 0;
@@ -141,6 +151,7 @@ static size_t drain_ring(struct worker *w, size_t budget)
 		if (atomic_load_explicit(&s->seq, memory_order_acquire) != w->head + 1)
 			break;
 		w->d->attr.ops.mad(w->d->attr.ctx, w->idx, s->mad, s->len, &s->from);
+		note_armed(w);
 		/* release: our reads of the slot happen before a producer reuses it. */
 		atomic_store_explicit(&s->seq, w->head + w->mask + 1, memory_order_release);
 		w->head++;
@@ -171,6 +182,7 @@ static size_t drain_works(struct worker *w)
 
 		/* The node may be re-posted by fn (or after it): read next first. */
 		rev->fn(rev);
+		note_armed(w);
 		rev = next;
 		n++;
 		atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
@@ -192,6 +204,7 @@ static size_t run_wheel(struct worker *w)
 	 * timers it covers, not neither. */
 	atomic_store_explicit(&w->in_timers, 1, memory_order_seq_cst);
 	f = cep_wheel_run(&w->wheel, w->now);
+	note_armed(w);
 	atomic_store_explicit(&w->in_timers, 0, memory_order_seq_cst);
 	if (f)
 		atomic_fetch_add_explicit(&w->st_timers, f, memory_order_relaxed);
@@ -470,5 +483,6 @@ void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st)
 		st->full += atomic_load_explicit(&w->st_full, memory_order_relaxed);
 		st->timers += atomic_load_explicit(&w->st_timers, memory_order_relaxed);
 		st->sleeps += atomic_load_explicit(&w->st_sleeps, memory_order_relaxed);
+		st->armed += atomic_load_explicit(&w->st_armed, memory_order_relaxed);
 	}
 }
