@@ -47,6 +47,12 @@ double stress_now(void);
  * bug looping inside liburcu, where no sanitizer looks). */
 void stress_progress(void);
 
+/* Called by a CM scenario with its two nodes once they are up, and with
+ * NULLs before it destroys them (from the scenario's thread). NULL: none.
+ * The soak (stress/soak) samples the nodes' counters in between. */
+struct cep_cm;
+extern void (*stress_cm_observer)(struct cep_cm *a, struct cep_cm *b);
+
 /* Scenario sets, defined by the files that implement them. */
 extern const struct scenario stress_core_scenarios[];
 extern const int stress_core_count;
