@@ -6,10 +6,13 @@
  * the process's RSS and, over all four CM nodes, the live CEPs, the ids
  * allocated and the armed timers, and fails if any of them trends upward
  * once the load is steady (trend_check below; docs/stress.md "Soak").
- * The machine is shared, so it judges growth, never speed.
+ * The machine is shared, so it judges growth, never speed. --self-test
+ * runs the trend test on synthetic series; --inject-leak leaks an id and
+ * 16 KiB a second to show a real run fails then.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,6 +38,8 @@
 
 struct slot {
 	_Atomic int busy;           /* an id lives for this slot */
+	int again;                  /* its id's DESTROYED connects at once (the
+				       id's worker; set before connect) */
 	uint32_t index;
 };
 
@@ -48,6 +53,8 @@ static struct storm {
 	_Atomic int stop;
 	_Atomic uint64_t connects, established, released, failed, errors;
 } S;
+
+static void storm_connect(struct slot *sl);
 
 /* Node A: disconnect once established, destroy the id when it ends. */
 static int storm_on_a(struct cep_cm_id *id, const struct cep_cm_event *ev)
@@ -70,7 +77,12 @@ static int storm_on_a(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		atomic_fetch_add_explicit(&S.failed, 1, memory_order_relaxed);
 		return 1; /* a timewait left continues without us */
 	case CEP_CM_EV_DESTROYED:
-		atomic_store_explicit(&sl->busy, 0, memory_order_release);
+		/* The next connection of the slot at once, so the load stays
+		 * steady whatever the driver thread gets of the CPU. */
+		if (sl->again && !atomic_load(&S.stop))
+			storm_connect(sl);
+		else
+			atomic_store_explicit(&sl->busy, 0, memory_order_release);
 		return 0;
 	default:
 		return 0;
@@ -115,6 +127,9 @@ static int storm_on_b(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	}
 }
 
+/* Open the slot's next connection (the driver thread, or the previous
+ * id's DESTROYED callback). A connect refused (the QP still bound to the
+ * last connection in timewait) leaves the slot to the driver. */
 static void storm_connect(struct slot *sl)
 {
 	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = storm_on_a, .context = sl };
@@ -139,8 +154,11 @@ static void storm_connect(struct slot *sl)
 		return;
 	}
 	atomic_fetch_add_explicit(&S.connects, 1, memory_order_relaxed);
-	if (cep_cm_connect(id, &p))
+	sl->again = 1;
+	if (cep_cm_connect(id, &p)) {
+		sl->again = 0;
 		cep_cm_destroy_id(id); /* the slot frees on DESTROYED */
+	}
 }
 
 /* Keeps every free slot connecting until told to stop. */
@@ -249,11 +267,11 @@ static int storm_down(void)
 
 /* ---- sampling ------------------------------------------------------------ */
 
-enum { M_RSS, M_CEPS, M_IDS, M_TIMERS, M_N };
-static const char *const metric_names[M_N] = { "rss_kib", "ceps", "ids", "timers" };
+enum { M_RSS, M_HEAP, M_CEPS, M_IDS, M_TIMERS, M_N };
+static const char *const metric_names[M_N] = { "rss_kib", "heap_kib", "ceps", "ids", "timers" };
 /* Growth over the steady half that counts as material whatever the level
- * (a few connections' worth of ids, a few MiB of heap). */
-static const double metric_floor[M_N] = { 4096, 64, 64, 64 };
+ * (a few connections' worth of ids, 4 MiB of memory; trend_check). */
+static const double metric_floor[M_N] = { 4096, 4096, 64, 64, 64 };
 
 static pthread_mutex_t obs_mtx = PTHREAD_MUTEX_INITIALIZER;
 static struct cep_cm *obs_a, *obs_b; /* obs_mtx: the stress scenario's nodes */
@@ -266,10 +284,17 @@ static void observe(struct cep_cm *a, struct cep_cm *b)
 	pthread_mutex_unlock(&obs_mtx);
 }
 
+/* The process's resident set, after handing glibc's free heap pages back
+ * to the kernel (malloc_trim): otherwise RSS keeps the high-water mark of
+ * every burst (a backlog of RCU callbacks when the machine stalls) and a
+ * peak looks like growth; after the trim it follows what is held. */
 static uint64_t rss_kib(void)
 {
 	unsigned long size = 0, res = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
+	FILE *f;
+
+	malloc_trim(0);
+	f = fopen("/proc/self/statm", "r");
 
 	if (f) {
 		if (fscanf(f, "%lu %lu", &size, &res) != 2)
@@ -277,6 +302,14 @@ static uint64_t rss_kib(void)
 		fclose(f);
 	}
 	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE) / 1024;
+}
+
+/* Heap bytes in use (malloc'd and not freed), in KiB. */
+static uint64_t heap_kib(void)
+{
+	struct mallinfo2 mi = mallinfo2();
+
+	return (uint64_t)(mi.uordblks + mi.hblkhd) / 1024;
 }
 
 /* Add @cm's live CEPs, ids and armed timers to @v. Any thread. */
@@ -301,6 +334,41 @@ struct series {
 
 static double duration = 600, interval = 1;
 static struct series ser;
+/* --inject-leak: every sample leaks an id on the storm's node A and 16 KiB
+ * of heap (both released at the end), to show the test fails on a leak. */
+static int inject_leak;
+static struct cep_cm_id **leaked_ids;
+static void **leaked_mem;
+static unsigned nleaked;
+
+static int leak_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	(void)id;
+	(void)ev;
+	return 0;
+}
+
+static void leak_one(void)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = leak_handler };
+
+	if (nleaked >= ser.cap || cep_cm_create_id(S.a, &ia, &leaked_ids[nleaked]))
+		return;
+	leaked_mem[nleaked] = malloc(16384);
+	if (leaked_mem[nleaked])
+		memset(leaked_mem[nleaked], 1, 16384);
+	nleaked++;
+}
+
+static void leak_release(void)
+{
+	for (unsigned i = 0; i < nleaked; i++) {
+		cep_cm_destroy_id_sync(leaked_ids[i]);
+		free(leaked_mem[i]);
+	}
+	free(leaked_ids);
+	free(leaked_mem);
+}
 static FILE *csv;
 
 static void *sampler(void *arg)
@@ -321,7 +389,10 @@ static void *sampler(void *arg)
 			continue;
 		}
 		next += interval;
+		if (inject_leak)
+			leak_one();
 		v[M_RSS] = (double)rss_kib();
+		v[M_HEAP] = (double)heap_kib();
 		sample_cm(S.a, v);
 		sample_cm(S.b, v);
 		pthread_mutex_lock(&obs_mtx);
@@ -336,62 +407,118 @@ static void *sampler(void *arg)
 			ser.n++;
 		}
 		if (csv)
-			fprintf(csv, "%.1f,%.0f,%.0f,%.0f,%.0f,%" PRIu64 ",%" PRIu64 "\n", now - t0,
-				v[M_RSS], v[M_CEPS], v[M_IDS], v[M_TIMERS],
+			fprintf(csv, "%.1f,%.0f,%.0f,%.0f,%.0f,%.0f,%" PRIu64 ",%" PRIu64 "\n",
+				now - t0, v[M_RSS], v[M_HEAP], v[M_CEPS], v[M_IDS], v[M_TIMERS],
 				(uint64_t)atomic_load(&S.established), (uint64_t)atomic_load(&S.connects));
 		if (ser.n % 60 == 0)
-			printf("soak: %4.0f s  rss %6.0f KiB  ceps %5.0f  ids %5.0f  timers %5.0f  "
-			       "storm %" PRIu64 " established\n", now - t0, v[M_RSS], v[M_CEPS],
-			       v[M_IDS], v[M_TIMERS], (uint64_t)atomic_load(&S.established));
+			printf("soak: %4.0f s  rss %6.0f KiB  heap %6.0f KiB  ceps %5.0f  ids %5.0f  "
+			       "timers %5.0f  storm %" PRIu64 " established\n", now - t0, v[M_RSS],
+			       v[M_HEAP], v[M_CEPS], v[M_IDS], v[M_TIMERS],
+			       (uint64_t)atomic_load(&S.established));
 		fflush(stdout);
 	}
 	return NULL;
 }
 
-/* The trend test. Over the second half of the samples (the first half is
- * warm-up: heaps, tables and arenas reach their working size), fit a
- * least-squares line v = a + b t. The metric fails only if its projected
- * growth over that half, G = b * T, is both
- *   material:    G > max(10% of the half's mean, the metric's floor), and
- *   significant: G > 3 standard errors of b, times T,
- * so noise around a flat level (counts swing with every round of the
- * stress scenario) passes and a steady climb of a few ids a second fails. */
-static int trend_check(int m, unsigned from, unsigned to)
+static int cmp_double(const void *x, const void *y)
 {
-	double n = to - from, st = 0, sv = 0, stt = 0, stv = 0, mean, b, a, se, ssr = 0, T, G, lim;
+	double a = *(const double *)x, b = *(const double *)y;
 
-	for (unsigned i = from; i < to; i++) {
-		double t = (i - from) * interval, v = ser.v[m][i];
+	return (a > b) - (a < b);
+}
 
-		st += t;
-		sv += v;
-		stt += t * t;
-		stv += t * v;
+/* The trend test, on samples @v[0..n) taken every @dt seconds.
+ * - Steady state: the second half (the first half is warm-up: heaps,
+ *   tables and arenas reach their working size).
+ * - Split it into 10 blocks and take each block's floor, its lowest
+ *   sample. Something leaked is never freed, so it raises every later
+ *   sample, the floors too; what comes and goes (a burst of RCU callbacks
+ *   waiting for a grace period on a loaded machine, a heap spike, the
+ *   counts of a stress round) raises peaks and medians, not floors.
+ * - Fit a least-squares line to the floors; G = its slope times the
+ *   steady half's length is the growth, SE its standard error (from the
+ *   floors' scatter around the line).
+ * - RISING if G is material, G > max(10% of the steady half's median,
+ *   @abs_floor), and significant, G > 3 SE (a flat series passes this
+ *   by chance about once in a hundred runs).
+ * So a leak of one id a second (300 over the half) or of 16 KiB a second
+ * (4.7 MiB) fails, noise around a flat level passes. */
+static int trend_check(const char *name, const double *v, unsigned n, double dt,
+		       double abs_floor)
+{
+	unsigned from = n / 2, len = n - from, k = len >= 30 ? 10 : len / 3, bl;
+	double fx[10], fy[10], sx = 0, sy = 0, sxx = 0, sxy = 0, ssr = 0, b, T, G, se, lim, level;
+	int bad;
+	double *sorted = malloc(len * sizeof(double));
+
+	if (!sorted || k < 3)
+		return free(sorted), 1;
+	memcpy(sorted, v + from, len * sizeof(double));
+	qsort(sorted, len, sizeof(double), cmp_double);
+	level = sorted[len / 2];
+	free(sorted);
+	bl = len / k;
+	for (unsigned i = 0; i < k; i++) {
+		double lo = v[from + i * bl];
+
+		for (unsigned j = 1; j < bl; j++)
+			lo = fmin(lo, v[from + i * bl + j]);
+		fx[i] = (i + 0.5) * bl * dt;
+		fy[i] = lo;
+		sx += fx[i];
+		sy += fy[i];
+		sxx += fx[i] * fx[i];
+		sxy += fx[i] * fy[i];
 	}
-	mean = sv / n;
-	b = (n * stv - st * sv) / (n * stt - st * st);
-	a = (sv - b * st) / n;
-	for (unsigned i = from; i < to; i++) {
-		double t = (i - from) * interval, r = ser.v[m][i] - (a + b * t);
+	b = (k * sxy - sx * sy) / (k * sxx - sx * sx);
+	for (unsigned i = 0; i < k; i++) {
+		double r = fy[i] - (sy - b * sx) / k - b * fx[i];
 
 		ssr += r * r;
 	}
-	se = sqrt(ssr / (n - 2) / (stt - st * st / n));
-	T = (n - 1) * interval;
+	T = len * dt;
 	G = b * T;
-	lim = fmax(0.10 * mean, metric_floor[m]);
-	int bad = G > lim && G > 3 * se * T;
+	se = sqrt(ssr / (k - 2) / (sxx - sx * sx / k)) * T;
+	lim = fmax(0.10 * level, abs_floor);
+	bad = G > lim && G > 3 * se;
+	printf("soak: %-8s median %9.0f  floors %9.0f .. %9.0f  slope %+9.2f/min  growth over "
+	       "%.0f s %+9.0f (limit %.0f, 3 SE %.0f)  %s\n", name, level, fy[0], fy[k - 1], b * 60,
+	       T, G, lim, 3 * se, bad ? "RISING" : "flat");
+	return bad;
+}
 
-	printf("soak: %-8s mean %10.1f  slope %+9.3f/min  growth over %.0f s %+10.1f "
-	       "(limit %.1f, 3 SE %.1f)  %s\n", metric_names[m], mean, b * 60, T, G, lim,
-	       3 * se * T, bad ? "RISING" : "flat");
+/* The trend test on synthetic series whose answer is known: flat noise
+ * with spikes and dips passes, the same with a leak fails. */
+static int self_test(void)
+{
+	enum { N = 600 };
+	static double v[N];
+	uint64_t x = 42;
+	int bad = 0;
+
+	for (int leak = 0; leak < 2; leak++) {
+		for (int i = 0; i < N; i++) { /* RSS-like: 40 MiB +- 8, spikes to 70 */
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			v[i] = 40000 + (double)(x >> 40) / (1 << 24) * 16000 - 8000 +
+			       (i % 97 == 0 ? 30000 : 0) + (leak ? 16.0 * i : 0);
+		}
+		bad |= trend_check(leak ? "rss+leak" : "rss", v, N, 1, 4096) != leak;
+		for (int i = 0; i < N; i++) { /* counts: rounds that drain to ~0 */
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			v[i] = (i % 7 == 0 ? 3 : 300 + (double)(x >> 40) / (1 << 24) * 600) +
+			       (leak ? 1.0 * i : 0);
+		}
+		bad |= trend_check(leak ? "ids+leak" : "ids", v, N, 1, 64) != leak;
+	}
+	printf("soak: trend self-test %s\n", bad ? "FAILED" : "passed");
 	return bad;
 }
 
 static void usage(void)
 {
 	fprintf(stderr, "usage: cep-soak [--duration SECONDS] [--interval SECONDS] [--threads N] "
-			"[--slots N] [--loss P] [--seed X] [--csv FILE]\n");
+			"[--slots N] [--loss P] [--seed X] [--csv FILE] [--inject-leak] "
+			"[--self-test]\n");
 }
 
 int main(int argc, char **argv)
@@ -416,6 +543,10 @@ int main(int argc, char **argv)
 			loss = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
 			o.seed = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--self-test"))
+			return self_test();
+		else if (!strcmp(argv[i], "--inject-leak"))
+			inject_leak = 1;
 		else if (!strcmp(argv[i], "--csv") && i + 1 < argc) {
 			csv = fopen(argv[++i], "w");
 			if (!csv) {
@@ -445,8 +576,13 @@ int main(int argc, char **argv)
 	for (int m = 0; m < M_N; m++)
 		if (!(ser.v[m] = calloc(ser.cap, sizeof(double))))
 			return 2;
+	leaked_ids = calloc(ser.cap, sizeof(*leaked_ids));
+	leaked_mem = calloc(ser.cap, sizeof(*leaked_mem));
+	if (!leaked_ids || !leaked_mem)
+		return 2;
 	if (csv)
-		fprintf(csv, "t_s,rss_kib,ceps,ids,timers,storm_established,storm_connects\n");
+		fprintf(csv, "t_s,rss_kib,heap_kib,ceps,ids,timers,storm_established,"
+			     "storm_connects\n");
 	printf("soak: %.0f s, seed %" PRIu64 ": cep-stress faults (%d threads) + a storm of %u "
 	       "slots at %.0f%% loss; sampling every %.0f s\n", duration, o.seed, o.threads,
 	       nslots, loss * 100, interval);
@@ -462,6 +598,7 @@ int main(int argc, char **argv)
 	atomic_store(&S.stop, 1);
 	pthread_join(drv, NULL);
 	pthread_join(smp, NULL);
+	leak_release();
 	if (storm_down())
 		bad = 1;
 	printf("soak: storm: %" PRIu64 " connects, %" PRIu64 " established, %" PRIu64
@@ -479,7 +616,8 @@ int main(int argc, char **argv)
 		bad = 1;
 	} else {
 		for (int m = 0; m < M_N; m++)
-			bad |= trend_check(m, ser.n / 2, ser.n);
+			bad |= trend_check(metric_names[m], ser.v[m], ser.n, interval,
+					   metric_floor[m]);
 	}
 	if (csv)
 		fclose(csv);
