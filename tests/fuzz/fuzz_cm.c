@@ -12,6 +12,7 @@
  * rule aborts with "fuzz-cm: VIOLATION". See docs/stress.md.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -378,9 +379,18 @@ static void poll_channel(int k, int max)
 {
 	struct cep_cm_event *ev;
 
-	for (int i = 0; i < max && W.n[k].ch && cep_cm_get_event(W.n[k].ch, &ev) == 0; i++) {
+	for (int i = 0; i < max && W.n[k].ch; i++) {
+		struct pollfd pfd = { .fd = cep_cm_channel_fd(W.n[k].ch), .events = POLLIN };
 		struct ticket *t, *also = NULL;
 		enum act a;
+		int readable = poll(&pfd, 1, 0) == 1, rc = cep_cm_get_event(W.n[k].ch, &ev);
+
+		/* All is quiet here: cm.h, the fd is readable while an event waits. */
+		if (readable != (rc == 0))
+			fz_fail("channel fd %s, cep_cm_get_event %d", readable ? "readable" : "not readable",
+				rc);
+		if (rc)
+			break;
 
 		pthread_mutex_lock(&W.mtx);
 		t = ticket_of_event(ev->id, ev, k, 1);
@@ -1461,6 +1471,10 @@ static void *table_down(void *arg)
 	if (cs.ids)
 		fz_fail("node %c: %llu ids still allocated after the drain", "AB"[k],
 			(unsigned long long)cs.ids);
+	for (int st = 0; st < CEP_CM_STATE_COUNT; st++)
+		if (cs.states[st]) /* cm.h: ids per state now; there are none */
+			fz_fail("node %c: stats count %lld ids in %s after the drain", "AB"[k],
+				(long long)cs.states[st], cep_cm_state_name((unsigned)st));
 	for (uint32_t q = 0; q < NQP; q++) {
 		uint32_t b;
 
@@ -1521,7 +1535,19 @@ static void world_down(void)
 	for (int k = 0; k < 3; k++)
 		if (th[k])
 			pthread_join(th[k], NULL);
-	tr("cms destroyed\n");
+	struct cep_fabric_stats fs = { .size = sizeof(fs) };
+
+	/* cep/fabric.h: once quiescent, every copy of every MAD ended one way
+	 * (those still delayed or held reach the destroyed ports: dropped). */
+	advance_ms(100);
+	if (cep_fabric_stats(W.fab, &fs) ||
+	    fs.delivered + fs.lost + fs.no_route + fs.dropped_stopped + fs.dropped_full !=
+	    fs.sent + fs.duplicated)
+		fz_fail("fabric: %llu delivered + %llu lost + %llu no route + %llu stopped + %llu "
+			"full != %llu sent + %llu duplicated", (unsigned long long)fs.delivered,
+			(unsigned long long)fs.lost, (unsigned long long)fs.no_route,
+			(unsigned long long)fs.dropped_stopped, (unsigned long long)fs.dropped_full,
+			(unsigned long long)fs.sent, (unsigned long long)fs.duplicated);
 	W.c->ops->destroy(W.c);
 	if ((rc = cep_fabric_destroy(W.fab)))
 		fz_fail("fabric destroy: %d", rc);
