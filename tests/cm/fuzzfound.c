@@ -69,12 +69,59 @@ static void t_cm_destroy_after_qp_destroy(void)
 	teardown_all();
 }
 
+/* issue 10 #8 (engine's branch fixes it: expected to fail until then):
+ * a response carries the TID of the request it answers (IBTA vol. 1
+ * 13.4.6.4; the kernel's cm_dreq_handler / cm_lap_handler record it).
+ * fuzz-cm: the raw port connects to B, sends a DREQ, gets a DREP with the
+ * REQ's TID; the same for a LAP and its APR. */
+static void t_tid_echo(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(1, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	raw_req(&m, 0x5a00, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	bc = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+	cep_msg_init(&m, CEP_MSG_RTU, 0x99005a00ull);
+	m.u.rtu.local_comm_id = 0x5a00;
+	m.u.rtu.remote_comm_id = bc;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+	cep_msg_init(&m, CEP_MSG_LAP, 0x5555);
+	m.u.lap.local_comm_id = 0x5a00;
+	m.u.lap.remote_comm_id = bc;
+	m.u.lap.remote_qpn_eecn = 0x101;
+	m.u.lap.remote_cm_response_timeout = 12;
+	path_to(&m.u.lap.alternate, LID_C, LID_B);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_apr(b, CEP_APR_SUCCESS, NULL, 0, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_APR, 1));
+	CHECK_EQ(raw_last(CEP_MSG_APR).hdr.tid, 0x5555);
+	cep_msg_init(&m, CEP_MSG_DREQ, 0x4444);
+	m.u.dreq.local_comm_id = 0x5a00;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x101;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_DREP).hdr.tid, 0x4444);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } tests[] = {
 	{ "channel-after-cm-destroy", t_channel_after_cm_destroy },
 	{ "cm-destroy-after-qp-destroy", t_cm_destroy_after_qp_destroy },
+	{ "tid-echo", t_tid_echo },
 };
 
 int main(int argc, char **argv)

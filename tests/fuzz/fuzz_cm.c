@@ -95,6 +95,11 @@ static struct world {
 	struct ticket overflow;     /* ids beyond MAXT: destroyed at once */
 	struct cep_msg seen[NSEEN]; /* what the raw port received */
 	unsigned nseen;
+	struct {                    /* what it sent: requests and REPs */
+		uint64_t tid;
+		uint8_t type;
+	} sent[NSEEN];
+	unsigned nsent;
 	uint64_t next_tid;
 	unsigned workers;
 	int racing;                 /* a RACE is running */
@@ -408,6 +413,51 @@ static void poll_channel(int k, int max)
 
 /* ---- the world ------------------------------------------------------------ */
 
+/* W.mtx held: the raw port sent a @type with @tid (of its last NSEEN). */
+static int raw_sent(enum cep_msg_type type, uint64_t tid)
+{
+	for (unsigned i = 0; i < NSEEN && i < W.nsent; i++)
+		if (W.sent[i].type == type && W.sent[i].tid == tid)
+			return 1;
+	return 0;
+}
+
+/* A response to the raw port must carry the TID of the request it answers
+ * (IBTA vol. 1 13.4.6.4; the kernel sets it in every handler): a REP or
+ * an MRA of a REQ echoes a REQ the port sent, a SIDR_REP a SIDR_REQ, a
+ * DREP a DREQ, an APR or an MRA of a LAP a LAP. (REJ and an MRA of a REP
+ * answer transactions the port may have answered with any TID itself.)
+ * W.mtx held. */
+static void check_tid_echo(const struct cep_msg *m)
+{
+	enum cep_msg_type want = CEP_MSG_INVALID;
+	int issue10_8 = 0;
+
+	switch (m->type) {
+	case CEP_MSG_REP: want = CEP_MSG_REQ; break;
+	case CEP_MSG_SIDR_REP: want = CEP_MSG_SIDR_REQ; break;
+	case CEP_MSG_DREP: want = CEP_MSG_DREQ; issue10_8 = 1; break;
+	case CEP_MSG_APR: want = CEP_MSG_LAP; issue10_8 = 1; break;
+	case CEP_MSG_MRA:
+		if (m->u.mra.message_mraed == CEP_MSG_CODE_REQ)
+			want = CEP_MSG_REQ;
+		else if (m->u.mra.message_mraed == CEP_MSG_CODE_OTHER)
+			want = CEP_MSG_LAP, issue10_8 = 1;
+		break;
+	default:
+		break;
+	}
+#if FUZZ_CM_AVOID_ISSUE10
+	if (issue10_8) /* issue 10 #8: DREP, APR and an MRA of a LAP reuse an old TID */
+		return;
+#else
+	(void)issue10_8;
+#endif
+	if (want != CEP_MSG_INVALID && !raw_sent(want, m->hdr.tid))
+		fz_fail("%s to the raw port with TID %#llx: no %s it sent had that TID",
+			cep_msg_name(m->type), (unsigned long long)m->hdr.tid, cep_msg_name(want));
+}
+
 static void raw_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_mad_addr *from)
 {
 	struct cep_msg m;
@@ -418,6 +468,7 @@ static void raw_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep
 		return;
 	pthread_mutex_lock(&W.mtx);
 	W.seen[W.nseen++ % NSEEN] = m;
+	check_tid_echo(&m);
 	pthread_mutex_unlock(&W.mtx);
 }
 
@@ -453,7 +504,7 @@ static void world_up(uint8_t header)
 	memset(&W.slot, 0, sizeof(W.slot));
 	memset(&W.core_ids, 0, sizeof(W.core_ids));
 	W.nt = W.racing = W.draining = W.opno = 0;
-	W.nseen = 0;
+	W.nseen = W.nsent = 0;
 	W.next_tid = 0x77000000ull;
 	W.workers = force_workers ? (unsigned)force_workers : (header & FZ_H_WORKERS2) ? 2 : 1;
 	W.n[FZ_A].auto_mra = !!(header & FZ_H_AUTO_MRA_A);
@@ -740,6 +791,12 @@ static void op_raw(const struct op *o)
 		mad[o->a[7] % CEP_MAD_SIZE] = o->a[2];
 	tr("    raw %s to %c\n", type == CEP_MSG_INVALID ? "damaged" : cep_msg_name(type),
 	   "AB"[to]);
+	if (cep_msg_decode(mad, sizeof(mad), &m, NULL) == 0) { /* what the peer will see */
+		pthread_mutex_lock(&W.mtx);
+		W.sent[W.nsent % NSEEN].tid = m.hdr.tid;
+		W.sent[W.nsent++ % NSEEN].type = (uint8_t)m.type;
+		pthread_mutex_unlock(&W.mtx);
+	}
 	W.c->ops->send(W.c, mad, sizeof(mad), &dst);
 }
 
