@@ -523,7 +523,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	struct stress_opts o = { .threads = 4, .seed = 0 };
+	struct stress_opts o = { .threads = 4, .seed = 0, .verbose = 1 };
 	unsigned nslots = 256;
 	double loss = 0.2;
 	const struct scenario *faults = NULL;

@@ -95,10 +95,10 @@ static struct world {
 	struct ticket overflow;     /* ids beyond MAXT: destroyed at once */
 	struct cep_msg seen[NSEEN]; /* what the raw port received */
 	unsigned nseen;
-	struct {                    /* what it sent: requests and REPs */
+	struct {                    /* what it sent (one MAD per operation) */
 		uint64_t tid;
 		uint8_t type;
-	} sent[NSEEN];
+	} sent[MAXOPS];
 	unsigned nsent;
 	uint64_t next_tid;
 	unsigned workers;
@@ -413,10 +413,10 @@ static void poll_channel(int k, int max)
 
 /* ---- the world ------------------------------------------------------------ */
 
-/* W.mtx held: the raw port sent a @type with @tid (of its last NSEEN). */
+/* W.mtx held: the raw port sent a @type with @tid in this input. */
 static int raw_sent(enum cep_msg_type type, uint64_t tid)
 {
-	for (unsigned i = 0; i < NSEEN && i < W.nsent; i++)
+	for (unsigned i = 0; i < W.nsent; i++)
 		if (W.sent[i].type == type && W.sent[i].tid == tid)
 			return 1;
 	return 0;
@@ -461,7 +461,6 @@ static void check_tid_echo(const struct cep_msg *m)
 static void raw_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_mad_addr *from)
 {
 	struct cep_msg m;
-
 	enum cep_wire_error why;
 
 	(void)ctx;
@@ -797,8 +796,10 @@ static void op_raw(const struct op *o)
 	   "AB"[to]);
 	if (cep_msg_decode(mad, sizeof(mad), &m, NULL) == 0) { /* what the peer will see */
 		pthread_mutex_lock(&W.mtx);
-		W.sent[W.nsent % NSEEN].tid = m.hdr.tid;
-		W.sent[W.nsent++ % NSEEN].type = (uint8_t)m.type;
+		if (W.nsent < MAXOPS) {
+			W.sent[W.nsent].tid = m.hdr.tid;
+			W.sent[W.nsent++].type = (uint8_t)m.type;
+		}
 		pthread_mutex_unlock(&W.mtx);
 	}
 	W.c->ops->send(W.c, mad, sizeof(mad), &dst);
