@@ -212,10 +212,10 @@ static struct ticket *ticket_of_event(struct cep_cm_id *id, const struct cep_cm_
 			return &W.t[i];
 	if (ev->type == CEP_CM_EV_REQ_RECEIVED || ev->type == CEP_CM_EV_SIDR_REQ_RECEIVED) {
 		t = ticket_new(node, id, channel);
-		if (!t)
-			t = &W.overflow;
-		cep_cm_id_set_context(id, t);
-		return t;
+		/* The caller sets the id's context (its lock) once W.mtx is
+		 * released: a send under an id lock can reach raw_recv, which
+		 * takes W.mtx. */
+		return t ? t : &W.overflow;
 	}
 	fz_fail("%s for an id the fuzzer never saw (%p)", cep_cm_event_name(ev->type), (void *)id);
 }
@@ -374,6 +374,8 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	t = ticket_of_event(id, ev, node, 0);
 	a = account(t, id, ev, &W.n[node], &also);
 	pthread_mutex_unlock(&W.mtx);
+	if (ev->context != t)
+		cep_cm_id_set_context(id, t); /* a passive id's first event */
 	verdict = act_on(a, t, id, &W.n[node], 1);
 	unlisten(also);
 	return verdict;
@@ -401,6 +403,8 @@ static void poll_channel(int k, int max)
 		t = ticket_of_event(ev->id, ev, k, 1);
 		a = account(t, ev->id, ev, &W.n[k], &also);
 		pthread_mutex_unlock(&W.mtx);
+		if (ev->context != t && ev->type != CEP_CM_EV_DESTROYED)
+			cep_cm_id_set_context(ev->id, t);
 		if (t == &W.overflow && a == ACT_RETURN1)
 			cep_cm_destroy_id(ev->id);
 		else
@@ -1468,26 +1472,30 @@ static void check_bindings(void)
 {
 	for (int k = 0; k < 2; k++)
 		for (uint32_t q = 0; q < NQP; q++) {
+			struct cep_cm_id *id = NULL;
+			enum cep_cm_state st;
 			uint32_t b;
 
 			if (cep_qp_binding(cep_cm_table(W.n[k].cm), QPN0 + q, &b) ||
 			    b == CEP_BINDING_INVALID || b == CEP_BINDING_RESERVED)
 				continue;
 			pthread_mutex_lock(&W.mtx);
-			for (int i = 0; i < W.nt; i++) {
+			for (int i = 0; i < W.nt && !id; i++) {
 				struct ticket *t = &W.t[i];
-				enum cep_cm_state st;
 
-				if (t->comm_id != b || t->node != k || t->dead || t->cm_gone ||
-				    t->destroy_called)
-					continue;
-				st = cep_cm_id_state(t->id);
-				if (st == CEP_CM_IDLE || st == CEP_CM_LISTEN ||
-				    st == CEP_CM_SIDR_REQ_SENT || st == CEP_CM_SIDR_REQ_RCVD)
-					fz_fail("node %c: qpn %#x still bound to id %#x in %s", "AB"[k],
-						QPN0 + q, b, cep_cm_state_name(st));
+				if (t->comm_id == b && t->node == k && !t->dead && !t->cm_gone &&
+				    !t->destroy_called)
+					id = t->id;
 			}
 			pthread_mutex_unlock(&W.mtx);
+			if (!id)
+				continue;
+			/* outside W.mtx: the state takes the id's lock */
+			st = cep_cm_id_state(id);
+			if (st == CEP_CM_IDLE || st == CEP_CM_LISTEN || st == CEP_CM_SIDR_REQ_SENT ||
+			    st == CEP_CM_SIDR_REQ_RCVD)
+				fz_fail("node %c: qpn %#x still bound to id %#x in %s", "AB"[k],
+					QPN0 + q, b, cep_cm_state_name(st));
 		}
 }
 
