@@ -69,6 +69,7 @@ struct fport {
 	uint64_t stream;             /* fault PRNG key of this port */
 	uint8_t port_num;
 	uint8_t ll;
+	uint8_t ack_delay;           /* reported by query_port */
 	uint16_t my_lid;
 	uint8_t my_gid[16];
 	struct cep_mad_addr from;    /* template of the address receivers get */
@@ -615,6 +616,7 @@ static int port_query(struct cep_transport *t, struct cep_port_info *out)
 	out->gid_index = 0;
 	out->active_mtu = p->ll == CEP_FABRIC_LINK_IB ? 5 : 3;
 	out->pkey = 0xffff;
+	out->ca_ack_delay = p->ack_delay;
 	return 0;
 }
 
@@ -873,6 +875,8 @@ int cep_fabric_port_create(struct cep_fabric *f, const struct cep_fabric_port_at
 		return -EINVAL;
 	if (!attr->ca_guid || attr->port_num == 0 || attr->port_num == 255)
 		return -EINVAL;
+	if (ATTR_HAS(attr, struct cep_fabric_port_attr, ca_ack_delay) && attr->ca_ack_delay > 31)
+		return -EINVAL;
 	if (attr->link_layer == CEP_FABRIC_LINK_IB) {
 		if (attr->lid == 0 || attr->lid >= 0xc000)
 			return -EINVAL;
@@ -920,6 +924,8 @@ int cep_fabric_port_create(struct cep_fabric *f, const struct cep_fabric_port_at
 	p->ca_guid = attr->ca_guid;
 	p->port_num = attr->port_num;
 	p->ll = attr->link_layer;
+	p->ack_delay = ATTR_HAS(attr, struct cep_fabric_port_attr, ca_ack_delay) ?
+		       attr->ca_ack_delay : 0;
 	p->my_lid = attr->lid;
 	memcpy(p->my_gid, gid, 16);
 	p->stream = mix64(f->seed ^ mix64(attr->ca_guid ^ ((uint64_t)attr->port_num << 56)));

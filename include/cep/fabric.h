@@ -68,12 +68,15 @@ struct cep_fabric_port_attr {
 			      * gets fe80::ca_guid */
 	uint8_t port_num;    /* 1..254 */
 	uint8_t link_layer;  /* CEP_FABRIC_LINK_IB or CEP_FABRIC_LINK_ROCE */
+	uint8_t ca_ack_delay; /* reported by query_port, 0..31 (a 5-bit IBTA
+			       * exponent); read only when @size covers it */
 };
 
 /* Create a port. The returned transport is the port: ops->start() begins
  * delivery to it, ops->stop() ends it, ops->destroy() removes the port (it
  * stops it first if needed); ops->query_port() reports the attributes above
- * (gid_index 0, pkey 0xffff, active_mtu 4096 on IB and 1024 on RoCE).
+ * (gid_index 0, pkey 0xffff, active_mtu 4096 on IB and 1024 on RoCE,
+ * ca_ack_delay as given).
  * MADs routed to a port that is not started, or stopped, are dropped and
  * counted (dropped_stopped). 0, -EINVAL (bad attr), -EEXIST (LID or GID
  * already used by another port of @f), -ENOSPC (max_ports reached).

@@ -24,14 +24,19 @@
 
 #include "../common/check.h"
 
+/* Each test program uses a different subset of these helpers. */
+#pragma GCC diagnostic ignored "-Wunused-function"
+
 #define GUID_A 0x0002c90300000a01ull
 #define GUID_B 0x0002c90300000b02ull
 #define GUID_C 0x0002c90300000c03ull
 #define LID_A 1
 #define LID_B 2
 #define LID_C 3
+#define LID_X 4 /* X: a stranger's raw port, for address checks */
+#define GUID_X 0x0002c90300000d04ull
 #define SID 0x1000000000000001ull
-#define MAXLOG 256
+#define MAXLOG 8192
 
 struct logged {
 	struct cep_cm_event ev;
@@ -48,6 +53,8 @@ struct policy {
 	int mra_rep;           /* active: MRA the REP in the callback */
 	int on_sidr_answer;    /* passive SIDR: answer at once */
 	int destroy_on_req;    /* return non-zero from the REQ callback */
+	int destroy_on_error;  /* return non-zero from REQ_ERROR / REP_ERROR */
+	int manual_drep;       /* accept with manual_drep: DREQ_RCVD stays */
 };
 
 struct node {
@@ -71,9 +78,10 @@ struct raw {
 };
 
 static struct cep_clock *clk;
+static uint8_t ack_delay_of[2]; /* CA ACK delay of A's and B's ports */
 static struct cep_fabric *fab;
 static struct node A = { .name = "A" }, B = { .name = "B" };
-static struct raw C;
+static struct raw C, X;
 
 static void sleep_ms(unsigned ms)
 {
@@ -125,7 +133,8 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		if (n->pol.on_req == ON_REQ_ACCEPT) {
 			struct cep_cm_accept_param ap = { .size = sizeof(ap),
 				.qpn = n->pol.accept_qpn, .starting_psn = 0x4242,
-				.responder_resources = 4, .initiator_depth = 4 };
+				.responder_resources = 4, .initiator_depth = 4,
+				.manual_drep = (uint8_t)n->pol.manual_drep };
 
 			if (n->pol.rep_pdata) {
 				ap.private_data = n->pol.rep_pdata;
@@ -148,6 +157,9 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		else if (n->pol.mra_rep)
 			cep_cm_mra(id, 16, NULL, 0);
 		return 0;
+	case CEP_CM_EV_REQ_ERROR:
+	case CEP_CM_EV_REP_ERROR:
+		return n->pol.destroy_on_error;
 	case CEP_CM_EV_SIDR_REQ_RECEIVED:
 		if (n->pol.on_sidr_answer)
 			cep_cm_sidr_rep(id, CEP_SIDR_SUCCESS, 0x777, 0x1234, "sidr", 5);
@@ -250,14 +262,20 @@ static struct cep_msg raw_last(enum cep_msg_type t)
 	return m;
 }
 
-/* Send a hand-built message from C to the node at @lid. */
-static void raw_send(struct cep_msg *m, uint16_t lid)
+/* Send a hand-built message from raw port @r to the node at @lid. */
+static void raw_send_from(struct raw *r, struct cep_msg *m, uint16_t lid)
 {
 	uint8_t mad[CEP_MAD_SIZE];
 	struct cep_mad_addr to = { .lid = lid, .qpn = 1, .qkey = CEP_QP1_QKEY };
 
 	CHECK_EQ(cep_msg_encode(m, mad), 0);
-	CHECK_EQ(C.tp->ops->send(C.tp, mad, sizeof(mad), &to), 0);
+	CHECK_EQ(r->tp->ops->send(r->tp, mad, sizeof(mad), &to), 0);
+}
+
+/* Send a hand-built message from C to the node at @lid. */
+static void raw_send(struct cep_msg *m, uint16_t lid)
+{
+	raw_send_from(&C, m, lid);
 }
 
 static void path_to(struct cep_path *p, uint16_t slid, uint16_t dlid)
@@ -292,7 +310,8 @@ static void raw_req(struct cep_msg *m, uint32_t comm_id, uint32_t qpn)
 static void node_init(struct node *n, uint64_t guid, uint16_t lid, unsigned workers, int auto_mra)
 {
 	struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = guid, .lid = lid,
-					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
+					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB,
+					   .ca_ack_delay = ack_delay_of[n == &B] };
 	struct cep_cm_attr ca = { .size = sizeof(ca), .workers = workers, .auto_mra = (uint8_t)auto_mra,
 				  .mra_service_timeout = 16, .clock = clk };
 
@@ -316,6 +335,11 @@ static void setup(unsigned workers, int auto_mra_b)
 	pthread_mutex_init(&C.mtx, NULL);
 	CHECK_EQ(cep_fabric_port_create(fab, &pc, &C.tp), 0);
 	CHECK_EQ(C.tp->ops->start(C.tp, raw_recv, &C), 0);
+	pc.ca_guid = GUID_X;
+	pc.lid = LID_X;
+	pthread_mutex_init(&X.mtx, NULL);
+	CHECK_EQ(cep_fabric_port_create(fab, &pc, &X.tp), 0);
+	CHECK_EQ(X.tp->ops->start(X.tp, raw_recv, &X), 0);
 	for (uint32_t q = 0x100; q < 0x110; q++) {
 		CHECK_EQ(cep_cm_qp_register(A.cm, q), 0);
 		CHECK_EQ(cep_cm_qp_register(B.cm, q), 0);
@@ -372,7 +396,7 @@ static void check_binding(struct node *n, uint32_t qpn, uint32_t want)
  * user reference is dropped, so an id without one is still valid. */
 static void destroy_all_ids(struct node *n)
 {
-	struct cep_cm_id *todo[MAXLOG + 64];
+	static struct cep_cm_id *todo[MAXLOG + 64];
 	int k = 0;
 
 	CHECK_EQ(cep_cm_quiesce(n->cm, 5000), 0);
@@ -402,6 +426,92 @@ static void destroy_all_ids(struct node *n)
 	pthread_mutex_unlock(&n->mtx);
 	for (int i = 0; i < k; i++)
 		CHECK_EQ(cep_cm_destroy_id_sync(todo[i]), 0);
+}
+
+/* The event carried private data starting with the string @want. */
+static int pd_eq(struct logged l, const char *want)
+{
+	return l.ev.private_data && !strcmp((const char *)l.ev.private_data, want);
+}
+
+static struct cep_cm_stats stats_of(struct node *n)
+{
+	struct cep_cm_stats s = { .size = sizeof(s) };
+
+	CHECK_EQ(cep_cm_get_stats(n->cm, &s), 0);
+	return s;
+}
+
+/* A connects to B; returns A's id (ESTABLISHED) and B's passive id. */
+static struct cep_cm_id *establish(struct cep_cm_id **passive, uint32_t qa, uint32_t qb)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a = make_id(&A);
+	int est = count_ev(&A, CEP_CM_EV_ESTABLISHED, NULL);
+	int rtu = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	conn_param(&p, qa, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, est + 1));
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtu + 1));
+	*passive = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+	return a;
+}
+
+/* C (raw) sends a REQ that B accepts on qb: B's id, in REP_SENT (the
+ * REP is the @nrep-th C received). */
+static struct cep_cm_id *raw_to_rep_sent(uint32_t comm_id, uint32_t qpn, uint32_t qb, int nrep)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	raw_req(&m, comm_id, qpn);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, nrep));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REP_SENT);
+	return b;
+}
+
+/* C (raw) connects to B; B accepts on qb. Returns B's id. */
+static struct cep_cm_id *raw_establish(uint32_t comm_id, uint32_t qpn, uint32_t qb,
+				       uint32_t *b_comm)
+{
+	struct cep_msg m;
+	int reps = raw_count(CEP_MSG_REP);
+	int rtus = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	raw_req(&m, comm_id, qpn);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, reps + 1));
+	struct cep_msg rep = raw_last(CEP_MSG_REP);
+
+	CHECK_EQ(rep.u.rep.remote_comm_id, comm_id);
+	CHECK_EQ(rep.u.rep.local_qpn, qb);
+	*b_comm = rep.u.rep.local_comm_id;
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = comm_id;
+	m.u.rtu.remote_comm_id = *b_comm;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtus + 1));
+	return last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+}
+
+static void raw_dreq(uint32_t local, uint32_t remote, uint32_t qpn)
+{
+	struct cep_msg m;
+
+	cep_msg_init(&m, CEP_MSG_DREQ, 7);
+	m.u.dreq.local_comm_id = local;
+	m.u.dreq.remote_comm_id = remote;
+	m.u.dreq.remote_qpn_eecn = qpn;
+	raw_send(&m, LID_B);
 }
 
 /* Wait for timewaits to end, check both tables, tear everything down. */
@@ -451,6 +561,7 @@ static void teardown_all(void)
 		n->tp->ops->destroy(n->tp);
 	}
 	C.tp->ops->destroy(C.tp);
+	X.tp->ops->destroy(X.tp);
 	CHECK_EQ(cep_fabric_destroy(fab), 0);
 	CHECK_EQ(cep_clock_destroy(clk), 0);
 }
