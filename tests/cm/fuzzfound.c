@@ -41,7 +41,7 @@ static void t_channel_after_cm_destroy(void)
 	teardown_all();
 }
 
-/* issue 10 #13 (engine's branch fixes it: expected to fail until then):
+/* issue 10 #13 (fixed on main by drop_user_refs; failed before it):
  * an id whose QP was destroyed leaves the table when its timewait ends,
  * while the application still holds it; cep_cm_destroy must free it too
  * (cm.h: it destroys every id left) and return 0. fuzz-cm: connect,
@@ -69,7 +69,7 @@ static void t_cm_destroy_after_qp_destroy(void)
 	teardown_all();
 }
 
-/* issue 10 #8 (engine's branch fixes it: expected to fail until then):
+/* issue 10 #8 (fixed on main; failed before it):
  * a response carries the TID of the request it answers (IBTA vol. 1
  * 13.4.6.4; the kernel's cm_dreq_handler / cm_lap_handler record it).
  * fuzz-cm: the raw port connects to B, sends a DREQ, gets a DREP with the

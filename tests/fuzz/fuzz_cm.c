@@ -28,15 +28,6 @@
 
 #include "fuzz_cm.h"
 
-/* Sequences that reach a defect listed in issue 10 (engine's branch fixes
- * them) and would stop every run at the same place. 1: the fuzzer steers
- * around each (every use is marked "issue 10 #N"); the lead sets it to 0
- * once engine's fixes are merged. Each reproducer is an expected-to-fail
- * test in tests/cm/fuzzfound.c. */
-#ifndef FUZZ_CM_AVOID_ISSUE10
-#define FUZZ_CM_AVOID_ISSUE10 1
-#endif
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
@@ -435,28 +426,21 @@ static int raw_sent(enum cep_msg_type type, uint64_t tid)
 static void check_tid_echo(const struct cep_msg *m)
 {
 	enum cep_msg_type want = CEP_MSG_INVALID;
-	int issue10_8 = 0;
 
 	switch (m->type) {
 	case CEP_MSG_REP: want = CEP_MSG_REQ; break;
 	case CEP_MSG_SIDR_REP: want = CEP_MSG_SIDR_REQ; break;
-	case CEP_MSG_DREP: want = CEP_MSG_DREQ; issue10_8 = 1; break;
-	case CEP_MSG_APR: want = CEP_MSG_LAP; issue10_8 = 1; break;
+	case CEP_MSG_DREP: want = CEP_MSG_DREQ; break;
+	case CEP_MSG_APR: want = CEP_MSG_LAP; break;
 	case CEP_MSG_MRA:
 		if (m->u.mra.message_mraed == CEP_MSG_CODE_REQ)
 			want = CEP_MSG_REQ;
 		else if (m->u.mra.message_mraed == CEP_MSG_CODE_OTHER)
-			want = CEP_MSG_LAP, issue10_8 = 1;
+			want = CEP_MSG_LAP;
 		break;
 	default:
 		break;
 	}
-#if FUZZ_CM_AVOID_ISSUE10
-	if (issue10_8) /* issue 10 #8: DREP, APR and an MRA of a LAP reuse an old TID */
-		return;
-#else
-	(void)issue10_8;
-#endif
 	if (want != CEP_MSG_INVALID && !raw_sent(want, m->hdr.tid))
 		fz_fail("%s to the raw port with TID %#llx: no %s it sent had that TID",
 			cep_msg_name(m->type), (unsigned long long)m->hdr.tid, cep_msg_name(want));
@@ -842,27 +826,6 @@ static void op_cm_restart(int k)
 	struct node *nd = &W.n[k];
 	int rc, had_ch = nd->ch != NULL;
 
-#if FUZZ_CM_AVOID_ISSUE10
-	/* issue 10 #13: cep_cm_destroy leaks an id whose core CEP already
-	 * left the table (its QP was destroyed first). Destroy those ids
-	 * before, as an application could. */
-	pthread_mutex_lock(&W.mtx);
-	for (int i = 0; i < W.nt; i++) {
-		struct ticket *t = &W.t[i];
-
-		if (t->node != k || t->cm_gone || t->dead || t->destroy_called || !t->id ||
-		    !cep_is_destroyed(cep_cm_id_cep(t->id)))
-			continue;
-		t->destroy_called = 1;
-		pthread_mutex_unlock(&W.mtx);
-		tr("    (issue 10 #13) destroy id %#x first\n", t->comm_id);
-		if (cep_cm_destroy_id(t->id))
-			fz_fail("cep_cm_destroy_id refused a live id");
-		pthread_mutex_lock(&W.mtx);
-	}
-	pthread_mutex_unlock(&W.mtx);
-	settle();
-#endif
 	drain_channel(k);
 	settle();
 	pthread_mutex_lock(&W.mtx);
