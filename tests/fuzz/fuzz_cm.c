@@ -6,8 +6,8 @@
  * fuzzer settles (cep_clock_quiesce); a RACE runs two operations at once.
  * At the end it destroys every id, advances the clock past every timer and
  * checks: every destroyed id got exactly one DESTROYED and no event after
- * it (nor, for a destroy called when all was quiet, any event after the
- * call), no CEP or id is left, every table passes cep_table_check, every
+ * it (nor any event after a cep_cm_destroy_id called by the fuzzer has
+ * returned), no CEP or id is left, every table passes cep_table_check, every
  * destroy returns 0; LeakSanitizer and ASan/UBSan see the rest. A broken
  * rule aborts with "fuzz-cm: VIOLATION". See docs/stress.md.
  */
@@ -59,7 +59,7 @@ struct ticket {
 	int channel;            /* events come through the node's channel */
 	int listener;           /* cep_cm_listen succeeded */
 	int destroy_called;     /* cep_cm_destroy_id (or a callback's verdict) */
-	int strict;             /* destroyed when all was quiet: no event may follow */
+	int strict;             /* cep_cm_destroy_id returned: no event may follow */
 	int destroyed;          /* DESTROYED events */
 	int dead;               /* DESTROYED delivered (and acked) */
 	int cm_gone;            /* freed by cep_cm_destroy */
@@ -341,6 +341,11 @@ static int act_on(enum act a, struct ticket *t, struct cep_cm_id *id, struct nod
 			return 1;
 		if (api("policy destroy", cep_cm_destroy_id(id)))
 			fz_fail("cep_cm_destroy_id refused a live id");
+		if (!in_callback) { /* the application's thread: cm.h's promise holds */
+			pthread_mutex_lock(&W.mtx);
+			t->strict = 1;
+			pthread_mutex_unlock(&W.mtx);
+		}
 		return 0;
 	}
 	return 0;
@@ -1061,9 +1066,12 @@ static void op_destroy_id(struct ticket *t, int mode)
 			       : api("destroy_id", cep_cm_destroy_id(t->id));
 	if (rc)
 		fz_fail("destroying a live id returned %d", rc);
+	/* cm.h: once it has returned (called from a thread that is not a
+	 * worker), no event of the id but DESTROYED reaches the user, in a
+	 * RACE too (it waits for a running callback; a channel's queued events
+	 * are dropped, and channels are polled only when all is quiet). */
 	pthread_mutex_lock(&W.mtx);
-	if (!W.racing && !t->channel)
-		t->strict = 1;
+	t->strict = 1;
 	pthread_mutex_unlock(&W.mtx);
 }
 
@@ -1502,8 +1510,7 @@ static void destroy_all(void)
 		if (api("drain destroy_id", cep_cm_destroy_id(t->id)))
 			fz_fail("cep_cm_destroy_id refused a live id");
 		pthread_mutex_lock(&W.mtx);
-		if (!t->channel)
-			t->strict = 1;
+		t->strict = 1;
 	}
 	pthread_mutex_unlock(&W.mtx);
 }
