@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -893,12 +894,25 @@ static void reader_prepare(struct reader *r, const struct op *x)
 	pthread_mutex_unlock(&W.mtx);
 }
 
+/* The two sides of a RACE meet here before their operation: without it
+ * the new thread (pthread_create takes about a millisecond under ASan)
+ * starts after the other side's operation is over, and nothing races. */
+static atomic_int race_gate;
+
+static void race_meet(void)
+{
+	atomic_fetch_add(&race_gate, 1); /* seq_cst: each side sees the other's arrival */
+	while (atomic_load(&race_gate) < 2)
+		sched_yield();
+}
+
 static void *reader_thread(void *arg)
 {
 	struct reader *r = arg;
 	struct cep *cep;
 	uint32_t b;
 
+	race_meet();
 	while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
 		uint32_t f = atomic_load_explicit(&race_focus, memory_order_relaxed);
 
@@ -1303,6 +1317,7 @@ static int conflict(const struct op *x, const struct op *y)
 
 static void *race_thread(void *arg)
 {
+	race_meet();
 	exec_op(arg);
 	return NULL;
 }
@@ -1399,6 +1414,7 @@ static void run_race(struct op *x, struct op *y)
 	if (y->t)
 		y->t->busy = 1;
 	pthread_mutex_unlock(&W.mtx);
+	atomic_store(&race_gate, 0);
 	if (x->code == FZ_LOOKUPS || y->code == FZ_LOOKUPS) {
 		const struct op *other = x->code == FZ_LOOKUPS ? y : x;
 		struct reader *r = malloc(sizeof(*r));
@@ -1408,6 +1424,7 @@ static void run_race(struct op *x, struct op *y)
 		if (!r || pthread_create(&th, NULL, reader_thread, r)) {
 			exec_op(other);
 		} else {
+			race_meet();
 			exec_op(other);
 			settle(); /* what the operation set off on the workers too */
 			atomic_store(&r->stop, 1);
@@ -1419,6 +1436,7 @@ static void run_race(struct op *x, struct op *y)
 		exec_op(x);
 		exec_op(y);
 	} else {
+		race_meet();
 		exec_op(y);
 		pthread_join(th, NULL);
 	}
