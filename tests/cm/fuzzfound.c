@@ -115,10 +115,7 @@ static void t_tid_echo(void)
 	teardown_all();
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} tests[] = {
+static const struct named_test tests[] = {
 	{ "channel-after-cm-destroy", t_channel_after_cm_destroy },
 	{ "cm-destroy-after-qp-destroy", t_cm_destroy_after_qp_destroy },
 	{ "tid-echo", t_tid_echo },
@@ -126,16 +123,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
-			printf("%s\n", tests[i].name);
-		return argc == 1 ? 0 : 2;
-	}
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
-		if (!strcmp(argv[1], tests[i].name)) {
-			tests[i].fn();
-			return check_done(argv[1]);
-		}
-	fprintf(stderr, "unknown test %s\n", argv[1]);
-	return 2;
+	return run_named_test(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }
