@@ -454,6 +454,19 @@ static void seeds_races(void)
 	}
 	put("race-core");
 
+	/* bind against QP destruction only, on every slot and QPN in turn:
+	 * the window of planted (c) is a few instructions wide, so one input
+	 * tries it many times */
+	begin(0);
+	for (int s = 0; s < 4; s++)
+		FZ_EMIT(&G.p, CORE_CREATE, (uint8_t)s);
+	for (int r = 0; r < 12; r++) {
+		FZ_EMIT(&G.p, RACE, 0);
+		FZ_EMIT(&G.p, CORE_BIND, (uint8_t)(r & 3), (uint8_t)(r % 3));
+		FZ_EMIT(&G.p, CORE_QP_CYCLE, (uint8_t)(r % 3));
+	}
+	put("race-bind-qp");
+
 	/* ids destroyed while a reader looks them up (planted b) */
 	begin(0);
 	l = listener(G_B, 0);
