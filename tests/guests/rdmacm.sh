@@ -1,0 +1,157 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Guest script: Debian's rdmacm-utils programs, unmodified, on libcep's
+# librdmacm.so.1 (docs/rdmacm.md), judged by their own success output and
+# exit status. Guest a always runs libcep (started through cep-rdmacm, no
+# ib_cm); guest b runs libcep in the first phase, then loads the kernel CM
+# (ib_cm, iw_cm, rdma_cm, rdma_ucm) and runs the same programs on Debian's
+# librdmacm:
+#   libcep   b serves, a connects, both on libcep
+#   kserver  b serves on the kernel CM, a connects on libcep
+#   kclient  a serves on libcep, b connects on the kernel CM
+# Args: cep-rdmacm wrapper, [phases], [programs], [cmtime connections].
+# Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
+# LISTEN cm_id in `rdma resource`); each client its end. Exit 0 when every
+# run passed.
+set -u
+. "$GB_LIB"
+wrap=$1
+phases=${2:-"libcep kserver kclient"}
+progs=${3:-"rping ucmatose udaddy rdmaserver cmtime"}
+cmtime_n=${4:-100}
+# cmtime: one RC QP and two completion channels per connection.
+ulimit -n 65536 2>/dev/null || true
+out=/tmp/rdmacm
+mkdir -p $out
+pass=0
+fail=0
+
+gb_rxe_up || exit 1
+echo "rxe0 up (no ib_cm): gid[1] $(gb_gid 1)"
+
+server_cmd() {
+	case $1 in
+	rping) echo "rping -s -a $GB_IP -v -C 5";;
+	ucmatose) echo "ucmatose -c 4";;
+	udaddy) echo "udaddy -c 2";;
+	rdmaserver) echo "rdma_server";;
+	cmtime) echo "cmtime";;
+	esac
+}
+
+client_cmd() {
+	case $1 in
+	rping) echo "rping -c -a $GB_PEER_IP -v -C 5";;
+	ucmatose) echo "ucmatose -s $GB_PEER_IP -c 4";;
+	udaddy) echo "udaddy -s $GB_PEER_IP -c 2";;
+	rdmaserver) echo "rdma_client -s $GB_PEER_IP";;
+	cmtime) echo "cmtime -s $GB_PEER_IP -c $cmtime_n";;
+	esac
+}
+
+port_of() {
+	case $1 in rping|udaddy) echo 7174;; *) echo 7471;; esac
+}
+
+# check ROLE PROG OUTPUT RC: the program's own verdict.
+check() {
+	role=$1 prog=$2 f=$3 rc=$4
+	n() { grep -c "$1" "$f"; }
+	ok=1
+	case $role-$prog in
+	server-cmtime) ;; # runs until killed: judged by its output alone
+	*) [ "$rc" = 0 ] || ok=0;;
+	esac
+	case $role-$prog in
+	server-rping) [ "$(n '^server ping data: rdma-ping-')" = 5 ] || ok=0;;
+	client-rping) [ "$(n '^ping data: rdma-ping-')" = 5 ] || ok=0;;
+	*-ucmatose) { [ "$(n '^data transfers complete')" = 1 ] &&
+		[ "$(n '^return status 0$')" = 1 ]; } || ok=0;;
+	*-udaddy) { [ "$(n '^data transfers complete')" = 1 ] &&
+		[ "$(n '^return status 0$')" = 1 ]; } || ok=0;;
+	server-rdmaserver) [ "$(n '^rdma_server: end 0$')" = 1 ] || ok=0;;
+	client-rdmaserver) [ "$(n '^rdma_client: end 0$')" = 1 ] || ok=0;;
+	client-cmtime) { [ "$(n '^connect *:')" = 1 ] && [ "$(n '^disconnect *:')" = 1 ] &&
+		[ "$(n 'error\|failure\|failing')" = 0 ]; } || ok=0;;
+	server-cmtime) [ "$(n 'error\|failure\|failing')" = 0 ] || ok=0;;
+	esac
+	if [ $ok = 1 ]; then
+		echo "PASS $role $prog (exit $rc)"
+		pass=$((pass + 1))
+	else
+		echo "FAIL $role $prog (exit $rc)"
+		fail=$((fail + 1))
+	fi
+}
+
+# serve PHASE PROG [WRAPPER]: start the server, signal readiness, wait for
+# the client's end, then for the server (cmtime's never ends: stopped).
+serve() {
+	phase=$1 prog=$2 w=${3:-}
+	f=$out/$phase-$prog-server.out
+	flag=ready-$phase-$prog
+	rm -f "$GB_SHARE/$GB_NAME.$flag"
+	echo "== $phase: server $prog ($([ -n "$w" ] && echo libcep || echo kernel CM))"
+	CEP_RDMACM_READY=$GB_SHARE/$GB_NAME.$flag timeout 200 $w $(server_cmd "$prog") \
+		>"$f" 2>&1 &
+	pid=$!
+	if [ -z "$w" ]; then
+		port=$(port_of "$prog")
+		end=$(( $(date +%s) + 60 ))
+		until rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN.*:$port"; do
+			kill -0 $pid 2>/dev/null || break
+			[ "$(date +%s)" -lt "$end" ] || break
+			sleep 0.02
+		done
+		gb_signal "$flag"
+	fi
+	gb_wait "done-$phase-$prog" 300 || true
+	if [ "$prog" = cmtime ]; then
+		kill $pid 2>/dev/null
+		wait $pid
+		rc=0
+	else
+		wait $pid
+		rc=$?
+	fi
+	cat "$f"
+	check server "$prog" "$f" $rc
+}
+
+# connect PHASE PROG [WRAPPER]: wait for the server, run the client.
+connect() {
+	phase=$1 prog=$2 w=${3:-}
+	f=$out/$phase-$prog-client.out
+	echo "== $phase: client $prog ($([ -n "$w" ] && echo libcep || echo kernel CM))"
+	if gb_wait "ready-$phase-$prog" 120; then
+		timeout 200 $w $(client_cmd "$prog") >"$f" 2>&1
+		rc=$?
+	else
+		echo "no server" >"$f"
+		rc=1
+	fi
+	gb_signal "done-$phase-$prog"
+	cat "$f"
+	check client "$prog" "$f" $rc
+}
+
+for phase in $phases; do
+	if [ "$phase" != libcep ] && [ "$GB_NAME" = b ] && [ ! -d /sys/module/ib_cm ]; then
+		modprobe -a ib_cm iw_cm rdma_cm rdma_ucm || { echo "modprobe kernel CM failed"; exit 1; }
+		echo "kernel CM loaded on b"
+	fi
+	t0=$(date +%s.%N)
+	for prog in $progs; do
+		case $phase-$GB_NAME in
+		libcep-b) serve $phase $prog "$wrap";;
+		libcep-a|kserver-a) connect $phase $prog "$wrap";;
+		kserver-b) serve $phase $prog;;
+		kclient-a) serve $phase $prog "$wrap";;
+		kclient-b) connect $phase $prog;;
+		esac
+	done
+	echo "== $phase done in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }") s"
+done
+rdma statistic show link rxe0/1 2>/dev/null || true
+echo "rdmacm: $pass passed, $fail failed"
+[ $fail = 0 ] && [ $pass -gt 0 ]
