@@ -689,7 +689,7 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 	c->port = s->port;
 	c->sgid_index = ev->from.gid_index;
 	c->id.verbs = d->verbs;
-	c->id.pd = d->pd ? d->pd : (d->pd = ibv_alloc_pd(d->verbs));
+	c->id.pd = rcm_dev_pd(d);
 	c->id.port_num = s->port->port_num;
 	c->state = RCM_CONNECT;
 	c->cr_pending = 1;

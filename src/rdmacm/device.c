@@ -113,45 +113,74 @@ void rcm_addr_gid(const struct sockaddr *a, uint8_t gid[16])
 	}
 }
 
+/* Refill @dev's GID table cache. Caller holds rcm.lock. */
+static void gid_cache_fill(struct rcm_dev *dev)
+{
+	size_t max = 0;
+	ssize_t n;
+
+	for (unsigned i = 0; i < dev->nports; i++) {
+		struct ibv_port_attr pa;
+
+		if (ibv_query_port(dev->verbs, (uint8_t)(i + 1), &pa) == 0)
+			max += (size_t)pa.gid_tbl_len;
+	}
+	free(dev->gids);
+	dev->gids = max ? calloc(max, sizeof(*dev->gids)) : NULL;
+	n = dev->gids ? ibv_query_gid_table(dev->verbs, dev->gids, max, 0) : 0;
+	dev->ngids = n > 0 ? (size_t)n : 0;
+}
+
+/* Caller holds rcm.lock. */
+static int gid_cache_find(const uint8_t want[16], struct rcm_port **port, uint8_t *gid_index)
+{
+	for (unsigned d = 0; d < rcm.ndevs; d++) {
+		struct rcm_dev *dev = &rcm.devs[d];
+
+		for (size_t i = 0; i < dev->ngids; i++) {
+			const struct ibv_gid_entry *e = &dev->gids[i];
+
+			if (e->gid_type != IBV_GID_TYPE_ROCE_V2 || memcmp(e->gid.raw, want, 16) ||
+			    e->port_num < 1 || e->port_num > dev->nports)
+				continue;
+			*port = &dev->ports[e->port_num - 1];
+			*gid_index = (uint8_t)e->gid_index;
+			return 0;
+		}
+	}
+	return -EADDRNOTAVAIL;
+}
+
 int rcm_find_addr(const struct sockaddr *addr, struct rcm_port **port, uint8_t *gid_index)
 {
 	uint8_t want[16];
+	int ret;
 
 	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
 		return -EAFNOSUPPORT;
 	rcm_addr_gid(addr, want);
-	for (unsigned d = 0; d < rcm.ndevs; d++) {
-		struct rcm_dev *dev = &rcm.devs[d];
-		struct ibv_gid_entry *e;
-		size_t max = 0;
-		ssize_t n;
-
-		for (unsigned i = 0; i < dev->nports; i++) {
-			struct ibv_port_attr pa;
-
-			if (ibv_query_port(dev->verbs, (uint8_t)(i + 1), &pa) == 0)
-				max += (size_t)pa.gid_tbl_len;
-		}
-		if (!max)
-			continue;
-		e = calloc(max, sizeof(*e));
-		if (!e)
-			return -ENOMEM;
-		/* Read live: GIDs follow the netdev's addresses. */
-		n = ibv_query_gid_table(dev->verbs, e, max, 0);
-		for (ssize_t i = 0; i < n; i++) {
-			if (e[i].gid_type != IBV_GID_TYPE_ROCE_V2 ||
-			    memcmp(e[i].gid.raw, want, 16) != 0 ||
-			    e[i].port_num < 1 || e[i].port_num > dev->nports)
-				continue;
-			*port = &dev->ports[e[i].port_num - 1];
-			*gid_index = (uint8_t)e[i].gid_index;
-			free(e);
-			return 0;
-		}
-		free(e);
+	pthread_mutex_lock(&rcm.lock);
+	ret = gid_cache_find(want, port, gid_index);
+	if (ret) {
+		/* GIDs follow the netdevs' addresses: read the tables again. */
+		for (unsigned d = 0; d < rcm.ndevs; d++)
+			gid_cache_fill(&rcm.devs[d]);
+		ret = gid_cache_find(want, port, gid_index);
 	}
-	return -EADDRNOTAVAIL;
+	pthread_mutex_unlock(&rcm.lock);
+	return ret;
+}
+
+struct ibv_pd *rcm_dev_pd(struct rcm_dev *d)
+{
+	struct ibv_pd *pd;
+
+	pthread_mutex_lock(&rcm.lock);
+	if (!d->pd)
+		d->pd = ibv_alloc_pd(d->verbs);
+	pd = d->pd;
+	pthread_mutex_unlock(&rcm.lock);
+	return pd;
 }
 
 int rcm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src)

@@ -142,7 +142,6 @@ struct rcm_id *rcm_id_new(struct rcm_channel *channel, void *context,
 	r->id.context = context;
 	r->id.ps = ps;
 	r->id.qp_type = qp_type;
-	r->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
 	r->seq = rand32() & 0xffffff;
 	r->backlog = RCM_DEFAULT_BACKLOG;
 	r->resp_res = r->init_depth = 0;
@@ -187,7 +186,7 @@ static int port_conflict(const struct rcm_id *r, const struct sockaddr *a,
 {
 	const struct sockaddr *oa = &o->id.route.addr.src_addr;
 
-	if (!listening && o->state != RCM_LISTEN && r->reuseaddr && o->reuseaddr)
+	if (!listening && !o->listening && r->reuseaddr && o->reuseaddr)
 		return 0;
 	if (r->afonly && o->afonly && a->sa_family != oa->sa_family)
 		return 0;
@@ -256,6 +255,12 @@ int rcm_bind(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port
 		r->id.port_num = port->port_num;
 		rcm_addr_gid(src, r->id.route.addr.addr.ibaddr.sgid.raw);
 	}
+	/* As rdma_cm reports a bound id: the destination is the unspecified
+	 * address of the source's family, its GID too once on a device. */
+	memset(&r->id.route.addr.dst_storage, 0, sizeof(r->id.route.addr.dst_storage));
+	r->id.route.addr.dst_addr.sa_family = src->sa_family;
+	if (port)
+		rcm_addr_gid(&r->id.route.addr.dst_addr, r->id.route.addr.addr.ibaddr.dgid.raw);
 out:
 	pthread_mutex_unlock(&rcm.lock);
 	return ret;
@@ -411,8 +416,6 @@ out:
 
 void rcm_fill_path(struct rcm_id *r, struct ibv_sa_path_rec *p)
 {
-	struct ibv_port_attr pa;
-
 	memset(p, 0, sizeof(*p));
 	memcpy(p->dgid.raw, r->id.route.addr.addr.ibaddr.dgid.raw, 16);
 	memcpy(p->sgid.raw, r->id.route.addr.addr.ibaddr.sgid.raw, 16);
@@ -422,8 +425,9 @@ void rcm_fill_path(struct rcm_id *r, struct ibv_sa_path_rec *p)
 	p->numb_path = 1;
 	p->pkey = htons(0xffff);
 	p->mtu_selector = 2;
-	p->mtu = (uint8_t)(ibv_query_port(r->id.verbs, r->id.port_num, &pa) == 0 ?
-			   pa.active_mtu : IBV_MTU_1024);
+	/* the port's MTU as its CM saw it at open (the port's CM is open
+	 * for every id with a route) */
+	p->mtu = r->port->info.active_mtu ? r->port->info.active_mtu : IBV_MTU_1024;
 	p->rate_selector = 2;
 	p->packet_life_time_selector = 2;
 	p->packet_life_time = RCM_ROCE_PACKET_LIFE;
@@ -606,9 +610,14 @@ RCM_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 		tab = port_table(r->id.ps);
 		for (struct rcm_id *o = tab ? tab[rcm_addr_port(&r->id.route.addr.src_addr)] : NULL;
 		     o; o = o->bind_next)
-			if (o != r && o->state == RCM_LISTEN &&
+			if (o != r && o->listening &&
 			    port_conflict(r, &r->id.route.addr.src_addr, o, 1))
 				ret = -EADDRINUSE;
+		pthread_mutex_unlock(&rcm.lock);
+	}
+	if (!ret) {
+		pthread_mutex_lock(&rcm.lock);
+		r->listening = 1;
 		pthread_mutex_unlock(&rcm.lock);
 	}
 	if (ret) {
@@ -623,6 +632,7 @@ RCM_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 			if (rcm_port_at(i)->link_layer == IBV_LINK_LAYER_ETHERNET)
 				targets[n++] = rcm_port_at(i);
 	}
+	free(r->svcs);
 	r->svcs = calloc(n ? n : 1, sizeof(*r->svcs));
 	r->state = RCM_LISTEN;
 	pthread_mutex_unlock(&r->mtx);
@@ -653,6 +663,9 @@ RCM_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 		unlisten(r);
 		pthread_mutex_lock(&r->mtx);
 		r->state = RCM_ADDR_BOUND;
+		pthread_mutex_lock(&rcm.lock);
+		r->listening = 0;
+		pthread_mutex_unlock(&rcm.lock);
 		pthread_mutex_unlock(&r->mtx);
 		return rcm_err(-ret);
 	}
@@ -735,6 +748,14 @@ RCM_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 
 /* ---- options, migration, accessors --------------------------------------- */
 
+/* Bind flags are read by other ids' port checks under rcm.lock. */
+static void set_locked(uint8_t *flag, int v)
+{
+	pthread_mutex_lock(&rcm.lock);
+	*flag = (uint8_t)v;
+	pthread_mutex_unlock(&rcm.lock);
+}
+
 RCM_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname,
 			       void *optval, size_t optlen)
 {
@@ -759,7 +780,7 @@ RCM_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname,
 		if (optlen != sizeof(int))
 			ret = EINVAL;
 		else if ((*(int *)optval && r->state != RCM_LISTEN) || r->state == RCM_IDLE)
-			r->reuseaddr = *(int *)optval ? 1 : 0;
+			set_locked(&r->reuseaddr, *(int *)optval != 0);
 		else
 			ret = EINVAL;
 		break;
@@ -767,7 +788,7 @@ RCM_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname,
 		if (optlen != sizeof(int) || (r->state != RCM_IDLE && r->state != RCM_ADDR_BOUND))
 			ret = EINVAL;
 		else
-			r->afonly = *(int *)optval ? 1 : 0;
+			set_locked(&r->afonly, *(int *)optval != 0);
 		break;
 	case RDMA_OPTION_ID_ACK_TIMEOUT:
 		if (optlen != sizeof(uint8_t) || r->id.qp_type != IBV_QPT_RC)

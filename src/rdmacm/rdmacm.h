@@ -74,10 +74,12 @@ struct rcm_port {
 
 struct rcm_dev {
 	struct ibv_context *verbs;
-	struct ibv_pd *pd;             /* the default PD ids hand out */
+	struct ibv_pd *pd;             /* the default PD ids hand out (rcm.lock) */
 	struct ibv_device_attr attr;
 	unsigned nports;
 	struct rcm_port *ports;        /* [nports], port_num = index + 1 */
+	struct ibv_gid_entry *gids;    /* GID table cache (rcm.lock), re-read */
+	size_t ngids;                  /* on a miss */
 };
 
 /* ---- contexts given to libcep (first member of both kinds) ------------- */
@@ -148,7 +150,8 @@ struct rcm_id {
 	uint8_t sgid_index;
 	uint8_t bound;                 /* in the port-number table */
 	uint8_t any_addr;              /* bound to the wildcard address */
-	uint8_t reuseaddr, afonly;
+	uint8_t reuseaddr, afonly;     /* written under rcm.lock too */
+	uint8_t listening;             /* rcm.lock: in LISTEN for port checks */
 	uint8_t tos, tos_set, ack_timeout, ack_timeout_set;
 	uint8_t resp_res, init_depth;  /* rdma_cm's responder res./initiator depth */
 	uint8_t disconnected;          /* DISCONNECTED delivered */
@@ -204,6 +207,8 @@ int rcm_port_cm(struct rcm_port *port, struct cep_cm **out);
 /* Every port of every device, for wildcard listeners. */
 unsigned rcm_port_count(void);
 struct rcm_port *rcm_port_at(unsigned i);
+/* The device's default PD, allocated on first use. Takes rcm.lock. */
+struct ibv_pd *rcm_dev_pd(struct rcm_dev *d);
 /* Port information for @id's source GID (the QP glue's view). */
 void rcm_port_info(const struct rcm_id *id, struct cep_port_info *out);
 /* The libcep event handler shared by every id (conn.c). */

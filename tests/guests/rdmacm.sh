@@ -9,16 +9,20 @@
 #   libcep   b serves, a connects, both on libcep
 #   kserver  b serves on the kernel CM, a connects on libcep
 #   kclient  a serves on libcep, b connects on the kernel CM
-# Args: cep-rdmacm wrapper, [phases], [programs], [cmtime connections].
+# At the start of kserver both guests run rdmacm-probe (b on the kernel, a
+# on libcep) and a compares the two outputs line by line.
+# Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
+# [cmtime connections].
 # Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
 # LISTEN cm_id in `rdma resource`); each client its end. Exit 0 when every
 # run passed.
 set -u
 . "$GB_LIB"
 wrap=$1
-phases=${2:-"libcep kserver kclient"}
-progs=${3:-"rping ucmatose udaddy rdmaserver cmtime"}
-cmtime_n=${4:-100}
+probe=$2
+phases=${3:-"libcep kserver kclient"}
+progs=${4:-"rping ucmatose udaddy rdmaserver cmtime"}
+cmtime_n=${5:-100}
 # cmtime: one RC QP and two completion channels per connection.
 ulimit -n 65536 2>/dev/null || true
 out=/tmp/rdmacm
@@ -28,6 +32,7 @@ fail=0
 
 gb_rxe_up || exit 1
 echo "rxe0 up (no ib_cm): gid[1] $(gb_gid 1)"
+gb_signal up
 
 server_cmd() {
 	case $1 in
@@ -141,6 +146,24 @@ for phase in $phases; do
 		echo "kernel CM loaded on b"
 	fi
 	t0=$(date +%s.%N)
+	if [ "$phase" = kserver ] && [ "$probe" != - ]; then
+		if [ "$GB_NAME" = b ]; then
+			# The kernel resolves the peer's address by ARP: a must be up.
+			gb_wait up 120
+			timeout 60 "$probe" "$GB_IP" "$GB_PEER_IP" >"$GB_SHARE/b.probe.out" 2>&1
+			gb_signal probe
+		else
+			timeout 60 "$wrap" "$probe" "$GB_IP" "$GB_PEER_IP" >$out/probe.out 2>&1
+			if gb_wait probe 120 && diff -u "$GB_SHARE/b.probe.out" $out/probe.out; then
+				echo "PASS probe: libcep answers as the kernel's rdma_cm" \
+					"($(grep -c . $out/probe.out) lines)"
+				pass=$((pass + 1))
+			else
+				echo "FAIL probe: libcep and the kernel's rdma_cm differ (- kernel, + libcep)"
+				fail=$((fail + 1))
+			fi
+		fi
+	fi
 	for prog in $progs; do
 		case $phase-$GB_NAME in
 		libcep-b) serve $phase $prog "$wrap";;
