@@ -21,7 +21,7 @@ set -u
 wrap=$1
 probe=$2
 phases=${3:-"libcep kserver kclient"}
-progs=${4:-"rping ucmatose udaddy rdmaserver cmtime"}
+progs=${4:-"rping rpingq rping6 ucmatose udaddy rdmaserver cmtime"}
 cmtime_n=${5:-100}
 # cmtime: one RC QP and two completion channels per connection.
 ulimit -n 65536 2>/dev/null || true
@@ -30,13 +30,22 @@ mkdir -p $out
 pass=0
 fail=0
 
+# IPv6 as well (rping6): a unique local address; rxe adds its RoCE v2 GID.
+n=1; [ "$GB_NAME" = b ] && n=2
+self6=fd77::$n
+peer6=fd77::$((3 - n))
 gb_rxe_up || exit 1
-echo "rxe0 up (no ib_cm): gid[1] $(gb_gid 1)"
+ip -6 addr add $self6/64 dev eth0 nodad || exit 1
+until grep -qi "^fd77:0000:0000:0000:0000:0000:0000:000$n" \
+	/sys/class/infiniband/rxe0/ports/1/gids/* 2>/dev/null; do sleep 0.02; done
+echo "rxe0 up (no ib_cm): gid[1] $(gb_gid 1), $self6 in the GID table"
 gb_signal up
 
 server_cmd() {
 	case $1 in
 	rping) echo "rping -s -a $GB_IP -v -C 5";;
+	rpingq) echo "rping -s -a $GB_IP -v -C 5 -q";;
+	rping6) echo "rping -s -a $self6 -v -C 5";;
 	ucmatose) echo "ucmatose -c 4";;
 	udaddy) echo "udaddy -c 2";;
 	rdmaserver) echo "rdma_server";;
@@ -47,6 +56,8 @@ server_cmd() {
 client_cmd() {
 	case $1 in
 	rping) echo "rping -c -a $GB_PEER_IP -v -C 5";;
+	rpingq) echo "rping -c -a $GB_PEER_IP -v -C 5 -q";;
+	rping6) echo "rping -c -a $peer6 -v -C 5";;
 	ucmatose) echo "ucmatose -s $GB_PEER_IP -c 4";;
 	udaddy) echo "udaddy -s $GB_PEER_IP -c 2";;
 	rdmaserver) echo "rdma_client -s $GB_PEER_IP";;
@@ -55,7 +66,7 @@ client_cmd() {
 }
 
 port_of() {
-	case $1 in rping|udaddy) echo 7174;; *) echo 7471;; esac
+	case $1 in rping*|udaddy) echo 7174;; *) echo 7471;; esac
 }
 
 # check ROLE PROG OUTPUT RC: the program's own verdict.
@@ -68,8 +79,8 @@ check() {
 	*) [ "$rc" = 0 ] || ok=0;;
 	esac
 	case $role-$prog in
-	server-rping) [ "$(n '^server ping data: rdma-ping-')" = 5 ] || ok=0;;
-	client-rping) [ "$(n '^ping data: rdma-ping-')" = 5 ] || ok=0;;
+	server-rping*) [ "$(n '^server ping data: rdma-ping-')" = 5 ] || ok=0;;
+	client-rping*) [ "$(n '^ping data: rdma-ping-')" = 5 ] || ok=0;;
 	*-ucmatose) { [ "$(n '^data transfers complete')" = 1 ] &&
 		[ "$(n '^return status 0$')" = 1 ]; } || ok=0;;
 	*-udaddy) { [ "$(n '^data transfers complete')" = 1 ] &&
@@ -140,12 +151,43 @@ connect() {
 	check client "$prog" "$f" $rc
 }
 
+# busy LABEL: a libcep program on a port whose CM class is taken (by another
+# libcep process, or by ib_cm) must fail, saying why.
+busy() {
+	f=$out/busy-$1.out
+	timeout 30 $wrap rping -s -a $GB_IP -p 7998 >"$f" 2>&1
+	rc=$?
+	cat "$f"
+	if [ $rc != 0 ] && grep -q "already registered on this port" "$f" &&
+		grep -q "^rdma_bind_addr: Device or resource busy" "$f"; then
+		echo "PASS busy ($1): the second CM on the port is refused (exit $rc)"
+		pass=$((pass + 1))
+	else
+		echo "FAIL busy ($1) (exit $rc)"
+		fail=$((fail + 1))
+	fi
+}
+
 for phase in $phases; do
 	if [ "$phase" != libcep ] && [ "$GB_NAME" = b ] && [ ! -d /sys/module/ib_cm ]; then
 		modprobe -a ib_cm iw_cm rdma_cm rdma_ucm || { echo "modprobe kernel CM failed"; exit 1; }
 		echo "kernel CM loaded on b"
 	fi
 	t0=$(date +%s.%N)
+	if [ "$phase" = libcep ] && [ "$GB_NAME" = b ]; then
+		echo "== libcep: one CM per port"
+		CEP_RDMACM_READY=$out/holder.ready $wrap rping -s -a $GB_IP -p 7999 \
+			>$out/holder.out 2>&1 &
+		holder=$!
+		while [ ! -e $out/holder.ready ] && kill -0 $holder 2>/dev/null; do sleep 0.02; done
+		busy "another libcep process"
+		kill $holder
+		wait $holder
+	fi
+	if [ "$phase" = kserver ] && [ "$GB_NAME" = b ]; then
+		echo "== kserver: one CM per port"
+		busy "ib_cm loaded"
+	fi
 	if [ "$phase" = kserver ] && [ "$probe" != - ]; then
 		if [ "$GB_NAME" = b ]; then
 			# The kernel resolves the peer's address by ARP: a must be up.
