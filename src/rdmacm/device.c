@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,6 +291,37 @@ void rcm_port_info(const struct rcm_id *r, struct cep_port_info *out)
 	memcpy(out->gid, r->id.route.addr.addr.ibaddr.sgid.raw, 16);
 }
 
+/* CEP_RDMACM_STATS=1: the port CM's counters on stderr at exit (where a
+ * run's time went: retries, duplicates, drops, umad errors). */
+static void print_stats(struct rcm_port *p, struct cep_cm *cm)
+{
+	struct cep_cm_stats st = { .size = sizeof(st) };
+	struct cep_umad_stats us;
+	const char *name = ibv_get_device_name(p->dev->verbs->device);
+
+	if (cep_cm_get_stats(cm, &st))
+		return;
+	fprintf(stderr, "librdmacm (libcep) %s/%u: MADs sent", name, p->port_num);
+	for (int t = 0; t < CEP_MSG_COUNT; t++)
+		if (st.sent[t])
+			fprintf(stderr, " %s %" PRIu64, cep_msg_name((enum cep_msg_type)t), st.sent[t]);
+	fprintf(stderr, "; received");
+	for (int t = 0; t < CEP_MSG_COUNT; t++)
+		if (st.received[t])
+			fprintf(stderr, " %s %" PRIu64, cep_msg_name((enum cep_msg_type)t),
+				st.received[t]);
+	fprintf(stderr, "; retries %" PRIu64 " timeouts %" PRIu64 " duplicates %" PRIu64
+		" send errors %" PRIu64, st.retries, st.timeouts, st.duplicates, st.send_errors);
+	for (int d = 0; d < CEP_CM_DROP_COUNT; d++)
+		if (st.drops[d])
+			fprintf(stderr, " drop %s %" PRIu64, cep_cm_drop_name((unsigned)d), st.drops[d]);
+	if (cep_umad_get_stats(p->t, &us) == 0)
+		fprintf(stderr, "; umad sent %" PRIu64 " send errors %" PRIu64 " received %" PRIu64
+			" receive errors %" PRIu64, us.sent, us.send_errors, us.received,
+			us.recv_errors);
+	fprintf(stderr, "\n");
+}
+
 /*
  * At exit: stop every CM (transport thread and workers) before liburcu's
  * own destructor runs (it runs after ours: liburcu is loaded first), so no
@@ -305,6 +337,8 @@ __attribute__((destructor)) static void rcm_fini(void)
 
 			if (!cm)
 				continue;
+			if (getenv("CEP_RDMACM_STATS"))
+				print_stats(p, cm);
 			cep_cm_destroy(cm);
 			p->t->ops->destroy(p->t);
 		}
