@@ -45,7 +45,7 @@ void rcm_channel_free(struct rcm_channel *c)
 		return;
 	/* librdmacm requires ids destroyed and events acked first; whatever
 	 * is still queued goes with the channel. */
-	for (e = c->head; e; e = next) {
+	for (e = rcm_evq_take(&c->q); e; e = next) {
 		next = e->next;
 		rcm_event_drop(e);
 	}
@@ -103,12 +103,7 @@ void rcm_event_drop(struct rcm_event *e)
 /* Caller holds c->mtx. */
 static void chan_append(struct rcm_channel *c, struct rcm_event *e)
 {
-	e->next = NULL;
-	if (c->tail)
-		c->tail->next = e;
-	else
-		c->head = e;
-	c->tail = e;
+	rcm_evq_push(&c->q, e);
 	if (!c->signaled) {
 		uint64_t one = 1;
 
@@ -140,12 +135,7 @@ void rcm_push_locked(struct rcm_event *e)
 	if (o->cr_pending) {
 		/* The application must see the request before anything else
 		 * about the new id. */
-		e->next = NULL;
-		if (o->held_tail)
-			o->held_tail->next = e;
-		else
-			o->held = e;
-		o->held_tail = e;
+		rcm_evq_push(&o->held, e);
 		return;
 	}
 	c = rcm_channel_of(o->id.channel);
@@ -168,16 +158,11 @@ void rcm_push_request(struct rcm_event *e)
 	struct rcm_id *l = e->owner;
 
 	pthread_mutex_lock(&l->mtx);
-	if (!l->destroying && (l->cr_queued >= l->backlog || l->deferred)) {
+	if (!l->destroying && (l->cr_queued >= l->backlog || l->deferred.head)) {
 		/* ucma refuses a request past the backlog and the peer's CM
 		 * retries it; here it waits, unanswered, until the application
 		 * has taken one (the peer's REQ timer and our MRA cover it). */
-		e->next = NULL;
-		if (l->deferred_tail)
-			l->deferred_tail->next = e;
-		else
-			l->deferred = e;
-		l->deferred_tail = e;
+		rcm_evq_push(&l->deferred, e);
 	} else {
 		if (!l->destroying)
 			l->cr_queued++;
@@ -194,8 +179,7 @@ static void request_taken(struct rcm_id *l, struct rcm_id *c)
 
 	pthread_mutex_lock(&c->mtx);
 	c->cr_pending = 0;
-	held = c->held;
-	c->held = c->held_tail = NULL;
+	held = rcm_evq_take(&c->held);
 	while (held) {
 		e = held;
 		held = e->next;
@@ -206,11 +190,8 @@ static void request_taken(struct rcm_id *l, struct rcm_id *c)
 	pthread_mutex_lock(&l->mtx);
 	if (l->cr_queued > 0)
 		l->cr_queued--;
-	e = l->deferred;
-	if (e && !l->destroying) {
-		l->deferred = e->next;
-		if (!l->deferred)
-			l->deferred_tail = NULL;
+	e = l->destroying ? NULL : rcm_evq_pop(&l->deferred);
+	if (e) {
 		l->cr_queued++;
 		rcm_push_locked(e);
 	}
@@ -219,25 +200,43 @@ static void request_taken(struct rcm_id *l, struct rcm_id *c)
 
 struct rcm_event *rcm_channel_take(struct rcm_channel *c, struct rcm_id *owner)
 {
-	struct rcm_event *taken = NULL, **tailp = &taken, **pp, *e;
+	struct rcm_evq taken = { 0 }, kept = { 0 };
+	struct rcm_event *e;
 
 	pthread_mutex_lock(&c->mtx);
-	c->tail = NULL;
-	for (pp = &c->head; (e = *pp);) {
-		if (e->owner == owner) {
-			*pp = e->next;
-			e->next = NULL;
-			*tailp = e;
-			tailp = &e->next;
-		} else {
-			c->tail = e;
-			pp = &e->next;
-		}
-	}
-	if (!c->head)
+	while ((e = rcm_evq_pop(&c->q)))
+		rcm_evq_push(e->owner == owner ? &taken : &kept, e);
+	c->q = kept;
+	if (!c->q.head)
 		chan_unsignal(c);
 	pthread_mutex_unlock(&c->mtx);
-	return taken;
+	return taken.head;
+}
+
+void rcm_channel_put(struct rcm_channel *c, struct rcm_event *list)
+{
+	pthread_mutex_lock(&c->mtx);
+	while (list) {
+		struct rcm_event *next = list->next;
+
+		chan_append(c, list);
+		list = next;
+	}
+	pthread_mutex_unlock(&c->mtx);
+}
+
+/* After a CONNECT_ERROR librdmacm drops the connection's later REJECTED
+ * and DISCONNECTED (the application already knows it failed). */
+static int superseded(struct rcm_event *e)
+{
+	int drop;
+
+	if (e->ev.event != RDMA_CM_EVENT_REJECTED && e->ev.event != RDMA_CM_EVENT_DISCONNECTED)
+		return 0;
+	pthread_mutex_lock(&e->owner->mtx);
+	drop = e->owner->connect_error;
+	pthread_mutex_unlock(&e->owner->mtx);
+	return drop;
 }
 
 RCM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
@@ -254,19 +253,20 @@ RCM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
 		int fl;
 
 		pthread_mutex_lock(&c->mtx);
-		e = c->head;
+		e = rcm_evq_pop(&c->q);
 		if (e) {
-			c->head = e->next;
-			if (!c->head) {
-				c->tail = NULL;
+			if (!c->q.head)
 				chan_unsignal(c);
-			}
 			/* Counted under the channel lock: rdma_destroy_id
 			 * takes its undelivered events under the same lock. */
 			atomic_fetch_add_explicit(&e->owner->events_reported, 1,
 						  memory_order_relaxed);
 		}
 		pthread_mutex_unlock(&c->mtx);
+		if (e && superseded(e)) {
+			rdma_ack_cm_event(&e->ev);
+			continue;
+		}
 		if (e)
 			break;
 		fl = fcntl(c->ch.fd, F_GETFL);
@@ -277,9 +277,10 @@ RCM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
 		if (poll(&pf, 1, -1) < 0 && errno != EINTR)
 			return -1;
 	}
-	e->next = NULL;
 	if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST)
 		request_taken(e->owner, rcm_id_of(e->ev.id));
+	if (e->work != RCM_WORK_NONE)
+		rcm_event_taken(e);
 	*event = &e->ev;
 	return 0;
 }

@@ -7,7 +7,8 @@
  * rdma_get_cm_event processing together):
  *
  *   REQ / SIDR_REQ received  -> CONNECT_REQUEST on a new id (listener's)
- *   REP received, id has QP  -> QP to RTR and RTS, RTU sent, ESTABLISHED
+ *   REP received, id has QP  -> ESTABLISHED: when the application takes it,
+ *                               QP to RTR and RTS and the RTU sent
  *   REP received, no QP      -> CONNECT_RESPONSE (rdma_establish sends RTU)
  *   RTU received             -> ESTABLISHED (passive)
  *   REJ received             -> REJECTED, status = reason, QP to ERR
@@ -18,9 +19,11 @@
  *                               UNREACHABLE, status = SIDR status
  *
  * Guarantees: the translation runs on the id's libcep worker with the id's
- * mutex held and queues at most one event; QP transitions made for the
- * application (RTR/RTS at REP, ERR at REJ and disconnect) happen under the
- * same mutex, so they never race rdma_destroy_qp.
+ * mutex held, queues at most one event and makes no verbs call (the CM
+ * worker stays free for MADs). The QP transitions librdmacm makes for the
+ * application - RTR/RTS and the RTU at REP, ERR at REJ - happen, as there,
+ * when the application takes the event (rcm_event_taken), under the id's
+ * mutex, so they never race rdma_destroy_qp.
  */
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -420,8 +423,6 @@ RCM_EXPORT int rdma_establish(struct rdma_cm_id *id)
 	r = rcm_id_of(id);
 	pthread_mutex_lock(&r->mtx);
 	ret = r->cep ? cep_cm_rtu(r->cep, NULL, 0) : -EINVAL;
-	if (!ret)
-		r->manual_est = 0;
 	pthread_mutex_unlock(&r->mtx);
 	return ret ? rcm_err(-ret) : 0;
 }
@@ -743,34 +744,19 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct cep_cm_event *ev)
 {
 	struct rcm_event *e = NULL;
-	int ret;
 
 	switch (ev->type) {
 	case CEP_CM_EV_REP_RECEIVED: {
 		const struct cep_rep *rp = &ev->msg.u.rep;
 
-		ret = cep_qp_params_active_rep(&r->qpp, rp);
-		if (r->id.qp) {
-			if (!ret)
-				ret = qp_to_rts(r, r->id.qp, RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH);
-			if (!ret)
-				ret = cep_cm_rtu(cid, NULL, 0);
-			if (ret) {
-				/* librdmacm: CONNECT_ERROR, the rest is dropped;
-				 * here the peer also hears of it (REJ). */
-				rcm_qp_error(r->id.qp);
-				cep_cm_reject(cid, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0);
-				e = rcm_event_new(r, RDMA_CM_EVENT_CONNECT_ERROR, ret);
-				r->connect_error = 1;
-				break;
-			}
-			e = rcm_event_new(r, RDMA_CM_EVENT_ESTABLISHED, 0);
-		} else {
-			e = rcm_event_new(r, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
-			r->manual_est = 1;
-		}
+		/* The QP moves and the RTU leaves when the application takes
+		 * the event (librdmacm's rdma_get_cm_event): rcm_event_taken. */
+		if (cep_qp_params_active_rep(&r->qpp, rp))
+			r->rep_bad = 1;
+		e = rcm_event_new(r, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
 		if (!e)
 			break;
+		e->work = RCM_WORK_REP;
 		e->ev.param.conn.responder_resources = rp->initiator_depth;
 		e->ev.param.conn.initiator_depth = rp->responder_resources;
 		e->ev.param.conn.flow_control = rp->end_to_end_flow_control;
@@ -784,12 +770,11 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 		e = rcm_event_new(r, RDMA_CM_EVENT_ESTABLISHED, 0);
 		break;
 	case CEP_CM_EV_REJ_RECEIVED:
-		if (r->connect_error)
-			break;
-		rcm_qp_error(r->id.qp);
 		e = rcm_event_new(r, RDMA_CM_EVENT_REJECTED, ev->status);
-		if (e)
-			copy_pdata(e, ev->msg.u.rej.private_data, CEP_REJ_PRIVATE_DATA_SIZE, 0);
+		if (!e)
+			break;
+		e->work = RCM_WORK_QP_ERR;
+		copy_pdata(e, ev->msg.u.rej.private_data, CEP_REJ_PRIVATE_DATA_SIZE, 0);
 		break;
 	case CEP_CM_EV_REQ_ERROR:
 	case CEP_CM_EV_REP_ERROR:
@@ -799,7 +784,7 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 	case CEP_CM_EV_DREQ_RECEIVED:
 	case CEP_CM_EV_DREP_RECEIVED:
 	case CEP_CM_EV_DREQ_ERROR:
-		if (r->disconnected || r->connect_error)
+		if (r->disconnected)
 			break;
 		r->disconnected = 1;
 		r->state = RCM_DISCONNECT;
@@ -840,6 +825,38 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 	}
 	if (e)
 		rcm_push_locked(e);
+}
+
+void rcm_event_taken(struct rcm_event *e)
+{
+	struct rcm_id *r = e->owner;
+	int ret = 0;
+
+	pthread_mutex_lock(&r->mtx);
+	if (e->work == RCM_WORK_QP_ERR) {
+		rcm_qp_error(r->id.qp);
+	} else if (e->work == RCM_WORK_REP && r->id.qp) {
+		/* librdmacm ucma_process_conn_resp: RTR, RTS, RTU. */
+		ret = r->rep_bad ? -EINVAL : qp_to_rts(r, r->id.qp, RDMA_MAX_RESP_RES,
+							RDMA_MAX_INIT_DEPTH);
+		if (!ret)
+			ret = r->cep ? cep_cm_rtu(r->cep, NULL, 0) : -EINVAL;
+		if (ret) {
+			/* librdmacm: CONNECT_ERROR and nothing more from this
+			 * connection; the peer hears of it here (REJ). */
+			rcm_qp_error(r->id.qp);
+			if (r->cep)
+				cep_cm_reject(r->cep, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0);
+			e->ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
+			e->ev.status = ret;
+			r->connect_error = 1;
+		} else {
+			e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
+		}
+	}
+	/* No QP: CONNECT_RESPONSE stays; rdma_establish sends the RTU. */
+	e->work = RCM_WORK_NONE;
+	pthread_mutex_unlock(&r->mtx);
 }
 
 int rcm_cep_handler(struct cep_cm_id *cid, const struct cep_cm_event *ev)

@@ -202,6 +202,23 @@ static int port_free(struct rcm_id **tab, uint16_t port, const struct rcm_id *r,
 	return 1;
 }
 
+/* Put @r on @port's device with source GID @src (index @gidx). Caller
+ * holds rcm.lock (the device's PD is allocated under it). */
+static void set_device(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port,
+		       uint8_t gidx)
+{
+	struct rcm_dev *d = port->dev;
+
+	if (!d->pd)
+		d->pd = ibv_alloc_pd(d->verbs);
+	r->port = port;
+	r->sgid_index = gidx;
+	r->id.verbs = d->verbs;
+	r->id.pd = d->pd;
+	r->id.port_num = port->port_num;
+	rcm_addr_gid(src, r->id.route.addr.addr.ibaddr.sgid.raw);
+}
+
 int rcm_bind(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port, uint8_t gidx)
 {
 	struct sockaddr_storage a;
@@ -243,18 +260,8 @@ int rcm_bind(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port
 	r->bound = 1;
 	r->any_addr = (uint8_t)rcm_addr_any(src);
 	memcpy(&r->id.route.addr.src_storage, &a, sizeof(a));
-	if (port) {
-		struct rcm_dev *d = port->dev;
-
-		if (!d->pd)
-			d->pd = ibv_alloc_pd(d->verbs);
-		r->port = port;
-		r->sgid_index = gidx;
-		r->id.verbs = d->verbs;
-		r->id.pd = d->pd;
-		r->id.port_num = port->port_num;
-		rcm_addr_gid(src, r->id.route.addr.addr.ibaddr.sgid.raw);
-	}
+	if (port)
+		set_device(r, src, port, gidx);
 	/* As rdma_cm reports a bound id: the destination is the unspecified
 	 * address of the source's family, its GID too once on a device. */
 	memset(&r->id.route.addr.dst_storage, 0, sizeof(r->id.route.addr.dst_storage));
@@ -286,29 +293,18 @@ static void rcm_unbind(struct rcm_id *r)
 }
 
 /* Move a wildcard-bound id onto the port of @src (resolve_addr). */
-static int bind_device(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port,
-		       uint8_t gidx)
+static void bind_device(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port,
+			uint8_t gidx)
 {
 	uint16_t pn = rcm_addr_port(&r->id.route.addr.src_addr);
-	struct sockaddr_storage a;
-	struct rcm_dev *d = port->dev;
 
-	memset(&a, 0, sizeof(a));
-	memcpy(&a, src, (size_t)rcm_addr_len(src));
-	addr_set_port((struct sockaddr *)&a, pn);
 	pthread_mutex_lock(&rcm.lock);
-	if (!d->pd)
-		d->pd = ibv_alloc_pd(d->verbs);
-	memcpy(&r->id.route.addr.src_storage, &a, sizeof(a));
+	memset(&r->id.route.addr.src_storage, 0, sizeof(r->id.route.addr.src_storage));
+	memcpy(&r->id.route.addr.src_storage, src, (size_t)rcm_addr_len(src));
+	addr_set_port(&r->id.route.addr.src_addr, pn);
 	r->any_addr = 0;
-	r->port = port;
-	r->sgid_index = gidx;
-	r->id.verbs = d->verbs;
-	r->id.pd = d->pd;
-	r->id.port_num = port->port_num;
-	rcm_addr_gid(src, r->id.route.addr.addr.ibaddr.sgid.raw);
+	set_device(r, src, port, gidx);
 	pthread_mutex_unlock(&rcm.lock);
-	return 0;
 }
 
 RCM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
@@ -382,7 +378,7 @@ RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
 			      src_addr ? rcm_addr_port(src_addr) : 0);
 		status = rcm_bind(r, (struct sockaddr *)&src, port, gidx);
 	} else if (!status && !r->port) {
-		status = bind_device(r, (struct sockaddr *)&src, port, gidx);
+		bind_device(r, (struct sockaddr *)&src, port, gidx);
 	}
 	if (!status) {
 		ret = rcm_port_cm(r->port, &cm);
@@ -694,10 +690,8 @@ static void id_teardown(struct rcm_id *r)
 	pthread_mutex_lock(&r->mtx);
 	r->destroying = 1;
 	cep = r->cep;
-	deferred = r->deferred;
-	r->deferred = r->deferred_tail = NULL;
-	held = r->held;
-	r->held = r->held_tail = NULL;
+	deferred = rcm_evq_take(&r->deferred);
+	held = rcm_evq_take(&r->held);
 	pthread_mutex_unlock(&r->mtx);
 	unlisten(r);
 	rcm_unbind(r);
@@ -824,25 +818,7 @@ RCM_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel 
 	was_sync = r->sync;
 	/* The id's waiting events follow it (kernel ucma_migrate_id). */
 	moved = rcm_channel_take(old, r);
-	pthread_mutex_lock(&nc->mtx);
-	while (moved) {
-		struct rcm_event *next = moved->next;
-
-		moved->next = NULL;
-		if (nc->tail)
-			nc->tail->next = moved;
-		else
-			nc->head = moved;
-		nc->tail = moved;
-		moved = next;
-	}
-	if (nc->head && !nc->signaled) {
-		uint64_t one = 1;
-
-		if (write(nc->ch.fd, &one, sizeof(one)) == sizeof(one))
-			nc->signaled = 1;
-	}
-	pthread_mutex_unlock(&nc->mtx);
+	rcm_channel_put(nc, moved);
 	r->id.channel = &nc->ch;
 	r->sync = channel == NULL;
 	pthread_mutex_unlock(&r->mtx);

@@ -108,8 +108,16 @@ struct rcm_service {
 
 /* ---- event channels and events ------------------------------------------ */
 
+/* Work librdmacm does inside rdma_get_cm_event for some events. */
+enum rcm_work {
+	RCM_WORK_NONE,
+	RCM_WORK_REP,                  /* QP to RTR/RTS and RTU: ESTABLISHED */
+	RCM_WORK_QP_ERR,               /* REJECTED: QP to ERR */
+};
+
 struct rcm_event {
 	struct rdma_cm_event ev;       /* what the application sees */
+	enum rcm_work work;            /* done when the application takes it */
 	struct rcm_event *next;
 	struct rcm_id *owner;          /* whose events this one counts for: the
 					  listener for CONNECT_REQUEST (as
@@ -117,13 +125,50 @@ struct rcm_event {
 	uint8_t pdata[RCM_PDATA_MAX];
 };
 
+/* A FIFO of events. The lock of whatever holds it guards it. */
+struct rcm_evq {
+	struct rcm_event *head, *tail;
+};
+
+static inline void rcm_evq_push(struct rcm_evq *q, struct rcm_event *e)
+{
+	e->next = NULL;
+	if (q->tail)
+		q->tail->next = e;
+	else
+		q->head = e;
+	q->tail = e;
+}
+
+static inline struct rcm_event *rcm_evq_pop(struct rcm_evq *q)
+{
+	struct rcm_event *e = q->head;
+
+	if (e) {
+		q->head = e->next;
+		if (!q->head)
+			q->tail = NULL;
+		e->next = NULL;
+	}
+	return e;
+}
+
+/* Take the whole queue (as a NULL-terminated list). */
+static inline struct rcm_event *rcm_evq_take(struct rcm_evq *q)
+{
+	struct rcm_event *e = q->head;
+
+	q->head = q->tail = NULL;
+	return e;
+}
+
 /* The fd is an eventfd that is readable exactly while events wait (its
  * counter and the queue change together under mtx), so poll/epoll on it
  * behaves as on librdmacm's character device. */
 struct rcm_channel {
 	struct rdma_event_channel ch;  /* ch.fd */
 	pthread_mutex_t mtx;
-	struct rcm_event *head, *tail;
+	struct rcm_evq q;
 	int signaled;                  /* eventfd counter is 1 */
 };
 
@@ -156,10 +201,10 @@ struct rcm_id {
 	uint8_t resp_res, init_depth;  /* rdma_cm's responder res./initiator depth */
 	uint8_t disconnected;          /* DISCONNECTED delivered */
 	uint8_t connect_error;         /* CONNECT_ERROR delivered: drop the rest */
-	uint8_t manual_est;            /* no QP at REP: rdma_establish sends RTU */
+	uint8_t rep_bad;               /* the REP's QP parameters were unusable */
 	uint8_t cr_pending;            /* new passive id whose CONNECT_REQUEST
 					  the application has not taken yet */
-	struct rcm_event *held, *held_tail; /* its events until then */
+	struct rcm_evq held;           /* its events until then */
 	uint32_t seq;                  /* our starting PSN (rdma_cm's seq_num) */
 	struct cep_cm_id *cep;         /* the connection in libcep, or NULL */
 	struct cep_qp_params qpp;      /* INIT/RTR/RTS attributes */
@@ -169,7 +214,7 @@ struct rcm_id {
 	/* listeners */
 	int backlog;                   /* CONNECT_REQUESTs queued at most */
 	int cr_queued;                 /* queued, not yet fetched */
-	struct rcm_event *deferred, *deferred_tail; /* REQs past the backlog */
+	struct rcm_evq deferred;       /* REQs past the backlog */
 	struct rcm_service **svcs;     /* services listened on */
 	unsigned nsvcs;
 	/* rdma_create_ep */
@@ -241,6 +286,8 @@ void rcm_push(struct rcm_event *e);
 void rcm_push_request(struct rcm_event *e);
 /* Remove @owner's queued events from @c; returns them as a list. */
 struct rcm_event *rcm_channel_take(struct rcm_channel *c, struct rcm_id *owner);
+/* Append a list of events to @c (rdma_migrate_id). */
+void rcm_channel_put(struct rcm_channel *c, struct rcm_event *list);
 /* Wait until every event handed out for @r was acked (r->mtx not held). */
 void rcm_wait_acked(struct rcm_id *r);
 /* Take the next event of a sync id's channel (librdmacm's ucma_complete):
@@ -280,6 +327,9 @@ int rcm_qp_init(struct rcm_id *r, struct ibv_qp *qp);
 void rcm_qp_unregister(struct rcm_id *r);
 /* Move @qp to ERR (librdmacm's ucma_modify_qp_err). */
 int rcm_qp_error(struct ibv_qp *qp);
+/* An event was taken by the application: do its work (librdmacm's
+ * rdma_get_cm_event processing). Application thread, no lock held. */
+void rcm_event_taken(struct rcm_event *e);
 /* Fill a path record for @r's route (RoCE). */
 void rcm_fill_path(struct rcm_id *r, struct ibv_sa_path_rec *p);
 
