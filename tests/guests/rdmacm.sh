@@ -112,13 +112,7 @@ serve() {
 		>"$f" 2>&1 &
 	pid=$!
 	if [ -z "$w" ]; then
-		port=$(port_of "$prog")
-		end=$(( $(date +%s) + 60 ))
-		until rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN.*:$port"; do
-			kill -0 $pid 2>/dev/null || break
-			[ "$(date +%s)" -lt "$end" ] || break
-			sleep 0.02
-		done
+		gb_wait_cm_listen "$(port_of "$prog")" $pid || echo "no kernel listener"
 		gb_signal "$flag"
 	fi
 	gb_wait "done-$phase-$prog" 300 || true
