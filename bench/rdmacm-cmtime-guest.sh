@@ -1,15 +1,18 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Guest script of bench/rdmacm-cmtime.sh: Debian's cmtime, unmodified, on
-# libcep's librdmacm.so.1 and on the kernel's rdma_cm, alternately for each
-# count (libcep with no kernel CM loaded; then ib_cm, iw_cm, rdma_cm,
-# rdma_ucm loaded and unloaded again). a runs the client, b the server.
-# Args: cep-rdmacm wrapper, counts. Prints "BENCH <cm> n=<n>: <line>" for
-# every line of the client's output, and the CPU time of both processes.
+# libcep's librdmacm.so.1 and on the kernel's rdma_cm, alternately (for
+# each round and count: libcep with no kernel CM loaded, then ib_cm,
+# iw_cm, rdma_cm, rdma_ucm loaded and unloaded again). a runs the client,
+# b the server. Args: cep-rdmacm wrapper, rounds, counts. Prints
+# "BENCH <cm> n=<n> r=<round>: <line>" for every line of the client's
+# output, and for each guest its CPU time by kind over the run (ticks of
+# /proc/stat: where the time went) and the cmtime process's CPU time.
 set -u
 . "$GB_LIB"
 wrap=$1
-shift
+rounds=$2
+shift 2
 counts=$*
 ulimit -n 1048576 2>/dev/null || ulimit -n 65536
 gb_rxe_up || exit 1
@@ -20,8 +23,14 @@ kernel_cm() { # load | unload
 		modprobe -r rdma_ucm rdma_cm iw_cm ib_cm
 	fi
 }
-# cputime PID: user+system seconds of a finished child (from /proc before wait)
+cpu() { awk '/^cpu / { print $2 + $3, $4, $7 + $8, $5 + $6 }' /proc/stat; }
+cpu_delta() { # before after -> "user U system S irq I idle D"
+	set -- $1 $2
+	echo "user $(($5 - $1)) system $(($6 - $2)) irq+softirq $(($7 - $3)) idle $(($8 - $4))"
+}
 rc=0
+r=1
+while [ $r -le "$rounds" ]; do
 for n in $counts; do
 	for cm in libcep kernel; do
 		w=$wrap
@@ -29,31 +38,33 @@ for n in $counts; do
 			w=
 			kernel_cm load || { echo "modprobe failed"; exit 1; }
 		fi
-		tag=$cm-$n
+		tag=$cm-$n-$r
+		pre="BENCH $cm n=$n r=$r:"
 		if [ "$GB_NAME" = b ]; then
+			c0=$(cpu)
 			CEP_RDMACM_READY=$GB_SHARE/b.ready-$tag timeout 3000 $w cmtime \
 				>/tmp/server-$tag.out 2>&1 &
 			pid=$!
 			if [ $cm = kernel ]; then
-				until rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN.*:7471"; do
-					kill -0 $pid 2>/dev/null || break
-					sleep 0.02
-				done
+				gb_wait_cm_listen 7471 $pid 600 || echo "no kernel listener"
 				gb_signal ready-$tag
 			fi
 			gb_wait done-$tag 3000 || rc=1
+			echo "$pre server guest cpu $(cpu_delta "$c0" "$(cpu)") (ticks)"
 			# The server never exits by itself: its CPU time, then stop it.
 			c=$(pgrep -x cmtime | head -n1)
-			[ -n "$c" ] && echo "BENCH $cm n=$n: server cpu $(awk '{ printf "user %.2f s system %.2f s", $14 / 100, $15 / 100 }' /proc/$c/stat)"
+			[ -n "$c" ] && echo "$pre server cpu $(awk '{ printf "user %.2f s system %.2f s", $14 / 100, $15 / 100 }' /proc/$c/stat)"
 			kill $pid 2>/dev/null
 			wait $pid
-			grep -i "error\|fail" /tmp/server-$tag.out | sed "s/^/BENCH $cm n=$n: server: /"
+			grep -i "error\|fail" /tmp/server-$tag.out | sed "s/^/$pre server: /"
 		else
 			gb_wait ready-$tag 600 || { rc=1; continue; }
-			/usr/bin/time -f "client cpu user %U s system %S s wall %e s maxrss %M KiB" \
+			c0=$(cpu)
+			CEP_RDMACM_STATS=1 /usr/bin/time -f "client cpu user %U s system %S s wall %e s maxrss %M KiB" \
 				timeout 3000 $w cmtime -s "$GB_PEER_IP" -c "$n" >/tmp/client-$tag.out 2>&1 ||
-				{ echo "BENCH $cm n=$n: cmtime exit $?"; rc=1; }
-			sed "s/^/BENCH $cm n=$n: /" /tmp/client-$tag.out
+				{ echo "$pre cmtime exit $?"; rc=1; }
+			echo "$pre client guest cpu $(cpu_delta "$c0" "$(cpu)") (ticks)"
+			sed "s/^/$pre /" /tmp/client-$tag.out
 			gb_signal done-$tag
 		fi
 		if [ $cm = kernel ]; then
@@ -63,5 +74,7 @@ for n in $counts; do
 			kernel_cm unload || { echo "rmmod failed"; rc=1; }
 		fi
 	done
+done
+r=$((r + 1))
 done
 exit $rc
