@@ -38,9 +38,9 @@ for n in $counts; do
 		lo[s] = v[1]; hi[s] = v[k]
 		return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
 	}
-	$1 == "BENCH" && $3 == "n=" n {
+	$1 == "BENCH" && $3 == ("n=" n) {
 		cm = $2; line = $0; sub("^BENCH [a-z]+ n=[0-9]+ r=[0-9]+: ", "", line)
-		if (line ~ /cpu/) next
+		if (line ~ /cpu|librdmacm/) next
 		split(line, f, ":")
 		step = f[1]; gsub(/ +$/, "", step)
 		if (split(f[2], v, " ") >= 4 && step != "step") {
@@ -54,7 +54,7 @@ for n in $counts; do
 			s = order[i]; a = median(t["kernel", s]); b = median(t["libcep", s])
 			printf "%-14s %9.1f (%6.0f-%6.0f) %9.1f (%6.0f-%6.0f) %7s\n", s,
 				a, lo[t["kernel", s]], hi[t["kernel", s]], b, lo[t["libcep", s]], hi[t["libcep", s]],
-				b > 0 ? sprintf("%.2f", a / b) : "-"
+				(b > 0 ? sprintf("%.2f", a / b) : "-")
 		}
 	}' "$run/a.log" "$run/b.log"
 done
