@@ -4,18 +4,22 @@
 # libcep's librdmacm.so.1 and on the kernel's rdma_cm, alternately (for
 # each round and count: libcep with no kernel CM loaded, then ib_cm,
 # iw_cm, rdma_cm, rdma_ucm loaded and unloaded again). a runs the client,
-# b the server. Args: cep-rdmacm wrapper, rounds, counts. Prints
+# b the server; a first times the verbs calls of a connection alone
+# (rdmacm-verbs-cost). Args: cep-rdmacm wrapper, rdmacm-verbs-cost, rounds,
+# counts. Prints
 # "BENCH <cm> n=<n> r=<round>: <line>" for every line of the client's
 # output, and for each guest its CPU time by kind over the run (ticks of
 # /proc/stat: where the time went) and the cmtime process's CPU time.
 set -u
 . "$GB_LIB"
 wrap=$1
-rounds=$2
-shift 2
+cost=$2
+rounds=$3
+shift 3
 counts=$*
 ulimit -n 1048576 2>/dev/null || ulimit -n 65536
 gb_rxe_up || exit 1
+[ "$GB_NAME" = a ] && "$cost" rxe0 "$GB_PEER_IP" 200
 kernel_cm() { # load | unload
 	if [ "$1" = load ]; then
 		modprobe -a ib_cm iw_cm rdma_cm rdma_ucm

@@ -18,15 +18,18 @@ shift
 counts=${*:-1000 10000}
 rounds=${BENCH_ROUNDS:-3}
 wrap=$(cd "$build" && pwd)/tools/cep-rdmacm/cep-rdmacm
-[ -x "$wrap" ] || { echo "rdmacm-cmtime.sh: $wrap missing (build with rdma support)" >&2; exit 1; }
+cost=$(cd "$build" && pwd)/tests/guests/rdmacm-verbs-cost
+[ -x "$wrap" ] && [ -x "$cost" ] ||
+	{ echo "rdmacm-cmtime.sh: $wrap or $cost missing (build with rdma support)" >&2; exit 1; }
 run=${BENCH_RUN:-$(mktemp -d /tmp/cep-rdmacm-cmtime.XXXXXX)}
 mkdir -p "$run"
 GUESTBED_MEM=${GUESTBED_MEM:-2048} GUESTBED_TIMEOUT=${GUESTBED_TIMEOUT:-10800} \
 	"$here/../tests/guests/guestbed.sh" run -o "$run" \
-	"$here/rdmacm-cmtime-guest.sh" "$here/rdmacm-cmtime-guest.sh" -- "$wrap" "$rounds" $counts \
+	"$here/rdmacm-cmtime-guest.sh" "$here/rdmacm-cmtime-guest.sh" -- "$wrap" "$cost" "$rounds" $counts \
 	>"$run/bed.out" 2>&1
 rc=$?
 grep -h "^BENCH" "$run/a.log" "$run/b.log" 2>/dev/null
+sed -n '/^verbs cost/,/^ibv_destroy_cq\|^2 x (ibv_destroy/p' "$run/a.log"
 [ $rc = 0 ] || { tail -40 "$run/bed.out" >&2; exit $rc; }
 for n in $counts; do
 	echo

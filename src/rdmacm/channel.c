@@ -104,6 +104,7 @@ void rcm_event_drop(struct rcm_event *e)
 static void chan_append(struct rcm_channel *c, struct rcm_event *e)
 {
 	rcm_evq_push(&c->q, e);
+	e->owner->queued++;
 	if (!c->signaled) {
 		uint64_t one = 1;
 
@@ -204,9 +205,21 @@ struct rcm_event *rcm_channel_take(struct rcm_channel *c, struct rcm_id *owner)
 	struct rcm_event *e;
 
 	pthread_mutex_lock(&c->mtx);
-	while ((e = rcm_evq_pop(&c->q)))
-		rcm_evq_push(e->owner == owner ? &taken : &kept, e);
-	c->q = kept;
+	/* Most ids have nothing queued when destroyed: no walk then. */
+	while (owner->queued && (e = rcm_evq_pop(&c->q))) {
+		if (e->owner == owner) {
+			owner->queued--;
+			rcm_evq_push(&taken, e);
+		} else {
+			rcm_evq_push(&kept, e);
+		}
+	}
+	if (kept.head) {
+		kept.tail->next = c->q.head;
+		if (!c->q.head)
+			c->q.tail = kept.tail;
+		c->q.head = kept.head;
+	}
 	if (!c->q.head)
 		chan_unsignal(c);
 	pthread_mutex_unlock(&c->mtx);
@@ -255,6 +268,7 @@ RCM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
 		pthread_mutex_lock(&c->mtx);
 		e = rcm_evq_pop(&c->q);
 		if (e) {
+			e->owner->queued--;
 			if (!c->q.head)
 				chan_unsignal(c);
 			/* Counted under the channel lock: rdma_destroy_id

@@ -190,6 +190,7 @@ struct rcm_id {
 	int destroying;                /* rdma_destroy_id began: no more events */
 	int sync;                      /* own private channel (rdma_create_ep) */
 	_Atomic unsigned events_reported; /* handed out by rdma_get_cm_event */
+	unsigned queued;               /* in its channel: that channel's mutex */
 	unsigned events_completed;     /* acked */
 	struct rcm_port *port;         /* NULL: not bound to a device yet */
 	uint8_t sgid_index;
