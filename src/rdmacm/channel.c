@@ -145,15 +145,6 @@ void rcm_push_locked(struct rcm_event *e)
 	pthread_mutex_unlock(&c->mtx);
 }
 
-void rcm_push(struct rcm_event *e)
-{
-	struct rcm_id *o = e->owner;
-
-	pthread_mutex_lock(&o->mtx);
-	rcm_push_locked(e);
-	pthread_mutex_unlock(&o->mtx);
-}
-
 void rcm_push_request(struct rcm_event *e)
 {
 	struct rcm_id *l = e->owner;

@@ -53,8 +53,25 @@ int rcm_cep_create(struct rcm_id *r)
 	return ret;
 }
 
+/* The registry entry of @qpn on @p, created when @create. Caller holds
+ * p->qpn_mtx. */
+static struct rcm_qpn **qpn_slot(struct rcm_port *p, uint32_t qpn)
+{
+	struct rcm_qpn **pp;
+
+	if (!p->qpns)
+		p->qpns = calloc(RCM_QPN_BUCKETS, sizeof(*p->qpns));
+	if (!p->qpns)
+		return NULL;
+	for (pp = &p->qpns[qpn % RCM_QPN_BUCKETS]; *pp; pp = &(*pp)->next)
+		if ((*pp)->qpn == qpn)
+			break;
+	return pp;
+}
+
 int rcm_qp_register(struct rcm_id *r, uint32_t qpn)
 {
+	struct rcm_qpn **pp, *q;
 	struct cep_cm *cm;
 	int ret;
 
@@ -64,14 +81,32 @@ int rcm_qp_register(struct rcm_id *r, uint32_t qpn)
 	if (ret)
 		return ret;
 	rcm_qp_unregister(r);
-	ret = cep_cm_qp_register(cm, qpn);
-	if (ret == -EEXIST) {
-		/* The kernel handed this number to a new QP, so the QP that
-		 * had it is gone (destroyed with ibv_destroy_qp, not
-		 * rdma_destroy_qp): forget it, ending its connection. */
+	pthread_mutex_lock(&r->port->qpn_mtx);
+	pp = qpn_slot(r->port, qpn);
+	if (!pp) {
+		ret = -ENOMEM;
+	} else if (*pp) {
+		/* Another id registered this number and the kernel handed it
+		 * to a new QP since, so that QP is gone (ibv_destroy_qp, not
+		 * rdma_destroy_qp): its connection ends, the number is ours.
+		 * The other id's later unregister finds the entry taken. */
 		cep_cm_qp_destroy(cm, qpn);
 		ret = cep_cm_qp_register(cm, qpn);
+		if (!ret)
+			(*pp)->owner = r;
+	} else {
+		q = malloc(sizeof(*q));
+		ret = q ? cep_cm_qp_register(cm, qpn) : -ENOMEM;
+		if (!ret) {
+			q->qpn = qpn;
+			q->owner = r;
+			q->next = NULL;
+			*pp = q;
+		} else {
+			free(q);
+		}
 	}
+	pthread_mutex_unlock(&r->port->qpn_mtx);
 	if (!ret)
 		r->qpn_registered = qpn;
 	return ret;
@@ -79,13 +114,22 @@ int rcm_qp_register(struct rcm_id *r, uint32_t qpn)
 
 void rcm_qp_unregister(struct rcm_id *r)
 {
+	struct rcm_qpn **pp, *q = NULL;
 	struct cep_cm *cm;
 
 	if (!r->qpn_registered)
 		return;
 	cm = atomic_load_explicit(&r->port->cm, memory_order_acquire);
-	if (cm)
-		cep_cm_qp_destroy(cm, r->qpn_registered);
+	pthread_mutex_lock(&r->port->qpn_mtx);
+	pp = qpn_slot(r->port, r->qpn_registered);
+	if (pp && *pp && (*pp)->owner == r) {
+		q = *pp;
+		*pp = q->next;
+		if (cm)
+			cep_cm_qp_destroy(cm, r->qpn_registered);
+	}
+	pthread_mutex_unlock(&r->port->qpn_mtx);
+	free(q);
 	r->qpn_registered = 0;
 }
 

@@ -48,6 +48,7 @@ static int init_dev(struct rcm_dev *d, struct ibv_device *dev)
 		p->link_layer = ibv_query_port(d->verbs, p->port_num, &pa) ?
 				IBV_LINK_LAYER_UNSPECIFIED : pa.link_layer;
 		pthread_mutex_init(&p->svc_mtx, NULL);
+		pthread_mutex_init(&p->qpn_mtx, NULL);
 	}
 	return 0;
 }

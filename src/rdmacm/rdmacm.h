@@ -70,6 +70,17 @@ struct rcm_port {
 	int open_err;                  /* sticky: the open failed with -errno */
 	pthread_mutex_t svc_mtx;       /* services list */
 	struct rcm_service *services;  /* never freed: see rcm_service */
+	pthread_mutex_t qpn_mtx;       /* qpns (a leaf lock) */
+	struct rcm_qpn **qpns;         /* QPN -> the id that registered it */
+};
+
+#define RCM_QPN_BUCKETS 4096
+
+/* Which id registered a QPN with the port's CM. */
+struct rcm_qpn {
+	struct rcm_qpn *next;
+	uint32_t qpn;
+	struct rcm_id *owner;          /* not a reference: cleared at unregister */
 };
 
 struct rcm_dev {
@@ -279,9 +290,9 @@ struct rcm_event *rcm_event_new(struct rcm_id *owner, enum rdma_cm_event_type ty
  * a CONNECT_REQUEST's new id is destroyed). */
 void rcm_event_drop(struct rcm_event *e);
 /* Queue @e on its owner's channel unless the owner is being destroyed
- * (then it is dropped). Caller holds e->owner->mtx. */
+ * (then it is dropped), or hold it while the owner's CONNECT_REQUEST has
+ * not been taken. Caller holds e->owner->mtx. */
 void rcm_push_locked(struct rcm_event *e);
-void rcm_push(struct rcm_event *e);
 /* Queue a CONNECT_REQUEST for listener @e->owner, within its backlog;
  * past it the event waits in the listener's deferred list. */
 void rcm_push_request(struct rcm_event *e);
