@@ -8,9 +8,15 @@
  * for every line (tests/guests/rdmacm.sh, docs/rdmacm.md).
  *
  *   rdmacm-probe SELF_IPV4 PEER_IPV4
+ *   rdmacm-probe SELF_IPV4 PEER_IPV4 reject-server|reject-client
  *
- * Needs no peer process: nothing here connects. Exit 0 unless a call
- * needed to go on failed (the comparison is the test).
+ * The first form needs no peer process: nothing there connects; its exit
+ * is 0 unless a call needed to go on failed (the comparison is the test).
+ * The second is one rejected connection with private data both ways
+ * (rdma_reject): the server prints the request's private data and rejects
+ * with its own, the client prints the REJECTED event; each exits 0 only if
+ * it saw what the other sent. CEP_RDMACM_READY or the kernel's listener
+ * tells the client when to start.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -207,6 +213,74 @@ static void probe_getaddrinfo(void)
 	printf("getaddrinfo none: %d %s\n", r, r ? ename(errno) : "");
 }
 
+#define REJ_PORT 7480
+#define HELLO "hello from the client"
+#define NO "no thanks"
+
+/* One connection request, rejected with private data. */
+static int reject_pair(int server)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	struct sockaddr_in a = sin4(server ? self_ip : peer_ip, REJ_PORT);
+	int ok = 0;
+
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		return 1;
+	if (server) {
+		if (rdma_bind_addr(id, (struct sockaddr *)&a) || rdma_listen(id, 1))
+			return 1;
+		if (rdma_get_cm_event(ch, &ev))
+			return 1;
+		printf("server: %s status %d private data %u bytes \"%s\"\n",
+		       rdma_event_str(ev->event), ev->status, ev->param.conn.private_data_len,
+		       ev->param.conn.private_data ? (const char *)ev->param.conn.private_data : "");
+		ok = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+		     ev->param.conn.private_data &&
+		     !strcmp(ev->param.conn.private_data, HELLO);
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			struct rdma_cm_id *c = ev->id;
+
+			R("reject", rdma_reject(c, NO, sizeof(NO)));
+			rdma_ack_cm_event(ev);
+			rdma_destroy_id(c);
+		} else {
+			rdma_ack_cm_event(ev);
+		}
+	} else {
+		struct rdma_conn_param p = { .private_data = HELLO, .private_data_len = sizeof(HELLO),
+					     .responder_resources = 1, .initiator_depth = 1,
+					     .retry_count = 7, .rnr_retry_count = 7 };
+		struct ibv_qp_init_attr qa = { .cap = { 1, 1, 1, 1, 0 }, .qp_type = IBV_QPT_RC };
+
+		if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) ||
+		    rdma_get_cm_event(ch, &ev))
+			return 1;
+		rdma_ack_cm_event(ev);
+		if (rdma_resolve_route(id, 2000) || rdma_get_cm_event(ch, &ev))
+			return 1;
+		rdma_ack_cm_event(ev);
+		if (rdma_create_qp(id, NULL, &qa) || rdma_connect(id, &p) ||
+		    rdma_get_cm_event(ch, &ev))
+			return 1;
+		printf("client: %s status %d private data %u bytes \"%s\"\n",
+		       rdma_event_str(ev->event), ev->status, ev->param.conn.private_data_len,
+		       ev->param.conn.private_data ? (const char *)ev->param.conn.private_data : "");
+		/* consumer reject = IB REJ reason 28, with the server's data */
+		ok = ev->event == RDMA_CM_EVENT_REJECTED && ev->status == 28 &&
+		     ev->param.conn.private_data && !strcmp(ev->param.conn.private_data, NO);
+		rdma_ack_cm_event(ev);
+		if (id->qp)
+			show_qp("client qp after REJECTED", id->qp);
+		rdma_destroy_qp(id);
+	}
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	printf("%s: %s\n", server ? "server" : "client", ok ? "ok" : "FAILED");
+	return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch, *ch2;
@@ -218,13 +292,16 @@ int main(int argc, char **argv)
 	int n, one = 1, fl;
 	uint8_t tos = 32, u8 = 14;
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s SELF_IPV4 PEER_IPV4\n", argv[0]);
+	if (argc != 3 && argc != 4) {
+		fprintf(stderr, "usage: %s SELF_IPV4 PEER_IPV4 [reject-server|reject-client]\n",
+			argv[0]);
 		return 2;
 	}
 	self_ip = argv[1];
 	peer_ip = argv[2];
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 4)
+		return reject_pair(!strcmp(argv[3], "reject-server"));
 
 	for (int e = 0; e <= 16; e++)
 		printf("event_str %d: %s\n", e, rdma_event_str((enum rdma_cm_event_type)e));

@@ -10,7 +10,8 @@
 #   kserver  b serves on the kernel CM, a connects on libcep
 #   kclient  a serves on libcep, b connects on the kernel CM
 # At the start of kserver both guests run rdmacm-probe (b on the kernel, a
-# on libcep) and a compares the two outputs line by line.
+# on libcep) and a compares the two outputs line by line; "reject" is
+# rdmacm-probe's rejected connection (rdma_reject, private data both ways).
 # Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
 # [cmtime connections].
 # Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
@@ -21,7 +22,8 @@ set -u
 wrap=$1
 probe=$2
 phases=${3:-"libcep kserver kclient"}
-progs=${4:-"rping rpingq rping6 ucmatose udaddy rdmaserver cmtime"}
+progs=${4:-"rping rpingq rping6 ucmatose udaddy rdmaserver cmtime reject"}
+[ "$probe" = - ] && progs=$(echo "$progs" | sed 's/reject//')
 cmtime_n=${5:-100}
 # cmtime: one RC QP and two completion channels per connection.
 ulimit -n 65536 2>/dev/null || true
@@ -50,6 +52,7 @@ server_cmd() {
 	udaddy) echo "udaddy -c 2";;
 	rdmaserver) echo "rdma_server";;
 	cmtime) echo "cmtime";;
+	reject) echo "$probe $GB_IP $GB_PEER_IP reject-server";;
 	esac
 }
 
@@ -62,11 +65,12 @@ client_cmd() {
 	udaddy) echo "udaddy -s $GB_PEER_IP -c 2";;
 	rdmaserver) echo "rdma_client -s $GB_PEER_IP";;
 	cmtime) echo "cmtime -s $GB_PEER_IP -c $cmtime_n";;
+	reject) echo "$probe $GB_IP $GB_PEER_IP reject-client";;
 	esac
 }
 
 port_of() {
-	case $1 in rping*|udaddy) echo 7174;; *) echo 7471;; esac
+	case $1 in rping*|udaddy) echo 7174;; reject) echo 7480;; *) echo 7471;; esac
 }
 
 # check ROLE PROG OUTPUT RC: the program's own verdict.
@@ -90,6 +94,8 @@ check() {
 	client-cmtime) { [ "$(n '^connect *:')" = 1 ] && [ "$(n '^disconnect *:')" = 1 ] &&
 		[ "$(n 'error\|failure\|failing')" = 0 ]; } || ok=0;;
 	server-cmtime) [ "$(n 'error\|failure\|failing')" = 0 ] || ok=0;;
+	server-reject) [ "$(n '^server: ok$')" = 1 ] || ok=0;;
+	client-reject) [ "$(n '^client: ok$')" = 1 ] || ok=0;;
 	esac
 	if [ $ok = 1 ]; then
 		echo "PASS $role $prog (exit $rc)"
