@@ -493,3 +493,8 @@ uint16_t storm_lid_a(const struct storm *s)
 {
 	return s->a.info.lid;
 }
+
+struct cep_transport *storm_port_b(const struct storm *s)
+{
+	return s->b.port;
+}

@@ -69,5 +69,7 @@ struct cep_table *storm_table(const struct storm *s);
 struct cep_cm *storm_cm(const struct storm *s, int node);
 struct cep_fabric *storm_fabric(const struct storm *s);
 uint16_t storm_lid_a(const struct storm *s);
+/* Node B's fabric port (sending through it sends as node B). */
+struct cep_transport *storm_port_b(const struct storm *s);
 
 #endif /* CEP_BENCH_STORM_H */

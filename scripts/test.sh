@@ -3,7 +3,9 @@
 # Install what is missing, then build and run libcep's whole test suite
 # three ways: plain gcc with -Werror, ThreadSanitizer, and
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang, with the libFuzzer
-# targets). Any failure or sanitizer report fails the run.
+# targets). Any failure or sanitizer report fails the run. The plain build
+# also checks the ABI against abi/libcep.abi and the man pages (suite api)
+# and builds the Debian packages, then the quick start against them (pkg).
 # Environment: CEP_TEST_BUILDS="plain tsan asan" to choose builds,
 # CEP_TEST_ARGS for extra `meson test` arguments.
 set -eu

@@ -9,7 +9,8 @@
  *
  * Handler template: look the id up (reference), lock, check the state and
  * the identifiers, transition, send under the lock (so one id's MADs leave
- * in state order), unlock, deliver the event, drop the reference.
+ * in state order), cm_emit() the event (the one delivery path: it drops
+ * the lock only while a callback runs), unlock, drop the reference.
  * References: the user's (from create, dropped after DESTROYED), the
  * table's (dropped by cep_destroy), one per armed wheel timer, one per
  * queued work item, one per lookup, one per queued channel event.
@@ -18,11 +19,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cm_internal.h"
 #include "table_internal.h"
+
+#ifdef CEP_TEST_HOOKS
+void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id, const struct cep_cm_event *ev);
+#endif
 
 /* ---- names ---------------------------------------------------------------- */
 
@@ -107,16 +113,43 @@ void cm_put_be64(uint8_t *p, uint64_t v)
 		p[i] = (uint8_t)v;
 }
 
-static unsigned route_hash(uint32_t id, uint64_t guid, unsigned n)
-{
-	uint64_t h = ((uint64_t)id << 32 | id) ^ guid;
+/* SipHash-2-4 (Aumasson, Bernstein) of the 12-byte message (id, guid)
+ * under the context's secret key: the worker of a REQ / SIDR_REQ. Without
+ * the key a sender cannot choose the worker its flood lands on, e.g. the
+ * worker that owns a connection it wants to starve. */
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND(v0, v1, v2, v3) do { \
+	v0 += v1; v1 = ROTL64(v1, 13); v1 ^= v0; v0 = ROTL64(v0, 32); \
+	v2 += v3; v3 = ROTL64(v3, 16); v3 ^= v2; \
+	v0 += v3; v3 = ROTL64(v3, 21); v3 ^= v0; \
+	v2 += v1; v1 = ROTL64(v1, 17); v1 ^= v2; v2 = ROTL64(v2, 32); \
+} while (0)
 
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ull;
-	h ^= h >> 33;
-	return (unsigned)(h % n);
+static uint64_t siphash_12(const uint64_t k[2], uint32_t id, uint64_t guid)
+{
+	uint64_t v0 = k[0] ^ 0x736f6d6570736575ull, v1 = k[1] ^ 0x646f72616e646f6dull;
+	uint64_t v2 = k[0] ^ 0x6c7967656e657261ull, v3 = k[1] ^ 0x7465646279746573ull;
+	/* little-endian words of the bytes id(4) guid(8), then the length */
+	uint64_t m0 = (uint64_t)id | guid << 32;
+	uint64_t m1 = guid >> 32 | (uint64_t)12 << 56;
+
+	v3 ^= m0;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	v0 ^= m0;
+	v3 ^= m1;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	v0 ^= m1;
+	v2 ^= 0xff;
+	for (int i = 0; i < 4; i++)
+		SIPROUND(v0, v1, v2, v3);
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static unsigned route_hash(const struct cep_cm *cm, uint32_t id, uint64_t guid)
+{
+	return (unsigned)(siphash_12(cm->route_key, id, guid) % cm->nworkers);
 }
 
 /* Pseudo GUID naming a SIDR requester (SIDR_REQ carries no CA GUID). */
@@ -129,9 +162,28 @@ uint64_t cm_sidr_source(const struct cep_mad_addr *from)
 	return h | 1;
 }
 
+static int half_open(unsigned s)
+{
+	return s == CEP_CM_REQ_RCVD || s == CEP_CM_MRA_REQ_SENT || s == CEP_CM_REP_SENT ||
+	       s == CEP_CM_MRA_REP_RCVD || s == CEP_CM_SIDR_REQ_RCVD;
+}
+
+/* Lock held: a child stops counting against its listener's backlog. */
+static void half_open_end(struct cep_cm_id *id)
+{
+	struct cep_cm_id *l = id->listener;
+
+	id->listener = NULL;
+	atomic_fetch_sub_explicit(&l->lis.half_open, 1, memory_order_relaxed);
+	cep_put(l->cep); /* not the listener's lock: never two id locks */
+}
+
 void cm_set_state(struct cep_cm_id *id, unsigned s)
 {
 	struct cm_wstats *w = &id->cm->ws[id->worker];
+
+	if (id->listener && !half_open(s))
+		half_open_end(id);
 
 	atomic_fetch_sub_explicit(&w->states[id->state], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&w->states[s], 1, memory_order_relaxed);
@@ -186,7 +238,7 @@ static void timer_sync_locked(struct cep_cm_id *id)
 /* Lock held: want a timer of @kind in @ms. */
 void cm_set_timer(struct cep_cm_id *id, unsigned kind, uint32_t ms)
 {
-	id->deadline = cep_now_ms() + ms;
+	id->deadline = cep_clock_ms(id->cm->clock) + ms;
 	id->timer_kind = (uint8_t)kind;
 	if (cep_dispatch_self(id->cm->d) == (int)id->worker)
 		timer_sync_locked(id);
@@ -258,12 +310,23 @@ void cm_copy_pdata(uint8_t *dst, const void *src, size_t len)
 		memcpy(dst, src, len);
 }
 
-/* Lock held: REJ from this id. */
+/* Lock held: REJ from this id. Before the peer's comm ID is known (our
+ * REQ unanswered: REQ_SENT, MRA_REQ_RCVD) the peer can match only a REJ
+ * "timeout" carrying our CA GUID in the ARI (remote comm ID 0: it finds
+ * its id by our (comm ID, GUID)), which is what the kernel's destroy
+ * sends: every REJ from those states takes that form, whatever reason
+ * the caller gave; its private data is kept. */
 void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 		     const void *ari, size_t ari_len, const void *pdata, size_t len)
 {
 	struct cep_msg m;
 
+	if (id->state == CEP_CM_REQ_SENT || id->state == CEP_CM_MRA_REQ_RCVD) {
+		reason = CEP_REJ_TIMEOUT;
+		msg_code = CEP_MSG_CODE_OTHER;
+		ari = NULL;
+		ari_len = 0;
+	}
 	cep_msg_init(&m, CEP_MSG_REJ, id->tid);
 	m.u.rej.local_comm_id = cep_local_comm_id(id->cep);
 	m.u.rej.remote_comm_id = id->remote_id;
@@ -278,6 +341,17 @@ void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 	}
 	cm_copy_pdata(m.u.rej.private_data, pdata, len);
 	cm_send_msg(id, &m, 0);
+}
+
+void cm_keep_pdata(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	free(id->resend_pd);
+	id->resend_pd = NULL;
+	id->resend_len = 0;
+	if (len && (id->resend_pd = malloc(len)) != NULL) { /* none: resent without */
+		memcpy(id->resend_pd, pdata, len);
+		id->resend_len = (uint8_t)len;
+	}
 }
 
 void cm_send_mra(struct cep_cm_id *id, unsigned msg_code, uint8_t service_timeout,
@@ -356,7 +430,8 @@ void cm_enter_timewait(struct cep_cm_id *id)
 	cm_set_state(id, CEP_CM_TIMEWAIT);
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
-	cm_set_timer(id, TK_TIMEWAIT, id->timewait_ms);
+	/* twice the path's ACK timeout: every packet of the connection dies */
+	cm_set_timer(id, TK_TIMEWAIT, 2 * cm_ms(id->path_timeout));
 }
 
 /* Lock held: ESTABLISHED -> DREQ_SENT. */
@@ -410,27 +485,71 @@ void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
 	case CEP_MSG_SIDR_REP: pd = m->u.sidr_rep.private_data; break;
 	default: return;
 	}
-	ev->private_data = (const uint8_t *)&ev->msg + (pd - base);
-	ev->private_data_len = cep_msg_private_data_size(m->type);
+	/* The wire field has no length. RTU, DREQ and DREP usually carry
+	 * none, and a peer that sent none sent zeros: an all-zero field is
+	 * "none" (NULL), as cm.h says. The others always give the whole field
+	 * (zeros there can be data: a connection index 0, a CMA header). */
+	size_t n = cep_msg_private_data_size(m->type);
+	int none = m->type == CEP_MSG_RTU || m->type == CEP_MSG_DREQ || m->type == CEP_MSG_DREP;
+
+	for (size_t i = 0; none && i < n; i++)
+		none = pd[i] == 0;
+	if (!none) {
+		ev->private_data = (const uint8_t *)&ev->msg + (pd - base);
+		ev->private_data_len = n;
+	}
 }
 
-/* Owning worker, no lock held. Returns the handler's verdict. */
-int cm_deliver(struct cep_cm_id *id, struct cep_cm_event *ev)
+static void destroy_act(struct cep_cm_id *id);
+
+/* The one path of every event but DESTROYED (MAD handlers, timers, work
+ * items), on the owning worker, @id's lock held on entry and on return.
+ *
+ * Ordered against destroy by that lock: cep_cm_destroy_id() sets
+ * F_USER_GONE under it, so an event checked here after it is not
+ * delivered. A channel event is queued under the lock (destroy purges
+ * what was queued before); a callback runs with the lock dropped and
+ * `delivering` set, which cep_cm_destroy_id() from a thread that is not a
+ * worker waits for. So once cep_cm_destroy_id() has returned, no event but
+ * DESTROYED reaches the user. A callback's non-zero verdict destroys the
+ * id (the kernel's ib_cm rule). The caller re-checks the state after it:
+ * a callback may have changed it. Returns 1 if the event was delivered. */
+int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev)
 {
+	int verdict;
+
+	if (id->flags & F_USER_GONE)
+		return 0;
 	STAT_ADD(id->cm, id->worker, events[ev->type]);
 	if (id->channel) {
+		CM_HOOK(CM_HOOK_DELIVER, id, ev);
 		if (cm_channel_push(id->channel, ev))
 			STAT_ADD(id->cm, id->worker, drops[CEP_CM_DROP_NO_MEMORY]);
-		return 0;
+		return 1;
 	}
-	return id->handler ? id->handler(id, ev) : 0;
+	if (!id->handler)
+		return 0;
+	id->delivering = 1;
+	pthread_mutex_unlock(&id->lock);
+	CM_HOOK(CM_HOOK_DELIVER, id, ev);
+	verdict = id->handler(id, ev);
+	pthread_mutex_lock(&id->lock);
+	id->delivering = 0;
+	if (verdict && !(id->flags & F_USER_GONE)) {
+		id->flags |= F_USER_GONE;
+		destroy_act(id);
+		cm_maybe_post_destroyed(id);
+	}
+	return 1;
 }
 
-/* Deliver; a non-zero verdict destroys the id (kernel ib_cm rule). */
-void cm_deliver_and_maybe_destroy(struct cep_cm_id *id, struct cep_cm_event *ev)
+void cm_maybe_post_destroyed(struct cep_cm_id *id)
 {
-	if (cm_deliver(id, ev))
-		cep_cm_destroy_id(id);
+	if ((id->flags & (F_USER_GONE | F_DESTROYED_POSTED)) == F_USER_GONE &&
+	    id->lis.req_inflight == 0) {
+		id->flags |= F_DESTROYED_POSTED;
+		cm_post_bits(id, W_DESTROYED);
+	}
 }
 
 /* ---- lookups ------------------------------------------------------------ */
@@ -452,6 +571,56 @@ void cm_id_put(struct cep_cm_id *id)
 void cm_drop(struct cep_cm *cm, unsigned w, enum cep_cm_drop why)
 {
 	STAT_ADD(cm, w, drops[why]);
+}
+
+/* By GID when both carry one (and ours is known), else by LID; RoCE
+ * (no LID) always by GID. */
+static int addr_match(const struct cep_mad_addr *a, const struct cep_mad_addr *from)
+{
+	static const uint8_t zero[16];
+
+	if (a->grh_present && from->grh_present && memcmp(a->gid, zero, 16))
+		return !memcmp(a->gid, from->gid, 16);
+	if (a->lid)
+		return a->lid == from->lid;
+	return from->grh_present && !memcmp(a->gid, from->gid, 16);
+}
+
+struct cm_paths *cm_paths(struct cep_cm_id *id)
+{
+	if (!id->paths)
+		id->paths = calloc(1, sizeof(*id->paths));
+	return id->paths;
+}
+
+struct cm_addr cm_path_addr(const struct cep_path *p, int remote)
+{
+	struct cm_addr a;
+
+	memcpy(a.gid, remote ? p->remote_gid : p->local_gid, 16);
+	a.lid = remote ? p->remote_lid : p->local_lid;
+	a.grh = a.lid == 0 || !p->subnet_local;
+	a.valid = 1;
+	return a;
+}
+
+/* Stricter than the kernel (which never looks at the source): a stranger
+ * who learnt a connection's IDs cannot end, reset, stall or complete it.
+ * docs/protocol.md. */
+int cm_from_peer(struct cep_cm_id *id, unsigned w, const struct cep_mad_addr *from)
+{
+	if (addr_match(&id->peer, from))
+		return 1;
+	if (id->paths && id->paths->alt.valid) {
+		const struct cm_addr *a = &id->paths->alt;
+		struct cep_mad_addr alt = { .lid = a->lid, .grh_present = a->grh };
+
+		memcpy(alt.gid, a->gid, 16);
+		if (addr_match(&alt, from))
+			return 1;
+	}
+	cm_drop(id->cm, w, CEP_CM_DROP_ADDRESS);
+	return 0;
 }
 
 /* Answers without an id (unknown comm IDs, stale REQs). */
@@ -523,6 +692,13 @@ int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
 		id->flags |= F_CHANNEL_USER;
 	}
 	pthread_mutex_unlock(&id->lock);
+	/* After the id's lock: cep_cm_destroy takes the list, then id locks. */
+	pthread_mutex_lock(&cm->idl[worker].mtx);
+	id->all_next = cm->idl[worker].head;
+	if (id->all_next)
+		id->all_next->all_prev = id;
+	cm->idl[worker].head = id;
+	pthread_mutex_unlock(&cm->idl[worker].mtx);
 	*out = id;
 	return 0;
 }
@@ -553,17 +729,30 @@ static void id_release(struct cep *cep, void *ctx)
 	atomic_fetch_sub_explicit(&id->cm->ws[id->worker].states[id->state], 1,
 				  memory_order_relaxed);
 	atomic_fetch_sub_explicit(&id->cm->ids, 1, memory_order_relaxed);
+	struct cm_idlist *l = &id->cm->idl[id->worker];
+
+	pthread_mutex_lock(&l->mtx);
+	if (id->all_prev)
+		id->all_prev->all_next = id->all_next;
+	else
+		l->head = id->all_next;
+	if (id->all_next)
+		id->all_next->all_prev = id->all_prev;
+	pthread_mutex_unlock(&l->mtx);
 	free(id->retry);
+	free(id->resend_pd);
+	free(id->paths);
 	pthread_mutex_destroy(&id->lock);
 	free(id);
 }
 
 /* ---- timers ---------------------------------------------------------------- */
 
-static void on_timeout(struct cep_cm_id *id, struct cep_cm_event *ev, int *have_ev)
+/* Worker, lock held: the id's timer is due. */
+static void on_timeout(struct cep_cm_id *id)
 {
 	struct cep_cm *cm = id->cm;
-	int user = !(id->flags & F_USER_GONE);
+	struct cep_cm_event ev;
 
 	if (id->timer_kind == TK_TIMEWAIT) {
 		if (id->state != CEP_CM_TIMEWAIT)
@@ -572,21 +761,42 @@ static void on_timeout(struct cep_cm_id *id, struct cep_cm_event *ev, int *have_
 		cm_drop_remote_keys(id);
 		cep_unbind(id->cep);
 		cm_maybe_table_destroy(id);
-		if (user) {
-			cm_ev_init(ev, id, CEP_CM_EV_TIMEWAIT_EXIT);
-			*have_ev = 1;
+		cm_ev_init(&ev, id, CEP_CM_EV_TIMEWAIT_EXIT);
+		cm_emit(id, &ev);
+		return;
+	}
+	if (id->timer_kind == TK_EXPIRE) {
+		ev.type = CEP_CM_EVENT_COUNT;
+		if (id->state == CEP_CM_REQ_RCVD || id->state == CEP_CM_MRA_REQ_SENT) {
+			cm_reset_to_idle(id);
+			cm_ev_init(&ev, id, CEP_CM_EV_REQ_ERROR);
+		} else if (id->state == CEP_CM_SIDR_REQ_RCVD) {
+			cep_remove_remote_id(id->cep);
+			cm_set_state(id, CEP_CM_IDLE);
+			cm_maybe_table_destroy(id);
+			cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REQ_ERROR);
+		}
+		if (ev.type != CEP_CM_EVENT_COUNT) {
+			/* the requester gave up long ago: nothing to send */
+			STAT_ADD(cm, id->worker, timeouts);
+			ev.status = -ETIMEDOUT;
+			cm_emit(id, &ev);
 		}
 		return;
 	}
 	if (id->timer_kind == TK_AUTO_MRA) {
 		if (id->state == CEP_CM_REQ_RCVD) {
 			cm_send_mra(id, CEP_MSG_CODE_REQ, cm->mra_timeout, NULL, 0);
+			cm_keep_pdata(id, NULL, 0);
 			cm_set_state(id, CEP_CM_MRA_REQ_SENT);
+			cm_req_expire_after_mra(id);
 		} else if (id->state == CEP_CM_REP_RCVD) {
 			cm_send_mra(id, CEP_MSG_CODE_REP, cm->mra_timeout, NULL, 0);
+			cm_keep_pdata(id, NULL, 0);
 			cm_set_state(id, CEP_CM_MRA_REP_SENT);
 		} else if (id->state == CEP_CM_ESTABLISHED && id->lap_state == CEP_CM_LAP_RCVD) {
 			cm_send_mra(id, CEP_MSG_CODE_OTHER, cm->mra_timeout, NULL, 0);
+			cm_keep_pdata(id, NULL, 0);
 			id->lap_state = CEP_CM_MRA_LAP_SENT;
 		}
 		return;
@@ -606,8 +816,8 @@ static void on_timeout(struct cep_cm_id *id, struct cep_cm_event *ev, int *have_
 		return;
 	}
 	STAT_ADD(cm, id->worker, timeouts);
-	cm_ev_init(ev, id, CEP_CM_EV_REQ_ERROR);
-	ev->status = -ETIMEDOUT;
+	cm_ev_init(&ev, id, CEP_CM_EV_REQ_ERROR);
+	ev.status = -ETIMEDOUT;
 	switch (id->state) {
 	case CEP_CM_REQ_SENT:
 	case CEP_CM_MRA_REQ_RCVD:
@@ -616,38 +826,36 @@ static void on_timeout(struct cep_cm_id *id, struct cep_cm_event *ev, int *have_
 		break;
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
-		ev->type = CEP_CM_EV_REP_ERROR;
+		ev.type = CEP_CM_EV_REP_ERROR;
 		cm_send_rej(id, CEP_REJ_TIMEOUT, CEP_MSG_CODE_OTHER, NULL, 0, NULL, 0);
 		cm_reset_to_idle(id);
 		break;
 	case CEP_CM_DREQ_SENT:
-		ev->type = CEP_CM_EV_DREQ_ERROR;
+		ev.type = CEP_CM_EV_DREQ_ERROR;
 		cm_enter_timewait(id);
 		break;
 	case CEP_CM_SIDR_REQ_SENT:
-		ev->type = CEP_CM_EV_SIDR_REQ_ERROR;
+		ev.type = CEP_CM_EV_SIDR_REQ_ERROR;
 		cm_set_state(id, CEP_CM_IDLE);
 		cm_free_retry(id);
 		cm_maybe_table_destroy(id);
 		break;
 	default: /* LAP */
-		ev->type = CEP_CM_EV_LAP_ERROR;
+		ev.type = CEP_CM_EV_LAP_ERROR;
 		id->lap_state = CEP_CM_LAP_IDLE;
 		cm_free_retry(id);
 		break;
 	}
-	*have_ev = user;
+	cm_emit(id, &ev);
 }
 
 static void id_timer_fn(struct cep_timer *t)
 {
 	struct cep_cm_id *id = (struct cep_cm_id *)((char *)t - offsetof(struct cep_cm_id, timer));
-	struct cep_cm_event ev;
-	int have_ev = 0;
 
 	pthread_mutex_lock(&id->lock);
 	if (id->deadline && !atomic_load_explicit(&id->cm->stopping, memory_order_relaxed)) {
-		uint64_t now = cep_now_ms();
+		uint64_t now = cep_clock_ms(id->cm->clock);
 
 		if (id->deadline > now) {
 			/* pushed later: keep the timer (and its reference) */
@@ -657,11 +865,9 @@ static void id_timer_fn(struct cep_timer *t)
 			return;
 		}
 		id->deadline = 0;
-		on_timeout(id, &ev, &have_ev);
+		on_timeout(id);
 	}
 	pthread_mutex_unlock(&id->lock);
-	if (have_ev)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id); /* the timer's reference */
 }
 
@@ -688,16 +894,26 @@ static void id_work_fn(struct cep_work *w)
 	}
 	if (bits & W_QP_GONE) {
 		struct cep_cm_event ev;
-		int user;
 
 		pthread_mutex_lock(&id->lock);
-		user = !(id->flags & F_USER_GONE);
 		cm_ev_init(&ev, id, CEP_CM_EV_QP_DESTROYED);
+		cm_emit(id, &ev);
 		pthread_mutex_unlock(&id->lock);
-		if (user)
-			cm_deliver_and_maybe_destroy(id, &ev);
+	}
+	if (bits & W_ESTABLISHED) {
+		struct cep_cm_event ev;
+
+		pthread_mutex_lock(&id->lock);
+		if (id->state == CEP_CM_ESTABLISHED) { /* not already torn down */
+			cm_ev_init(&ev, id, CEP_CM_EV_ESTABLISHED);
+			cm_emit(id, &ev);
+		}
+		pthread_mutex_unlock(&id->lock);
 	}
 	if (bits & W_DESTROYED) {
+		/* The id's last event: past every other work item, MAD and
+		 * timer of the id (all on this worker) and, for a listener,
+		 * past its children's request events (req_inflight was 0). */
 		struct cep_cm_event ev;
 		struct cm_waiter *wt;
 
@@ -705,8 +921,15 @@ static void id_work_fn(struct cep_work *w)
 		cm_ev_init(&ev, id, CEP_CM_EV_DESTROYED);
 		wt = id->waiter;
 		id->waiter = NULL;
+		STAT_ADD(id->cm, id->worker, events[ev.type]);
+		if (id->channel && cm_channel_push(id->channel, &ev)) {
+			/* never acked: release the channel here */
+			STAT_ADD(id->cm, id->worker, drops[CEP_CM_DROP_NO_MEMORY]);
+			atomic_fetch_sub(&id->channel->users, 1);
+		}
 		pthread_mutex_unlock(&id->lock);
-		cm_deliver(id, &ev);
+		if (!id->channel && id->handler)
+			(void)id->handler(id, &ev); /* its verdict: nothing left to destroy */
 		if (wt) {
 			pthread_mutex_lock(&wt->mtx);
 			wt->done = 1;
@@ -729,11 +952,35 @@ static void drain_timer(struct cep_timer *t, void *ctx)
 
 /* ---- receive path ------------------------------------------------------- */
 
+/* A REQ of a class version we do not support (cep_mad_peek checked the
+ * length, base version and class): REJ 31 "unsupported class version"
+ * with the highest we support in the ARI, as IBTA table 109 and
+ * docs/protocol.md say. Other messages of that version are only dropped.
+ * Stateless; any thread. */
+static void reject_class_version(struct cep_cm *cm, const uint8_t *mad,
+				 const struct cep_mad_addr *from)
+{
+	const uint8_t *p = mad + CEP_MAD_HDR_SIZE;
+	struct cep_mad_addr to = cm_reply_addr(from);
+	struct cep_msg r;
+
+	if (mad[3] != 0x03 || ((unsigned)mad[16] << 8 | mad[17]) != 0x0010) /* Send, REQ */
+		return;
+	cep_msg_init(&r, CEP_MSG_REJ, cm_be64(mad + 8));
+	r.u.rej.remote_comm_id = be32(p); /* the REQ's local comm ID, offset 0 */
+	r.u.rej.message_rejected = CEP_MSG_CODE_REQ;
+	r.u.rej.reason = CEP_REJ_INVALID_CLASS_VERSION;
+	r.u.rej.ari[0] = 2; /* the only class version this CM speaks */
+	r.u.rej.reject_info_length = 1;
+	cm_send_raw(cm, 0, &r, &to, NULL);
+}
+
 /* Transport thread: route by the comm ID addressed to us (REQ: by the
  * remote (comm ID, CA GUID)); never blocks, never takes an id lock. */
 static void cm_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_mad_addr *from)
 {
 	struct cep_cm *cm = ctx;
+	enum cep_wire_error why;
 	enum cep_msg_type t;
 	unsigned w = 0;
 
@@ -741,7 +988,9 @@ static void cm_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_
 		cm_drop(cm, 0, CEP_CM_DROP_STOPPED);
 		return;
 	}
-	if (cep_mad_peek(mad, len, &t, NULL)) {
+	if (cep_mad_peek(mad, len, &t, &why)) {
+		if (why == CEP_WIRE_ERR_CLASS_VERSION)
+			reject_class_version(cm, mad, from);
 		cm_drop(cm, 0, CEP_CM_DROP_DECODE);
 		return;
 	}
@@ -749,17 +998,17 @@ static void cm_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_
 
 	switch (t) {
 	case CEP_MSG_REQ:
-		w = route_hash(be32(p), cm_be64(p + 16), cm->nworkers);
+		w = route_hash(cm, be32(p), cm_be64(p + 16));
 		break;
 	case CEP_MSG_SIDR_REQ:
-		w = route_hash(be32(p), cm_sidr_source(from), cm->nworkers);
+		w = route_hash(cm, be32(p), cm_sidr_source(from));
 		break;
 	case CEP_MSG_SIDR_REP:
 		w = be32(p) % cm->nworkers;
 		break;
 	case CEP_MSG_REJ:
 		if (be32(p + 4) == 0 && (((unsigned)p[10] << 8) | p[11]) == CEP_REJ_TIMEOUT)
-			w = route_hash(be32(p), cm_be64(p + 12), cm->nworkers);
+			w = route_hash(cm, be32(p), cm_be64(p + 12));
 		else
 			w = be32(p + 4) % cm->nworkers;
 		break;
@@ -814,6 +1063,40 @@ static void cm_mad(void *ctx, unsigned w, const uint8_t *mad, size_t len,
 
 /* ---- context ------------------------------------------------------------- */
 
+/* Contexts not yet destroyed: cep_cm_destroy() of anything else (a second
+ * call, a stray pointer) is -EINVAL instead of a use after free. Touched
+ * only by create and destroy, which are rare. */
+static pthread_mutex_t live_mtx = PTHREAD_MUTEX_INITIALIZER;
+static struct cep_cm *live_head;  /* live_mtx */
+
+static void live_add(struct cep_cm *cm)
+{
+	pthread_mutex_lock(&live_mtx);
+	cm->live_next = live_head;
+	live_head = cm;
+	pthread_mutex_unlock(&live_mtx);
+}
+
+/* 0 if @cm was live (and now is not), -EINVAL otherwise. */
+static int live_remove(struct cep_cm *cm)
+{
+	int ret = -EINVAL;
+
+	pthread_mutex_lock(&live_mtx);
+	for (struct cep_cm **pp = &live_head; *pp; pp = &(*pp)->live_next)
+		if (*pp == cm) {
+			*pp = cm->live_next;
+			ret = 0;
+			break;
+		}
+	pthread_mutex_unlock(&live_mtx);
+	return ret;
+}
+
+/* Does the caller's attr (of its ->size) reach @field? */
+#define CM_ATTR_HAS(a, field) \
+	((a)->size >= offsetof(struct cep_cm_attr, field) + sizeof((a)->field))
+
 int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 {
 	struct cep_table_attr ta = { .size = sizeof(ta) };
@@ -822,7 +1105,7 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	long ncpu;
 	int ret;
 
-	if (!attr || !out || attr->size < sizeof(*attr) || !attr->transport ||
+	if (!attr || !out || attr->size < offsetof(struct cep_cm_attr, clock) || !attr->transport ||
 	    !attr->transport->ops || attr->workers > 1024 || attr->mra_service_timeout > 31 ||
 	    (attr->queue_depth & (attr->queue_depth - 1)))
 		return -EINVAL;
@@ -834,6 +1117,14 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	cm->nworkers = attr->workers ? attr->workers : (unsigned)(ncpu > 0 ? ncpu : 1);
 	cm->mra_timeout = attr->mra_service_timeout ? attr->mra_service_timeout : 20;
 	cm->auto_mra = attr->auto_mra;
+	if (CM_ATTR_HAS(attr, clock))
+		cm->clock = attr->clock;
+	cm->backlog = CM_ATTR_HAS(attr, listen_backlog) && attr->listen_backlog ?
+		      attr->listen_backlog : 1024;
+	if (getrandom(cm->route_key, sizeof(cm->route_key), 0) != sizeof(cm->route_key)) {
+		ret = -EIO; /* the kernel CSPRNG is ready on any Linux >= 3.17 */
+		goto fail;
+	}
 	ret = cm->tp->ops->query_port(cm->tp, &cm->port);
 	if (ret)
 		goto fail;
@@ -843,6 +1134,14 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 		goto fail;
 	}
 	memset(cm->ws, 0, sizeof(*cm->ws) * cm->nworkers);
+	if (posix_memalign((void **)&cm->idl, 64, sizeof(*cm->idl) * cm->nworkers)) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned i = 0; i < cm->nworkers; i++) {
+		pthread_mutex_init(&cm->idl[i].mtx, NULL);
+		cm->idl[i].head = NULL;
+	}
 	ta.initial_size = attr->table_size;
 	ta.teardown = cm_id_teardown;
 	ta.release = id_release;
@@ -854,12 +1153,14 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	da.queue_depth = attr->queue_depth ? attr->queue_depth : 4096;
 	da.ops.mad = cm_mad;
 	da.ctx = cm;
+	da.clock = cm->clock;
 	ret = cep_dispatch_create(&da, &cm->d);
 	if (ret)
 		goto fail_table;
 	ret = cm->tp->ops->start(cm->tp, cm_recv, cm);
 	if (ret)
 		goto fail_dispatch;
+	live_add(cm);
 	*out = cm;
 	return 0;
 fail_dispatch:
@@ -867,35 +1168,50 @@ fail_dispatch:
 fail_table:
 	cep_table_destroy(cm->table);
 fail:
+	free(cm->idl);
 	free(cm->ws);
 	free(cm);
 	return ret;
 }
 
-/* cep_cm_destroy, workers stopped: the id's user reference goes, as if
- * the user had destroyed it (no event: the context is going away). */
-static void drop_user_ref(struct cep *cep, void *ctx)
+/* cep_cm_destroy, workers stopped: the user's reference of every id the
+ * application did not destroy goes, as if it had (no event: the context is
+ * going away). The list holds ids whose CEP already left the table too. A
+ * put here may end in call_rcu, whose release takes l->mtx only later. */
+static void drop_user_refs(struct cep_cm *cm)
 {
-	struct cep_cm_id *id = cep_context(cep);
-	int user;
+	for (unsigned w = 0; w < cm->nworkers; w++) {
+		struct cm_idlist *l = &cm->idl[w];
 
-	(void)ctx;
-	if (!id)
-		return;
-	pthread_mutex_lock(&id->lock);
-	user = !(id->flags & F_USER_GONE);
-	id->flags |= F_USER_GONE;
-	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_id_put(id);
+		pthread_mutex_lock(&l->mtx);
+		for (struct cep_cm_id *id = l->head; id; id = id->all_next) {
+			int user;
+
+			pthread_mutex_lock(&id->lock);
+			user = !(id->flags & F_USER_GONE);
+			id->flags |= F_USER_GONE;
+			if (id->listener)
+				half_open_end(id);
+			pthread_mutex_unlock(&id->lock);
+			if (user)
+				cm_id_put(id);
+		}
+		pthread_mutex_unlock(&l->mtx);
+	}
 }
 
 int cep_cm_destroy(struct cep_cm *cm)
 {
 	if (!cm)
 		return -EINVAL;
-	if (cep_dispatch_self(cm->d) >= 0)
+	/* Found first: a destroyed context's memory is not read. The check
+	 * and the removal are one step, so two racing calls get one 0. */
+	if (live_remove(cm))
+		return -EINVAL;
+	if (cep_dispatch_self(cm->d) >= 0) {
+		live_add(cm);
 		return -EDEADLK;
+	}
 	cm->tp->ops->stop(cm->tp);
 	if (cep_dispatch_quiesce(cm->d, 5000))
 		fprintf(stderr, "libcep: cep_cm_destroy: workers still busy after 5 s "
@@ -904,10 +1220,13 @@ int cep_cm_destroy(struct cep_cm *cm)
 	cep_dispatch_stop(cm->d, drain_timer, cm);
 	/* Workers are joined: drop the user's reference of every id the
 	 * application did not destroy, so the table can free them all. */
-	cep_table_for_each(cm->table, drop_user_ref, NULL);
+	drop_user_refs(cm);
 	int ret = cep_table_destroy(cm->table);
 
 	cep_dispatch_destroy(cm->d);
+	for (unsigned i = 0; i < cm->nworkers; i++)
+		pthread_mutex_destroy(&cm->idl[i].mtx);
+	free(cm->idl);
 	free(cm->ws);
 	free(cm);
 	return ret;
@@ -1077,6 +1396,12 @@ struct cep *cep_cm_id_cep(const struct cep_cm_id *id)
 
 int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask)
 {
+	return cep_cm_listen_backlog(id, service_id, mask, 0);
+}
+
+int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id, uint64_t mask,
+			  unsigned backlog)
+{
 	struct cep *existing = NULL;
 	int ret;
 
@@ -1089,6 +1414,9 @@ int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask)
 		ret = cep_insert_listener(id->cep, service_id, mask, &existing);
 		if (ret == 0) {
 			id->service_id = service_id;
+			id->lis.backlog = backlog ? backlog : id->cm->backlog;
+			id->lis.req_inflight = 0;
+			atomic_store_explicit(&id->lis.half_open, 0, memory_order_relaxed);
 			cm_set_state(id, CEP_CM_LISTEN);
 		} else if (ret == -EEXIST) {
 			ret = -EADDRINUSE;
@@ -1100,16 +1428,10 @@ int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask)
 	return ret;
 }
 
-int cep_cm_destroy_id(struct cep_cm_id *id)
+/* Lock held, F_USER_GONE just set: what the state asks of a destroy
+ * (the kernel's cm_destroy_id). The caller then posts DESTROYED. */
+static void destroy_act(struct cep_cm_id *id)
 {
-	if (!id)
-		return -EINVAL;
-	pthread_mutex_lock(&id->lock);
-	if (id->flags & F_USER_GONE) {
-		pthread_mutex_unlock(&id->lock);
-		return -EALREADY;
-	}
-	id->flags |= F_USER_GONE;
 	switch (id->state) {
 	case CEP_CM_LISTEN:
 		cep_remove_listener(id->cep);
@@ -1141,6 +1463,7 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 		break;
 	case CEP_CM_DREQ_RCVD:
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_keep_pdata(id, NULL, 0);
 		cm_enter_timewait(id);
 		break;
 	default: /* DREQ_SENT, TIMEWAIT: timewait ends it; IDLE: now */
@@ -1151,8 +1474,54 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 		cep_unbind(id->cep);
 		cep_destroy(id->cep);
 	}
+}
+
+/* Lock held, not on a worker: wait until no callback of @id runs and, for
+ * a listener, no child's request event is being delivered (bounded, so a
+ * callback stuck for good is reported instead of hanging the caller). */
+static void wait_deliveries(struct cep_cm_id *id)
+{
+	for (unsigned i = 0; id->delivering || id->lis.req_inflight; i++) {
+		struct timespec ts = { 0, 100000 };
+
+		if (i == 100000) /* 10 s */
+			fprintf(stderr, "libcep: cep_cm_destroy_id: a callback of id %#x still "
+				"running after 10 s; not waiting for it\n",
+				cep_local_comm_id(id->cep));
+		if (i >= 100000)
+			break;
+		pthread_mutex_unlock(&id->lock);
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&id->lock);
+	}
+}
+
+int cep_cm_destroy_id(struct cep_cm_id *id)
+{
+	struct cep_cm_channel *ch;
+
+	if (!id)
+		return -EINVAL;
+	pthread_mutex_lock(&id->lock);
+	if (id->flags & F_USER_GONE) {
+		pthread_mutex_unlock(&id->lock);
+		return -EALREADY;
+	}
+	/* From here cm_emit delivers nothing more to the user. */
+	id->flags |= F_USER_GONE;
+	/* A callback already running finishes first. Not from a worker: a
+	 * callback of another worker's id may be destroying one of ours. */
+	if (cep_dispatch_self(id->cm->d) < 0)
+		wait_deliveries(id);
+	destroy_act(id);
+	ch = id->channel;
 	pthread_mutex_unlock(&id->lock);
-	cm_post_bits(id, W_DESTROYED);
+	/* Before DESTROYED is posted: once it is acked, the channel may go. */
+	if (ch)
+		cm_channel_purge(ch, id);
+	pthread_mutex_lock(&id->lock);
+	cm_maybe_post_destroyed(id);
+	pthread_mutex_unlock(&id->lock);
 	return 0;
 }
 

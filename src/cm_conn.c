@@ -5,27 +5,46 @@
  * disconnect, DREP). Same template and locking rules as cm.c.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cm_internal.h"
+#include "table_internal.h"
+
+static int path_has_alt(const struct cep_path *p)
+{
+	static const struct cep_path zero;
+
+	return memcmp(p, &zero, sizeof(zero)) != 0;
+}
 
 /* Release an established connection found stale by a new REQ/REP. */
-static void release_stale(struct cep_cm_id *old)
+/* Release an established connection found stale by a new REQ/REP from
+ * @from - only if it comes from that connection's peer: the QPN and CA
+ * GUID are easy to claim, and a stranger must not end a live connection
+ * with them (stricter than the kernel; counted ADDRESS). */
+static void release_stale(struct cep_cm_id *old, unsigned w, const struct cep_mad_addr *from)
 {
 	pthread_mutex_lock(&old->lock);
-	cm_start_dreq(old, NULL, 0);
+	if (cm_from_peer(old, w, from))
+		cm_start_dreq(old, NULL, 0);
 	pthread_mutex_unlock(&old->lock);
 }
 
 static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 		    const struct cep_msg *m, const struct cep_mad_addr *from)
 {
-	STAT_ADD(cm, w, duplicates);
 	pthread_mutex_lock(&cur->lock);
+	if (!cm_from_peer(cur, w, from)) { /* not its requester: no answer */
+		pthread_mutex_unlock(&cur->lock);
+		return;
+	}
+	STAT_ADD(cm, w, duplicates);
 	switch (cur->state) {
 	case CEP_CM_MRA_REQ_SENT:
-		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, NULL, 0);
+		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, cur->resend_pd,
+			    cur->resend_len);
 		break;
 	case CEP_CM_TIMEWAIT: {
 		struct cep_mad_addr to = cm_reply_addr(from);
@@ -43,6 +62,99 @@ static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 		break;
 	}
 	pthread_mutex_unlock(&cur->lock);
+}
+
+/* The listener @lid of a new passive @id (REQ or SIDR_REQ, worker, no lock
+ * held, a reference on @lid's CEP held): if it still listens, pin it until
+ * cm_listener_release() and give @id its delivery (handler or channel,
+ * context). While pinned the listener's DESTROYED waits, and so does a
+ * cep_cm_destroy_id() of it from outside the workers: its context and
+ * channel outlive the child's REQ_RECEIVED / SIDR_REQ_RECEIVED, as the
+ * kernel's cm_req_handler holds the listen id across cm_process_work.
+ * -ENOENT if it no longer listens. */
+int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id)
+{
+	int ret = 0;
+	void *ctx;
+
+	pthread_mutex_lock(&lid->lock);
+	if (lid->state != CEP_CM_LISTEN || (lid->flags & F_USER_GONE)) {
+		ret = -ENOENT;
+	} else if (atomic_load_explicit(&lid->lis.half_open, memory_order_relaxed) >= lid->lis.backlog) {
+		/* Increments happen only here, under this lock: the count
+		 * cannot pass the backlog; decrements may race (a slot frees). */
+		ret = -ENOBUFS;
+	} else {
+		atomic_fetch_add_explicit(&lid->lis.half_open, 1, memory_order_relaxed);
+		cep_get(lid->cep); /* the child's, until its half-open state ends */
+		lid->lis.req_inflight++;
+		if (lid->channel) /* the listener's own count keeps it alive here */
+			atomic_fetch_add(&lid->channel->users, 1);
+	}
+	ctx = lid->context;
+	pthread_mutex_unlock(&lid->lock);
+	CM_HOOK(CM_HOOK_REQ_LISTENER, lid, NULL);
+	if (ret)
+		return ret;
+	/* handler and channel are const once set; the listener is pinned */
+	pthread_mutex_lock(&id->lock);
+	id->listener = lid;
+	id->handler = lid->handler;
+	id->channel = lid->channel;
+	id->context = ctx;
+	if (id->channel)
+		id->flags |= F_CHANNEL_USER;
+	pthread_mutex_unlock(&id->lock);
+	return 0;
+}
+
+/* The child's request event is delivered: unpin the listener. */
+void cm_listener_release(struct cep_cm_id *lid)
+{
+	pthread_mutex_lock(&lid->lock);
+	lid->lis.req_inflight--;
+	cm_maybe_post_destroyed(lid);
+	pthread_mutex_unlock(&lid->lock);
+}
+
+/* The REQ's primary path must lead to this port, as the kernel's
+ * cm_init_av_by_path requires: its remote port LID (IB, subnet local) and
+ * GID (RoCE) must be ours, its MTU at most ours. Else REJ with the
+ * acceptable value in the ARI (IBTA table 109): 13 our LID, 12 our GID
+ * (the one this CM sends from: libcep serves one GID per port), 26 our
+ * active MTU in the high nibble. 1 if rejected. */
+static int req_path_bad(struct cep_cm *cm, unsigned w, const struct cep_req *rq,
+			const struct cep_mad_addr *from, uint64_t tid, uint32_t local)
+{
+	const struct cep_port_info *port = &cm->port;
+	const struct cep_path *pp = &rq->primary;
+	struct cep_mad_addr to = cm_reply_addr(from);
+	struct cep_msg r;
+
+	cep_msg_init(&r, CEP_MSG_REJ, tid);
+	if (port->link_layer == 1 && pp->subnet_local && pp->remote_lid != port->lid &&
+	    pp->remote_lid != 0xffff) { /* permissive: routed, the kernel's workaround */
+		r.u.rej.reason = CEP_REJ_INVALID_LID;
+		r.u.rej.ari[0] = (uint8_t)(port->lid >> 8);
+		r.u.rej.ari[1] = (uint8_t)port->lid;
+		r.u.rej.reject_info_length = 2;
+	} else if (port->link_layer == 2 && memcmp(pp->remote_gid, port->gid, 16)) {
+		r.u.rej.reason = CEP_REJ_INVALID_GID;
+		memcpy(r.u.rej.ari, port->gid, 16);
+		r.u.rej.reject_info_length = 16;
+	} else if (port->active_mtu >= 1 && port->active_mtu <= 5 &&
+		   rq->path_mtu > port->active_mtu) {
+		r.u.rej.reason = CEP_REJ_INVALID_MTU;
+		r.u.rej.ari[0] = (uint8_t)(port->active_mtu << 4);
+		r.u.rej.reject_info_length = 1;
+	} else {
+		return 0;
+	}
+	r.u.rej.local_comm_id = local;
+	r.u.rej.remote_comm_id = rq->local_comm_id;
+	r.u.rej.message_rejected = CEP_MSG_CODE_REQ;
+	cm_send_raw(cm, w, &r, &to, NULL);
+	return 1;
 }
 
 void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
@@ -78,13 +190,9 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_discard_id(id);
 		return;
 	}
-	if (cep_lookup_listener(cm->table, rq->service_id, &lcep)) {
-		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
-			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
-		cm_discard_id(id);
-		return;
-	}
-	lid = cep_context(lcep);
+	/* The kernel's cm_match_req order: duplicate (above), stale, then
+	 * the listener - a stale REQ releases the old connection even when
+	 * nobody listens for its service any more. */
 	ret = cep_insert_remote_qpn(id->cep, rq->local_qpn, rq->local_ca_guid, &existing);
 	if (ret) {
 		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
@@ -92,55 +200,74 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			  CEP_MSG_CODE_REQ);
 		cm_discard_id(id);
 		if (existing) {
-			release_stale(cep_context(existing));
+			release_stale(cep_context(existing), w, from);
 			cep_put(existing);
 		}
+		return;
+	}
+	if (cep_lookup_listener(cm->table, rq->service_id, &lcep)) {
+		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
+			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
+		cm_discard_id(id);
+		return;
+	}
+	lid = cep_context(lcep);
+	if (req_path_bad(cm, w, rq, from, m->hdr.tid, cep_local_comm_id(id->cep))) {
+		cm_discard_id(id);
 		cep_put(lcep);
 		return;
 	}
-	pthread_mutex_lock(&lid->lock);
-	int listening = lid->state == CEP_CM_LISTEN && !(lid->flags & F_USER_GONE);
-	void *lctx = lid->context;
-	pthread_mutex_unlock(&lid->lock);
-	if (!listening) {
+	ret = cm_listener_hold(lid, id);
+	if (ret == -ENOBUFS) {
+		/* Backlog full: drop, as the kernel does for a REQ its handler
+		 * refuses with -ENOMEM, so the peer retries later. */
+		cm_drop(cm, w, CEP_CM_DROP_BACKLOG);
+		cm_discard_id(id);
+		cep_put(lcep);
+		return;
+	}
+	if (ret) {
 		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
 			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
 		cm_discard_id(id);
 		cep_put(lcep);
 		return;
 	}
-	/* Inherit the listener's delivery. handler/channel are read only on
-	 * this (the owning) worker; the user learns the id from the event. */
-	id->handler = lid->handler;
-	id->channel = lid->channel;
-	if (id->channel)
-		atomic_fetch_add(&id->channel->users, 1);
 	pthread_mutex_lock(&id->lock);
-	if (id->channel)
-		id->flags |= F_CHANNEL_USER;
-	id->context = lctx;
 	id->remote_id = rq->local_comm_id;
 	id->remote_qpn = rq->local_qpn;
 	id->remote_ca_guid = rq->local_ca_guid;
 	id->service_id = rq->service_id;
 	id->tid = m->hdr.tid;
 	id->peer = cm_reply_addr(from);
-	id->timeout_ms = cm_ms(rq->local_cm_response_timeout);
-	id->peer_timeout_ms = cm_ms(rq->remote_cm_response_timeout);
+	if (path_has_alt(&rq->alternate) && cm_paths(id)) /* its alternate port may speak too */
+		id->paths->alt = cm_path_addr(&rq->alternate, 0);
+	/* the peer's timeouts, clamped (CM_PEER_TIMEOUT_MAX) */
+	id->timeout_ms = cm_ms(cm_peer_t(rq->local_cm_response_timeout));
+	id->peer_timeout_ms = cm_ms(cm_peer_t(rq->remote_cm_response_timeout));
 	id->max_retries = rq->max_cm_retries;
-	id->timewait_ms = 2 * cm_ms(rq->primary.local_ack_timeout);
-	id->pkt_life_ms = cm_ms(rq->primary.local_ack_timeout) / 2 + 1;
+	/* The requester computed the path's ACK timeout (2 x packet life +
+	 * its ACK delay); its packet life is one less (kernel
+	 * cm_format_paths_from_req). */
+	id->path_timeout = (uint8_t)cm_peer_t(rq->primary.local_ack_timeout);
+	id->pkt_life = (uint8_t)(id->path_timeout - (id->path_timeout > 0));
 	/* QP attributes (cep_cm_init_qp_attr): the REQ's half. A REQ the
 	 * glue cannot use (e.g. RD) leaves them unset: -ENODATA later. */
 	(void)cep_qp_params_passive(&id->qpp, &cm->port, rq);
 	cm_set_state(id, CEP_CM_REQ_RCVD);
+	/* The requester gives up after 1 + Max CM Retries tries of 2 x packet
+	 * life + our response timeout: then this half-open id expires. */
 	if (cm->auto_mra)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
+	else
+		cm_set_timer(id, TK_EXPIRE, (1u + id->max_retries) *
+					    (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms));
 	cm_ev_init(&ev, id, CEP_CM_EV_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	cm_deliver_and_maybe_destroy(id, &ev);
+	cm_listener_release(lid);
 	cep_put(lcep);
 }
 
@@ -148,6 +275,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 static void do_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	cm_send_simple(id, CEP_MSG_RTU, pdata, len, 0);
+	cm_keep_pdata(id, pdata, len); /* for the RTU a repeated REP gets */
 	cm_clear_timer(id);
 	cm_set_state(id, CEP_CM_ESTABLISHED);
 }
@@ -168,32 +296,58 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	pthread_mutex_lock(&id->lock);
+	if (!cm_from_peer(id, w, from)) /* e.g. a REP naming a stranger's QP */
+		goto out;
 	switch (id->state) {
 	case CEP_CM_REQ_SENT:
 	case CEP_CM_MRA_REQ_RCVD:
 		break;
 	case CEP_CM_ESTABLISHED:
-		if (id->remote_id == rp->local_comm_id) { /* RTU lost: again */
-			STAT_ADD(cm, w, duplicates);
-			cm_send_simple(id, CEP_MSG_RTU, NULL, 0, 0);
-		} else {
-			cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
-		}
-		goto out;
 	case CEP_CM_MRA_REP_SENT:
-		STAT_ADD(cm, w, duplicates);
-		cm_send_mra(id, CEP_MSG_CODE_REP, id->mra_timeout, NULL, 0);
-		goto out;
 	case CEP_CM_REP_RCVD:
+		/* A repeat of the REP we took (the kernel's cm_dup_rep_handler
+		 * looks the id up by both comm IDs): answer it again with the
+		 * original private data. Any other REP is not this peer's. */
+		if (id->remote_id != rp->local_comm_id) {
+			cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+			goto out;
+		}
 		STAT_ADD(cm, w, duplicates);
+		if (id->state == CEP_CM_ESTABLISHED) /* our RTU was lost */
+			cm_send_simple(id, CEP_MSG_RTU, id->resend_pd, id->resend_len, 0);
+		else if (id->state == CEP_CM_MRA_REP_SENT)
+			cm_send_mra(id, CEP_MSG_CODE_REP, id->mra_timeout, id->resend_pd,
+				    id->resend_len);
 		goto out;
 	default:
 		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		goto out;
 	}
-	ret = cep_insert_remote_id(id->cep, rp->local_comm_id, rp->local_ca_guid, &existing);
-	if (ret == 0)
+	/* Another connection holds this (remote comm ID, CA GUID): a
+	 * duplicate to drop, as the kernel's cm_rep_handler does - never a
+	 * reason to touch that connection. */
+	if (cep_lookup_remote_id(cm->table, rp->local_comm_id, rp->local_ca_guid, &existing) == 0) {
+		cep_put(existing);
+		STAT_ADD(cm, w, duplicates);
+		goto out;
+	}
+	/* Stale if another connection holds (remote QPN, CA GUID). Looked up
+	 * before any insert, so this id's keys stay free for a right REP. */
+	ret = cep_lookup_remote_qpn(cm->table, rp->local_qpn, rp->local_ca_guid, &existing)
+		      ? 0 : -EEXIST;
+	if (ret == 0) {
+		existing = NULL;
+		ret = cep_insert_remote_id(id->cep, rp->local_comm_id, rp->local_ca_guid, &existing);
+		if (ret) { /* lost a race for the key: a duplicate after all */
+			if (existing)
+				cep_put(existing);
+			STAT_ADD(cm, w, duplicates);
+			goto out;
+		}
 		ret = cep_insert_remote_qpn(id->cep, rp->local_qpn, rp->local_ca_guid, &existing);
+		if (ret)
+			cm_drop_remote_keys(id);
+	}
 	if (ret) {
 		/* Stale: refuse this REP, release the old connection; this id
 		 * keeps waiting (and times out) as the kernel's CM does. */
@@ -206,13 +360,12 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		r.u.rej.reason = CEP_REJ_STALE_CONN;
 		r.u.rej.message_rejected = CEP_MSG_CODE_REP;
 		cm_send_raw(cm, w, &r, &to, NULL);
-		cm_drop_remote_keys(id);
 		pthread_mutex_unlock(&id->lock);
 		if (existing) {
 			struct cep_cm_id *old = cep_context(existing);
 
 			if (old != id)
-				release_stale(old);
+				release_stale(old, w, from);
 			cep_put(existing);
 		}
 		cm_id_put(id);
@@ -221,6 +374,10 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->remote_id = rp->local_comm_id;
 	id->remote_qpn = rp->local_qpn;
 	id->remote_ca_guid = rp->local_ca_guid;
+	/* The path's ACK timeout now includes the peer's ACK delay (kernel
+	 * cm_rep_handler): timewait is twice it. */
+	id->path_timeout = cep_qp_ack_timeout((uint8_t)cm_peer_t(rp->target_ack_delay),
+					      id->pkt_life);
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	(void)cep_qp_params_active_rep(&id->qpp, rp); /* the REP's half */
@@ -235,20 +392,12 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	cm_ev_init(&ev, id, CEP_CM_EV_REP_RECEIVED);
 	cm_ev_msg(&ev, m, from);
-	pthread_mutex_unlock(&id->lock);
-	if (cm_deliver(id, &ev)) {
-		cep_cm_destroy_id(id);
-		cm_id_put(id);
-		return;
-	}
-	pthread_mutex_lock(&id->lock);
+	cm_emit(id, &ev);
+	/* the callback may have sent RTU, MRA or REJ, or destroyed the id */
 	if (!(id->flags & F_MANUAL_RTU) && id->state == CEP_CM_REP_RCVD) {
 		do_rtu(id, NULL, 0);
 		cm_ev_init(&ev, id, CEP_CM_EV_ESTABLISHED);
-		pthread_mutex_unlock(&id->lock);
-		cm_deliver_and_maybe_destroy(id, &ev);
-		cm_id_put(id);
-		return;
+		cm_emit(id, &ev);
 	}
 out:
 	pthread_mutex_unlock(&id->lock);
@@ -258,7 +407,7 @@ out:
 /* Look up the id addressed by @remote_comm_id (our local) whose peer is
  * @local_comm_id; on mismatch count and return NULL. Lock NOT held. */
 struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours,
-				   uint32_t theirs)
+				   uint32_t theirs, const struct cep_mad_addr *from)
 {
 	struct cep_cm_id *id = cm_find_id(cm, ours);
 
@@ -273,13 +422,19 @@ struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours,
 		cm_id_put(id);
 		return NULL;
 	}
+	if (!cm_from_peer(id, w, from)) {
+		pthread_mutex_unlock(&id->lock);
+		cm_id_put(id);
+		return NULL;
+	}
 	return id; /* locked */
 }
 
 void cm_handle_rtu(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
 {
-	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.rtu.remote_comm_id, m->u.rtu.local_comm_id);
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.rtu.remote_comm_id, m->u.rtu.local_comm_id,
+					    from);
 	struct cep_cm_event ev;
 
 	if (!id)
@@ -296,15 +451,12 @@ void cm_handle_rtu(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	cm_set_state(id, CEP_CM_ESTABLISHED);
-	int user = !(id->flags & F_USER_GONE);
-
-	if (!user) /* destroyed while accepting: release at once */
+	if (id->flags & F_USER_GONE) /* destroyed while accepting: release at once */
 		cm_start_dreq(id, NULL, 0);
 	cm_ev_init(&ev, id, CEP_CM_EV_RTU_RECEIVED);
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 
@@ -325,7 +477,12 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
 		goto out;
 	}
-	uint32_t ext = cm_ms(ma->service_timeout) + id->pkt_life_ms;
+	if (!cm_from_peer(id, w, from)) /* a stranger cannot stall us */
+		goto out;
+	/* the service timeout a peer asks for is clamped (34.4 s) */
+	/* the service timeout plus the path's ACK timeout (kernel
+	 * cm_mra_handler: service timeout + av.timeout) */
+	uint32_t ext = cm_ms(cm_peer_t(ma->service_timeout)) + cm_ms(id->path_timeout);
 
 	switch (ma->message_mraed) {
 	case CEP_MSG_CODE_REQ:
@@ -361,14 +518,12 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	if (ok) {
 		cm_set_timer(id, TK_RETRY, ext);
-		ok = !(id->flags & F_USER_GONE);
 		cm_ev_init(&ev, id, CEP_CM_EV_MRA_RECEIVED);
 		cm_ev_msg(&ev, m, from);
+		cm_emit(id, &ev);
 	}
 out:
 	pthread_mutex_unlock(&id->lock);
-	if (ok)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 
@@ -379,11 +534,11 @@ void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	struct cep_cm_id *id = NULL;
 	struct cep_cm_event ev;
 	struct cep *cep;
-	int user;
+	int by_guid = rj->remote_comm_id == 0 && rj->reason == CEP_REJ_TIMEOUT;
 
 	if (rj->reason <= CEP_REJ_REASON_MAX)
 		STAT_ADD(cm, w, rej_received[rj->reason]);
-	if (rj->remote_comm_id == 0 && rj->reason == CEP_REJ_TIMEOUT) {
+	if (by_guid) {
 		/* The active side gave up before learning our comm ID. */
 		if (cep_lookup_remote_id(cm->table, rj->local_comm_id, cm_be64(rj->ari), &cep) == 0)
 			id = cep_context(cep);
@@ -397,6 +552,25 @@ void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	pthread_mutex_lock(&id->lock);
 	if (id->remote_id && id->remote_id != rj->local_comm_id) {
 		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+		goto drop_out;
+	}
+	if (!cm_from_peer(id, w, from))
+		goto drop_out;
+	/* Before the peer's comm ID is known only a REJ of our REQ can be
+	 * meant for us (the kernel's cm_acquire_rejected_id drops the
+	 * "other" code there: it does not match remote comm ID 0). */
+	if ((id->state == CEP_CM_REQ_SENT || id->state == CEP_CM_MRA_REQ_RCVD) &&
+	    rj->message_rejected != CEP_MSG_CODE_REQ) {
+		cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+		goto drop_out;
+	}
+	/* Found by (comm ID, CA GUID) alone, which anyone who saw them can
+	 * forge: a real one comes only from an active side that gave up
+	 * before our REP was answered, i.e. to a passive id before RTU.
+	 * Stricter than the kernel (docs/protocol.md). */
+	if (by_guid && id->state != CEP_CM_REQ_RCVD && id->state != CEP_CM_MRA_REQ_SENT &&
+	    id->state != CEP_CM_REP_SENT && id->state != CEP_CM_MRA_REP_RCVD) {
+		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		goto drop_out;
 	}
 	switch (id->state) {
@@ -426,15 +600,10 @@ void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		goto drop_out;
 	}
-	user = !(id->flags & F_USER_GONE);
 	cm_ev_init(&ev, id, CEP_CM_EV_REJ_RECEIVED);
 	ev.status = rj->reason;
 	cm_ev_msg(&ev, m, from);
-	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
-	cm_id_put(id);
-	return;
+	cm_emit(id, &ev);
 drop_out:
 	pthread_mutex_unlock(&id->lock);
 	cm_id_put(id);
@@ -446,7 +615,6 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	const struct cep_dreq *dq = &m->u.dreq;
 	struct cep_cm_id *id = cm_find_id(cm, dq->remote_comm_id);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id) {
 		/* Unknown connection: answer so the peer can finish (12.9.7). */
@@ -465,6 +633,11 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_drop(cm, w, CEP_CM_DROP_MISMATCH); /* forged or stale: change nothing */
 		goto out;
 	}
+	if (!cm_from_peer(id, w, from)) /* a stranger would leave the peer half-open */
+		goto out;
+	/* our DREP (now, later by the application, or again in timewait)
+	 * echoes this request's TID, as the kernel's cm_dreq_handler records */
+	id->tid = m->hdr.tid;
 	switch (id->state) {
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
@@ -473,7 +646,7 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		break;
 	case CEP_CM_TIMEWAIT:
 		STAT_ADD(cm, w, duplicates);
-		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_send_simple(id, CEP_MSG_DREP, id->resend_pd, id->resend_len, 0);
 		goto out;
 	case CEP_CM_DREQ_RCVD:
 		STAT_ADD(cm, w, duplicates);
@@ -486,26 +659,19 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_clear_timer(id);
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_set_state(id, CEP_CM_DREQ_RCVD);
-	user = !(id->flags & F_USER_GONE);
-	if (!user || (id->flags & F_QP_GONE)) {
+	if (id->flags & (F_USER_GONE | F_QP_GONE)) {
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_keep_pdata(id, NULL, 0);
 		cm_enter_timewait(id);
 	}
 	cm_ev_init(&ev, id, CEP_CM_EV_DREQ_RECEIVED);
 	cm_ev_msg(&ev, m, from);
-	pthread_mutex_unlock(&id->lock);
-	if (!user) {
-		cm_id_put(id);
-		return;
-	}
-	if (cm_deliver(id, &ev)) {
-		cep_cm_destroy_id(id); /* sends the DREP if still due */
-		cm_id_put(id);
-		return;
-	}
-	pthread_mutex_lock(&id->lock);
+	cm_emit(id, &ev);
+	/* the callback may have sent the DREP or destroyed the id (which
+	 * sends it) */
 	if (!(id->flags & F_MANUAL_DREP) && id->state == CEP_CM_DREQ_RCVD) {
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_keep_pdata(id, NULL, 0);
 		cm_enter_timewait(id);
 	}
 out:
@@ -516,9 +682,9 @@ out:
 void cm_handle_drep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			const struct cep_mad_addr *from)
 {
-	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.drep.remote_comm_id, m->u.drep.local_comm_id);
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.drep.remote_comm_id, m->u.drep.local_comm_id,
+					    from);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id)
 		return;
@@ -532,12 +698,10 @@ void cm_handle_drep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	cm_enter_timewait(id);
-	user = !(id->flags & F_USER_GONE);
 	cm_ev_init(&ev, id, CEP_CM_EV_DREP_RECEIVED);
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 
@@ -555,6 +719,7 @@ void cm_id_teardown(struct cep *cep, void *ctx)
 		break;
 	case CEP_CM_DREQ_RCVD:
 		cm_send_simple(id, CEP_MSG_DREP, NULL, 0, 0);
+		cm_keep_pdata(id, NULL, 0);
 		cm_enter_timewait(id);
 		break;
 	case CEP_CM_DREQ_SENT:
@@ -581,27 +746,52 @@ void cm_id_teardown(struct cep *cep, void *ctx)
 	pthread_mutex_unlock(&id->lock);
 }
 
-static int path_has_alt(const struct cep_path *p)
+/* The caller's parameters (of its ->size) with the defaults of cm.h for
+ * zero CM timing fields, librdmacm's (its kernel's CMA_CM_RESPONSE_TIMEOUT,
+ * CMA_MAX_CM_RETRIES, CMA_IBOE_PACKET_LIFETIME), in @q. 0, -EINVAL,
+ * -EMSGSIZE. */
+static int cm_conn_param_defaults(const struct cep_cm_conn_param *p, struct cep_cm_conn_param *q)
 {
-	static const struct cep_path zero;
-
-	return memcmp(p, &zero, sizeof(zero)) != 0;
+	memset(q, 0, sizeof(*q));
+	memcpy(q, p, p->size < sizeof(*q) ? p->size : sizeof(*q));
+	q->size = sizeof(*q);
+	if (p->size <= offsetof(struct cep_cm_conn_param, flow_control))
+		q->flow_control = 1; /* a caller built before the field: as it always was */
+	if (q->qpn > 0xffffff || q->qpn < 2 || q->max_cm_retries > 15 ||
+	    q->remote_cm_response_timeout > 31 || q->local_cm_response_timeout > 31 ||
+	    q->packet_life_time > 31 || q->path_mtu > 5 ||
+	    q->transport_service_type > CEP_TS_UC || q->starting_psn > 0xffffff ||
+	    (q->private_data_len && !q->private_data))
+		return -EINVAL;
+	if (q->private_data_len > CEP_REQ_PRIVATE_DATA_SIZE)
+		return -EMSGSIZE;
+	if (!q->remote_cm_response_timeout)
+		q->remote_cm_response_timeout = CEP_CM_DEFAULT_RESPONSE_TIMEOUT;
+	if (!q->local_cm_response_timeout)
+		q->local_cm_response_timeout = CEP_CM_DEFAULT_RESPONSE_TIMEOUT;
+	if (!q->max_cm_retries)
+		q->max_cm_retries = CEP_CM_DEFAULT_MAX_RETRIES;
+	if (!q->packet_life_time)
+		q->packet_life_time = CEP_CM_DEFAULT_PACKET_LIFE_TIME;
+	return 0;
 }
 
-int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
+int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 {
+	struct cep_cm_conn_param q, *p = &q;
 	struct cep_msg m;
 	struct cep_req *rq = &m.u.req;
 	int ret;
 
-	if (!id || !p || p->size < sizeof(*p) || p->qpn > 0xffffff || p->qpn < 2 ||
-	    p->max_cm_retries > 15 || p->remote_cm_response_timeout > 31 ||
-	    p->local_cm_response_timeout > 31 || p->packet_life_time > 31 ||
-	    p->path_mtu > 5 || p->transport_service_type > CEP_TS_UC ||
-	    p->starting_psn > 0xffffff || (p->private_data_len && !p->private_data))
+	if (!id || !user || user->size < offsetof(struct cep_cm_conn_param, flow_control))
 		return -EINVAL;
-	if (p->private_data_len > CEP_REQ_PRIVATE_DATA_SIZE)
-		return -EMSGSIZE;
+	ret = cm_conn_param_defaults(user, &q);
+	if (ret)
+		return ret;
+	/* An id that was connected before: its old remote keys are GONE in
+	 * the table until a grace period lets the REP re-add them (one wait,
+	 * outside the lock). */
+	(void)cep_keys_recycle(id->cep);
 	cep_msg_init(&m, CEP_MSG_REQ, 0);
 	pthread_mutex_lock(&id->lock);
 	if (id->state != CEP_CM_IDLE || (id->flags & F_USER_GONE) || cep_is_destroyed(id->cep)) {
@@ -611,7 +801,7 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	ret = cep_bind(id->cep, p->qpn);
 	if (ret)
 		goto out;
-	(void)cep_qp_params_active(&id->qpp, &id->cm->port, p); /* our half */
+	(void)cep_qp_params_active(&id->qpp, &id->cm->port, p); /* our half, defaults applied */
 	m.hdr.tid = cm_next_tid(id);
 	rq->local_comm_id = cep_local_comm_id(id->cep);
 	rq->service_id = p->service_id;
@@ -622,7 +812,8 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	rq->initiator_depth = p->initiator_depth;
 	rq->remote_cm_response_timeout = p->remote_cm_response_timeout;
 	rq->transport_service_type = p->transport_service_type;
-	rq->end_to_end_flow_control = 1;
+	/* the caller's (the kernel's ib_cm_req_param.flow_control) */
+	rq->end_to_end_flow_control = p->flow_control ? 1 : 0;
 	rq->starting_psn = p->starting_psn;
 	rq->local_cm_response_timeout = p->local_cm_response_timeout;
 	rq->retry_count = p->retry_count & 7;
@@ -633,8 +824,14 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	rq->max_cm_retries = p->max_cm_retries;
 	rq->srq = p->srq ? 1 : 0;
 	rq->primary = p->primary;
-	if (path_has_alt(&p->alternate))
+	/* The ACK timeout of the path: 2 x its packet life time + our CA's
+	 * ACK delay, as the kernel's cm_format_req computes it. */
+	rq->primary.local_ack_timeout = cep_qp_ack_timeout(id->cm->port.ca_ack_delay,
+							   p->packet_life_time);
+	if (path_has_alt(&p->alternate)) {
 		rq->alternate = p->alternate;
+		rq->alternate.local_ack_timeout = rq->primary.local_ack_timeout;
+	}
 	cm_copy_pdata(rq->private_data, p->private_data, p->private_data_len);
 	if (p->peer) {
 		id->peer = *p->peer;
@@ -650,12 +847,22 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	}
 	id->peer.qpn = 1;
 	id->peer.qkey = CEP_QP1_QKEY;
+	if (id->paths) /* nothing of a previous connection's paths */
+		memset(id->paths, 0, sizeof(*id->paths));
+	if (path_has_alt(&p->alternate) && cm_paths(id))
+		id->paths->alt = cm_path_addr(&p->alternate, 1);
 	id->local_qpn = p->qpn;
+	/* a new connection: nothing of the previous peer's */
+	id->remote_id = 0;
+	id->remote_qpn = 0;
+	id->remote_ca_guid = 0;
 	id->service_id = p->service_id;
-	id->pkt_life_ms = cm_ms(p->packet_life_time);
-	id->timeout_ms = 2 * id->pkt_life_ms + cm_ms(p->remote_cm_response_timeout);
+	id->pkt_life = p->packet_life_time;
+	id->timeout_ms = 2 * cm_ms(id->pkt_life) + cm_ms(p->remote_cm_response_timeout);
 	id->peer_timeout_ms = cm_ms(p->local_cm_response_timeout);
-	id->timewait_ms = 2 * cm_ms(p->primary.local_ack_timeout);
+	/* until a REP tells the peer's ACK delay: the path's (kernel: the
+	 * address vector's timeout is packet life + 1) */
+	id->path_timeout = (uint8_t)(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);
 	id->max_retries = id->retries_left = p->max_cm_retries;
 	id->flags = (uint8_t)((id->flags & ~F_MANUAL_RTU) | (p->manual_rtu ? F_MANUAL_RTU : 0));
 	ret = cm_send_msg(id, &m, 1);
@@ -676,7 +883,8 @@ int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	struct cep_rep *rp = &m.u.rep;
 	int ret;
 
-	if (!id || !p || p->size < sizeof(*p) || p->qpn > 0xffffff || p->qpn < 2 ||
+	if (!id || !p || p->size < offsetof(struct cep_cm_accept_param, flow_control) ||
+	    p->qpn > 0xffffff || p->qpn < 2 ||
 	    p->starting_psn > 0xffffff || p->failover_accepted > 2 ||
 	    (p->private_data_len && !p->private_data))
 		return -EINVAL;
@@ -700,9 +908,13 @@ int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	rp->starting_psn = p->starting_psn;
 	rp->responder_resources = p->responder_resources;
 	rp->initiator_depth = p->initiator_depth;
-	rp->target_ack_delay = p->target_ack_delay & 31;
+	/* never less than this CA's own ACK delay, which the kernel always
+	 * sends (cm_format_rep) */
+	rp->target_ack_delay = (uint8_t)((p->target_ack_delay & 31) > id->cm->port.ca_ack_delay ?
+					 (p->target_ack_delay & 31) : id->cm->port.ca_ack_delay);
 	rp->failover_accepted = p->failover_accepted;
-	rp->end_to_end_flow_control = 1;
+	rp->end_to_end_flow_control = p->size > offsetof(struct cep_cm_accept_param, flow_control) ?
+				      (p->flow_control ? 1 : 0) : 1;
 	rp->rnr_retry_count = p->rnr_retry_count & 7;
 	rp->srq = p->srq ? 1 : 0;
 	rp->local_ca_guid = id->cm->ca_guid;
@@ -722,6 +934,34 @@ out:
 	return ret;
 }
 
+int cep_cm_notify_established(struct cep_cm_id *id)
+{
+	int ret = 0;
+
+	if (!id)
+		return -EINVAL;
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
+	switch (id->state) {
+	case CEP_CM_REP_SENT:
+	case CEP_CM_MRA_REP_RCVD:
+		/* the kernel's cm_establish: no more REP retries */
+		cm_free_retry(id);
+		cm_clear_timer(id);
+		cm_set_state(id, CEP_CM_ESTABLISHED);
+		cm_post_bits(id, W_ESTABLISHED); /* the event, on the worker */
+		break;
+	case CEP_CM_ESTABLISHED:
+		ret = -EISCONN;
+		break;
+	default:
+		ret = -EINVAL;
+		break;
+	}
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
 int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	int ret = 0;
@@ -730,7 +970,8 @@ int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 		return -EINVAL;
 	if (len > CEP_RTU_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state == CEP_CM_REP_RCVD || id->state == CEP_CM_MRA_REP_SENT)
 		do_rtu(id, pdata, len);
 	else
@@ -751,10 +992,15 @@ int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t 
 		return 0;
 	case CEP_CM_REQ_SENT:
 	case CEP_CM_MRA_REQ_RCVD:
-	case CEP_CM_REP_SENT:
-	case CEP_CM_MRA_REP_RCVD:
 		cm_send_rej(id, reason, CEP_MSG_CODE_OTHER, ari, ari_len, pdata, len);
 		cm_reset_to_idle(id);
+		return 0;
+	case CEP_CM_REP_SENT:
+	case CEP_CM_MRA_REP_RCVD:
+		/* The peer has our QPN (the REP): keep the QP bound and the keys
+		 * until timewait ends, as the kernel's ib_send_cm_rej does. */
+		cm_send_rej(id, reason, CEP_MSG_CODE_OTHER, ari, ari_len, pdata, len);
+		cm_enter_timewait(id); /* replaces the REP retry timer */
 		return 0;
 	case CEP_CM_REP_RCVD:
 	case CEP_CM_MRA_REP_SENT:
@@ -776,7 +1022,8 @@ int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t
 		return -EINVAL;
 	if (ari_len > CEP_REJ_ARI_SIZE || len > CEP_REJ_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	ret = cm_do_reject(id, reason, ari, ari_len, pdata, len);
 	pthread_mutex_unlock(&id->lock);
 	return ret;
@@ -790,7 +1037,8 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 		return -EINVAL;
 	if (len > CEP_MRA_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state == CEP_CM_REQ_RCVD) {
 		cm_send_mra(id, CEP_MSG_CODE_REQ, service_timeout, pdata, len);
 		cm_set_state(id, CEP_CM_MRA_REQ_SENT);
@@ -803,10 +1051,24 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 	} else {
 		ret = -EINVAL;
 	}
-	if (ret == 0)
-		cm_clear_timer(id); /* no automatic MRA any more */
+	if (ret == 0) /* a repeated request gets the same MRA */
+		cm_keep_pdata(id, pdata, len);
+	if (ret == 0) {
+		if (id->state == CEP_CM_MRA_REQ_SENT)
+			cm_req_expire_after_mra(id); /* instead of an automatic MRA */
+		else
+			cm_clear_timer(id); /* no automatic MRA any more */
+	}
 	pthread_mutex_unlock(&id->lock);
 	return ret;
+}
+
+/* Lock held, MRA_REQ_SENT: our MRA extends the requester's wait to
+ * (service timeout + packet life) per try: expire when that has passed. */
+void cm_req_expire_after_mra(struct cep_cm_id *id)
+{
+	cm_set_timer(id, TK_EXPIRE, (1u + id->max_retries) *
+				    (cm_ms(id->mra_timeout) + cm_ms(id->path_timeout)));
 }
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
@@ -817,8 +1079,28 @@ int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 		return -EINVAL;
 	if (len > CEP_DREQ_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
-	ret = cm_start_dreq(id, pdata, len);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
+	switch (id->state) {
+	case CEP_CM_ESTABLISHED:
+		ret = cm_start_dreq(id, pdata, len);
+		break;
+	case CEP_CM_DREQ_RCVD:
+		/* The peer's DREQ crossed ours: answer it, as librdmacm's
+		 * rdma_disconnect does when it cannot send a DREQ. */
+		cm_send_simple(id, CEP_MSG_DREP, pdata, len, 0);
+		cm_keep_pdata(id, pdata, len);
+		cm_enter_timewait(id);
+		ret = 0;
+		break;
+	case CEP_CM_DREQ_SENT:
+	case CEP_CM_TIMEWAIT:
+		ret = 0; /* already disconnecting: nothing more to send */
+		break;
+	default:
+		ret = -EINVAL;
+		break;
+	}
 	pthread_mutex_unlock(&id->lock);
 	return ret;
 }
@@ -831,9 +1113,11 @@ int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len)
 		return -EINVAL;
 	if (len > CEP_DREP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state == CEP_CM_DREQ_RCVD) {
 		cm_send_simple(id, CEP_MSG_DREP, pdata, len, 0);
+		cm_keep_pdata(id, pdata, len); /* for a repeated DREQ */
 		cm_enter_timewait(id);
 	} else {
 		ret = -EINVAL;

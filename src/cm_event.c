@@ -94,6 +94,49 @@ int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev)
 	return 0;
 }
 
+/* Drop the references a queued event holds (no channel lock held). */
+static void event_free(struct chan_ev *e)
+{
+	struct cep *cep = cep_cm_id_cep(e->ev.id);
+	struct cep *lcep = e->ev.listen_id ? cep_cm_id_cep(e->ev.listen_id) : NULL;
+
+	free(e);
+	cep_put(cep);
+	if (lcep)
+		cep_put(lcep);
+}
+
+void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id)
+{
+	struct chan_ev *gone = NULL, **pp, *e;
+
+	pthread_mutex_lock(&ch->mtx);
+	for (pp = &ch->head, ch->tail = NULL; (e = *pp) != NULL;) {
+		if (e->ev.id == id && e->ev.type != CEP_CM_EV_DESTROYED) {
+			*pp = e->next;
+			e->next = gone;
+			gone = e;
+			ch->queued--;
+			continue;
+		}
+		ch->tail = e;
+		pp = &e->next;
+	}
+	if (gone && ch->queued == 0) {
+		uint64_t v;
+
+		if (read(ch->efd, &v, sizeof(v)) < 0) {
+			/* already 0: nothing to do */
+		}
+	}
+	pthread_mutex_unlock(&ch->mtx);
+	while (gone) {
+		e = gone;
+		gone = e->next;
+		event_free(e);
+	}
+}
+
 int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event **out)
 {
 	struct chan_ev *e;
@@ -124,17 +167,10 @@ int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event **out)
 void cep_cm_ack_event(struct cep_cm_event *ev)
 {
 	struct chan_ev *e = (struct chan_ev *)ev;
-	struct cep *cep, *lcep = NULL;
 
 	if (!ev)
 		return;
-	cep = cep_cm_id_cep(ev->id);
-	if (ev->listen_id)
-		lcep = cep_cm_id_cep(ev->listen_id);
 	if (ev->type == CEP_CM_EV_DESTROYED)
 		atomic_fetch_sub(&e->ch->users, 1);
-	free(e);
-	cep_put(cep);
-	if (lcep)
-		cep_put(lcep);
+	event_free(e);
 }

@@ -7,6 +7,7 @@
 #ifndef CEP_CM_INTERNAL_H
 #define CEP_CM_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -15,7 +16,9 @@
 #include <cep/qp.h>
 
 #include "dispatch.h"
+#include "table_keys.h"
 #include "timer.h"
+#include "yield.h"
 
 /* Per-worker counters: relaxed atomics (any thread may add to the owning
  * worker's row; readers sum the rows). */
@@ -30,20 +33,57 @@ struct cm_wstats {
 	_Atomic int64_t states[CEP_CM_STATE_COUNT];
 } __attribute__((aligned(64)));
 
+/* Every id of a worker, from cm_alloc_id to its free (id_release), so
+ * cep_cm_destroy() finds the ids the application still holds even when
+ * their CEP has left the table (destroyed QP, timewait over). */
+struct cm_idlist {
+	pthread_mutex_t mtx;
+	struct cep_cm_id *head;        /* mtx */
+} __attribute__((aligned(64)));
+
 struct cep_cm {
 	struct cep_transport *tp;      /* const */
 	struct cep_table *table;       /* const */
 	struct cep_dispatch *d;        /* const */
+	struct cep_clock *clock;       /* const: NULL = CLOCK_MONOTONIC */
 	unsigned nworkers;             /* const */
 	uint64_t ca_guid;              /* const, host order */
 	struct cep_port_info port;     /* const */
 	uint8_t mra_timeout;           /* const */
 	uint8_t auto_mra;              /* const */
+	unsigned backlog;              /* const: default listener backlog */
+	uint64_t route_key[2];         /* const: secret key of the REQ routing */
 	_Atomic int stopping;          /* set once by cep_cm_destroy */
 	_Atomic unsigned next_worker;  /* round robin for active ids */
 	_Atomic int64_t ids;           /* ids allocated and not yet freed */
 	_Atomic uint32_t next_tid;     /* low halves of request TIDs */
 	struct cm_wstats *ws;          /* [nworkers] */
+	struct cm_idlist *idl;         /* [nworkers] */
+	struct cep_cm *live_next;      /* the live contexts' list (cm.c) */
+};
+
+/* A timeout a peer supplies (5-bit IBTA exponent: REQ response timeouts
+ * and local ACK timeout, REP target ACK delay, LAP response timeout, MRA
+ * service timeout) counts at most as this: 4.096 us x 2^23 = 34.4 s, so a
+ * peer cannot hold a QP and its keys for hours. docs/protocol.md. */
+#define CM_PEER_TIMEOUT_MAX 23
+static inline unsigned cm_peer_t(unsigned t)
+{
+	return t > CM_PEER_TIMEOUT_MAX ? CM_PEER_TIMEOUT_MAX : t;
+}
+
+/* Where a connection's messages may come from: one end of a path. */
+struct cm_addr {
+	uint8_t gid[16];               /* network order */
+	uint16_t lid;                  /* 0: routed by GID (RoCE) */
+	uint8_t grh;                   /* compare GIDs when the MAD has a GRH */
+	uint8_t valid;
+};
+
+/* An id's alternate path ends (allocated only when it has one: few do). */
+struct cm_paths {
+	struct cm_addr alt;            /* the REQ's, or a LAP's answered with success */
+	struct cm_addr lap;            /* a LAP's in flight, until its APR */
 };
 
 /* id->work_bits */
@@ -51,19 +91,24 @@ enum {
 	W_TIMER = 1u << 0,     /* re-sync the wheel with id->deadline */
 	W_DESTROYED = 1u << 1, /* deliver DESTROYED, drop the user's reference */
 	W_QP_GONE = 1u << 2,   /* deliver QP_DESTROYED */
+	W_ESTABLISHED = 1u << 3, /* deliver ESTABLISHED (cep_cm_notify_established) */
 };
 
 /* id->flags (lock) */
 enum {
-	F_USER_GONE = 1u << 0,   /* cep_cm_destroy_id called */
+	F_USER_GONE = 1u << 0,   /* cep_cm_destroy_id called: no event but DESTROYED */
 	F_QP_GONE = 1u << 1,     /* the bound QP is being destroyed */
 	F_MANUAL_RTU = 1u << 2,
 	F_MANUAL_DREP = 1u << 3,
 	F_CHANNEL_USER = 1u << 4, /* counted in channel->users */
+	F_DESTROYED_POSTED = 1u << 5, /* W_DESTROYED queued (once) */
 };
 
 /* id->timer_kind (lock) */
-enum { TK_RETRY = 1, TK_AUTO_MRA = 2, TK_TIMEWAIT = 3 };
+enum {
+	TK_RETRY = 1, TK_AUTO_MRA = 2, TK_TIMEWAIT = 3,
+	TK_EXPIRE = 4,  /* a half-open passive id whose requester has given up */
+};
 
 struct cm_waiter {
 	pthread_mutex_t mtx;
@@ -93,18 +138,36 @@ struct cep_cm_id {
 	uint32_t remote_qpn;           /* lock */
 	uint32_t timeout_ms;           /* lock: retry period */
 	uint32_t peer_timeout_ms;      /* lock: peer's wait for us (auto MRA) */
-	uint32_t timewait_ms;          /* lock */
-	uint32_t pkt_life_ms;          /* lock */
 	uint8_t state;                 /* lock: enum cep_cm_state */
 	uint8_t lap_state;             /* lock: enum cep_cm_lap_state */
 	uint8_t retries_left;          /* lock */
 	uint8_t max_retries;           /* lock */
 	uint8_t timer_kind;            /* lock */
 	uint8_t mra_timeout;           /* lock: service timeout of our last MRA */
+	uint8_t pkt_life;              /* lock: the path's packet life time (5 bits) */
+	uint8_t path_timeout;          /* lock: the path's ACK timeout (5 bits): MRA
+					  extensions, timewait (kernel av.timeout) */
+	uint8_t resend_len;            /* lock: bytes at resend_pd */
 	uint8_t flags;                 /* lock */
+	uint8_t delivering;            /* lock: a callback of this id is running */
+	uint8_t *resend_pd;            /* lock: private data of our last MRA, RTU
+					  or DREP, sent again with it */
+	struct {                       /* a listener's count of its children */
+		uint32_t req_inflight; /* lock: REQ/SIDR_REQ events of its children
+					  being delivered (they use its context
+					  and channel) */
+		uint32_t backlog;      /* lock: most half-open children */
+		_Atomic uint32_t half_open; /* children half-open now (incremented
+					  under its lock, decremented by each child) */
+	} lis;
+	struct cep_cm_id *listener;    /* lock: a half-open child: the listener it
+					  counts against (a CEP reference held) */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
-	struct cep_mad_addr peer;      /* lock: where the peer's CM listens */
+	struct cm_paths *paths;        /* lock: alternate path ends, or NULL */
+	struct cep_mad_addr peer;      /* lock: where the peer's CM listens; its
+					  messages must come from there (or alt) */
 	struct cep_qp_params qpp;      /* lock: QP attributes negotiated so far */
+	struct cep_cm_id *all_next, *all_prev; /* cm->idl[worker].mtx */
 };
 
 /* Event channel (cm_event.c). */
@@ -132,8 +195,28 @@ static inline uint64_t cm_next_tid(struct cep_cm_id *id)
 	return id->tid;
 }
 
+/* Test hooks: compiled only into the tests' copy of the library
+ * (-DCEP_TEST_HOOKS, tests/cm/meson.build), never into libcep itself. A
+ * test widens a race window by blocking in the hook (bounded). */
+enum cm_hook_point {
+	CM_HOOK_DELIVER,      /* an event is about to reach the user */
+	CM_HOOK_REQ_LISTENER, /* REQ/SIDR_REQ: listener checked, not yet used */
+};
+/* The same points are random yields in cep-stress's copy of the library
+ * (CEP_YIELD, yield.h): the windows a hook holds open, widened at random. */
+#ifdef CEP_TEST_HOOKS
+extern void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id,
+			    const struct cep_cm_event *ev);
+#define CM_HOOK(p, id, ev) do { if (cm_test_hook) cm_test_hook((p), (id), (ev)); } while (0)
+#else
+#define CM_HOOK(p, id, ev) CEP_YIELD()
+#endif
+
 /* Queue a copy of @ev (the id reference it carries is taken here). */
 int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev);
+/* Drop every queued, not yet taken event of @id but DESTROYED (no id lock
+ * held): after cep_cm_destroy_id() the channel yields none of them. */
+void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id);
 
 #define STAT_ADD(cm, w, field) \
 	atomic_fetch_add_explicit(&(cm)->ws[(w)].field, 1, memory_order_relaxed)
@@ -149,6 +232,18 @@ void cm_put_be64(uint8_t *p, uint64_t v);
 uint64_t cm_sidr_source(const struct cep_mad_addr *from);
 void cm_copy_pdata(uint8_t *dst, const void *src, size_t len);
 struct cep_mad_addr cm_reply_addr(const struct cep_mad_addr *from);
+
+/* API entry on an id: take its lock unless the user destroyed it
+ * (cep_cm_destroy_id): then -EINVAL and no lock. */
+static inline int cm_lock_live(struct cep_cm_id *id)
+{
+	pthread_mutex_lock(&id->lock);
+	if (id->flags & F_USER_GONE) {
+		pthread_mutex_unlock(&id->lock);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 /* Queue W_* bits for the owning worker (any thread, lock may be held). */
 void cm_post_bits(struct cep_cm_id *id, uint32_t bits);
@@ -167,6 +262,8 @@ void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 		 const void *ari, size_t ari_len, const void *pdata, size_t len);
 void cm_send_mra(struct cep_cm_id *id, unsigned msg_code, uint8_t service_timeout,
 		 const void *pdata, size_t len);
+/* Keep @pdata as what a resent MRA / RTU / DREP carries (NULL: none). */
+void cm_keep_pdata(struct cep_cm_id *id, const void *pdata, size_t len);
 void cm_send_simple(struct cep_cm_id *id, enum cep_msg_type t, const void *pdata,
 		    size_t len, int retain);
 void cm_reply_rej(struct cep_cm *cm, unsigned w, const struct cep_mad_addr *from,
@@ -174,6 +271,7 @@ void cm_reply_rej(struct cep_cm *cm, unsigned w, const struct cep_mad_addr *from
 		  unsigned msg_code);
 
 /* Transitions (locked). */
+void cm_req_expire_after_mra(struct cep_cm_id *id);
 void cm_drop_remote_keys(struct cep_cm_id *id);
 void cm_maybe_table_destroy(struct cep_cm_id *id);
 void cm_reset_to_idle(struct cep_cm_id *id);
@@ -184,22 +282,41 @@ int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t 
 void cm_do_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
 		    const void *pdata, size_t len);
 
-/* Events: build (locked), deliver (worker, no lock). */
+/* Events: build (locked), then cm_emit (worker, locked): the one path by
+ * which every event but DESTROYED reaches the user. */
 void cm_ev_init(struct cep_cm_event *ev, struct cep_cm_id *id, enum cep_cm_event_type t);
 void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
 	       const struct cep_mad_addr *from);
-int cm_deliver(struct cep_cm_id *id, struct cep_cm_event *ev);
-void cm_deliver_and_maybe_destroy(struct cep_cm_id *id, struct cep_cm_event *ev);
+int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev);
+/* Locked: DESTROYED may be queued once the user is gone and no child's
+ * REQ/SIDR_REQ delivery still uses this (listener) id. */
+void cm_maybe_post_destroyed(struct cep_cm_id *id);
 
 /* Ids and lookups (no lock). cm_find_id returns a reference (cm_id_put);
- * cm_find_peer also checks the peer's comm ID and returns the id locked. */
+ * cm_find_peer also checks the peer's comm ID and address and returns the
+ * id locked. */
 struct cep_cm_id *cm_find_id(struct cep_cm *cm, uint32_t comm_id);
-struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours, uint32_t theirs);
+struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours, uint32_t theirs,
+			       const struct cep_mad_addr *from);
+/* Locked: the id's alternate path ends, allocated on first use (NULL:
+ * no memory; the alternate then counts as absent). */
+struct cm_paths *cm_paths(struct cep_cm_id *id);
+/* Locked: @from is the id's peer (primary or installed alternate path);
+ * counts a drop (ADDRESS) and returns 0 when it is not. */
+int cm_from_peer(struct cep_cm_id *id, unsigned w, const struct cep_mad_addr *from);
+/* The far end of a CM path as an address (remote = 1: the path's remote
+ * port, as the active side sees it; 0: its local port, as the passive). */
+struct cm_addr cm_path_addr(const struct cep_path *p, int remote);
 void cm_id_put(struct cep_cm_id *id);
 void cm_drop(struct cep_cm *cm, unsigned w, enum cep_cm_drop why);
 int cm_alloc_id(struct cep_cm *cm, unsigned worker, cep_cm_handler handler,
 		struct cep_cm_channel *ch, void *context, struct cep_cm_id **out);
 void cm_discard_id(struct cep_cm_id *id);
+
+/* Listeners (worker, no lock): pin across a child's request event and
+ * count the child against the backlog (-ENOBUFS: full, -ENOENT: gone). */
+int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id);
+void cm_listener_release(struct cep_cm_id *lid);
 
 /* MAD handlers (worker w, no lock). */
 #define CM_HANDLER_(n) void cm_handle_##n(struct cep_cm *cm, unsigned w, \

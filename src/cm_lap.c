@@ -11,9 +11,9 @@
 void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
 {
-	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.lap.remote_comm_id, m->u.lap.local_comm_id);
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.lap.remote_comm_id, m->u.lap.local_comm_id,
+					    from);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id)
 		return;
@@ -28,9 +28,9 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	switch (id->lap_state) {
 	case CEP_CM_LAP_IDLE:
 		break;
-	case CEP_CM_MRA_LAP_SENT:
+	case CEP_CM_MRA_LAP_SENT: /* a retry: same TID as the recorded one */
 		STAT_ADD(cm, w, duplicates);
-		cm_send_mra(id, CEP_MSG_CODE_OTHER, id->mra_timeout, NULL, 0);
+		cm_send_mra(id, CEP_MSG_CODE_OTHER, id->mra_timeout, id->resend_pd, id->resend_len);
 		goto out;
 	case CEP_CM_LAP_RCVD:
 		STAT_ADD(cm, w, duplicates);
@@ -40,17 +40,15 @@ void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		goto out;
 	}
 	id->lap_state = CEP_CM_LAP_RCVD;
-	id->peer_timeout_ms = cm_ms(m->u.lap.remote_cm_response_timeout);
+	if (cm_paths(id)) /* the sender's end, installed by our APR success */
+		id->paths->lap = cm_path_addr(&m->u.lap.alternate, 0);
+	id->tid = m->hdr.tid; /* our MRA and APR echo it (kernel cm_lap_handler) */
+	id->peer_timeout_ms = cm_ms(cm_peer_t(m->u.lap.remote_cm_response_timeout));
 	if (cm->auto_mra)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
-	user = !(id->flags & F_USER_GONE);
 	cm_ev_init(&ev, id, CEP_CM_EV_LAP_RECEIVED);
 	cm_ev_msg(&ev, m, from);
-	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
-	cm_id_put(id);
-	return;
+	cm_emit(id, &ev);
 out:
 	pthread_mutex_unlock(&id->lock);
 	cm_id_put(id);
@@ -59,9 +57,9 @@ out:
 void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
 {
-	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.apr.remote_comm_id, m->u.apr.local_comm_id);
+	struct cep_cm_id *id = cm_find_peer(cm, w, m->u.apr.remote_comm_id, m->u.apr.local_comm_id,
+					    from);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id)
 		return;
@@ -75,13 +73,13 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
 	cm_clear_timer(id);
-	user = !(id->flags & F_USER_GONE);
+	if (m->u.apr.ap_status == CEP_APR_SUCCESS && id->paths) /* the path is installed */
+		id->paths->alt = id->paths->lap;
 	cm_ev_init(&ev, id, CEP_CM_EV_APR_RECEIVED);
 	ev.status = m->u.apr.ap_status;
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 
@@ -95,11 +93,14 @@ int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 		return -EINVAL;
 	if (len > CEP_LAP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state != CEP_CM_ESTABLISHED || id->lap_state != CEP_CM_LAP_IDLE) {
 		ret = -EINVAL;
 		goto out;
 	}
+	if (!remote_cm_response_timeout) /* librdmacm's default (cm.h) */
+		remote_cm_response_timeout = CEP_CM_DEFAULT_RESPONSE_TIMEOUT;
 	cep_msg_init(&m, CEP_MSG_LAP, cm_next_tid(id));
 	m.u.lap.local_comm_id = cep_local_comm_id(id->cep);
 	m.u.lap.remote_comm_id = id->remote_id;
@@ -111,8 +112,10 @@ int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 	if (ret)
 		goto out;
 	id->lap_state = CEP_CM_LAP_SENT;
+	if (cm_paths(id))
+		id->paths->lap = cm_path_addr(alt, 1);
 	id->retries_left = id->max_retries;
-	id->timeout_ms = 2 * id->pkt_life_ms + cm_ms(remote_cm_response_timeout);
+	id->timeout_ms = 2 * cm_ms(id->pkt_life) + cm_ms(remote_cm_response_timeout);
 	cm_set_timer(id, TK_RETRY, id->timeout_ms);
 out:
 	pthread_mutex_unlock(&id->lock);
@@ -129,7 +132,8 @@ int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t i
 		return -EINVAL;
 	if (info_len > CEP_APR_INFO_SIZE || len > CEP_APR_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state != CEP_CM_ESTABLISHED ||
 	    (id->lap_state != CEP_CM_LAP_RCVD && id->lap_state != CEP_CM_MRA_LAP_SENT)) {
 		ret = -EINVAL;
@@ -144,6 +148,8 @@ int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t i
 	cm_copy_pdata(m.u.apr.private_data, pdata, len);
 	cm_send_msg(id, &m, 0);
 	id->lap_state = CEP_CM_LAP_IDLE;
+	if (status == CEP_APR_SUCCESS && id->paths) /* the path is installed */
+		id->paths->alt = id->paths->lap;
 	cm_clear_timer(id);
 out:
 	pthread_mutex_unlock(&id->lock);

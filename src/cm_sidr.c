@@ -33,16 +33,15 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_discard_id(id);
 		return;
 	}
-	void *lctx = NULL;
-
 	ret = cep_lookup_listener(cm->table, sq->service_id, &lcep);
 	lid = ret ? NULL : cep_context(lcep);
-	if (lid) {
-		pthread_mutex_lock(&lid->lock);
-		if (lid->state != CEP_CM_LISTEN || (lid->flags & F_USER_GONE))
-			ret = -ENOENT;
-		lctx = lid->context;
-		pthread_mutex_unlock(&lid->lock);
+	if (lid)
+		ret = cm_listener_hold(lid, id);
+	if (ret == -ENOBUFS) { /* backlog full: the requester retries */
+		cm_drop(cm, w, CEP_CM_DROP_BACKLOG);
+		cm_discard_id(id);
+		cep_put(lcep);
+		return;
 	}
 	if (ret) {
 		struct cep_mad_addr to = cm_reply_addr(from);
@@ -58,24 +57,21 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			cep_put(lcep);
 		return;
 	}
-	id->handler = lid->handler;
-	id->channel = lid->channel;
-	if (id->channel)
-		atomic_fetch_add(&id->channel->users, 1);
 	pthread_mutex_lock(&id->lock);
-	if (id->channel)
-		id->flags |= F_CHANNEL_USER;
-	id->context = lctx;
 	id->remote_id = sq->request_id;
 	id->service_id = sq->service_id;
 	id->tid = m->hdr.tid;
 	id->peer = cm_reply_addr(from);
 	cm_set_state(id, CEP_CM_SIDR_REQ_RCVD);
+	/* a SIDR_REQ says nothing of its requester's patience: unanswered,
+	 * it expires after the longest timeout a peer may ask for */
+	cm_set_timer(id, TK_EXPIRE, cm_ms(CM_PEER_TIMEOUT_MAX));
 	cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	cm_deliver_and_maybe_destroy(id, &ev);
+	cm_listener_release(lid);
 	cep_put(lcep);
 }
 
@@ -84,13 +80,17 @@ void cm_handle_sidr_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 {
 	struct cep_cm_id *id = cm_find_id(cm, m->u.sidr_rep.request_id);
 	struct cep_cm_event ev;
-	int user;
 
 	if (!id) {
 		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
 		return;
 	}
 	pthread_mutex_lock(&id->lock);
+	if (id->state == CEP_CM_SIDR_REQ_SENT && !cm_from_peer(id, w, from)) {
+		pthread_mutex_unlock(&id->lock);
+		cm_id_put(id);
+		return;
+	}
 	if (id->state != CEP_CM_SIDR_REQ_SENT) {
 		STAT_ADD(cm, w, duplicates);
 		pthread_mutex_unlock(&id->lock);
@@ -101,13 +101,11 @@ void cm_handle_sidr_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	cm_maybe_table_destroy(id);
-	user = !(id->flags & F_USER_GONE);
 	cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REP_RECEIVED);
 	ev.status = m->u.sidr_rep.status;
 	cm_ev_msg(&ev, m, from);
+	cm_emit(id, &ev);
 	pthread_mutex_unlock(&id->lock);
-	if (user)
-		cm_deliver_and_maybe_destroy(id, &ev);
 	cm_id_put(id);
 }
 
@@ -138,8 +136,10 @@ int cep_cm_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
 	ret = cm_send_msg(id, &m, 1);
 	if (ret)
 		goto out;
-	id->timeout_ms = cm_ms(p->timeout);
-	id->max_retries = id->retries_left = p->max_cm_retries;
+	/* zero: librdmacm's defaults (cm.h) */
+	id->timeout_ms = cm_ms(p->timeout ? p->timeout : CEP_CM_DEFAULT_RESPONSE_TIMEOUT);
+	id->max_retries = id->retries_left = p->max_cm_retries ? p->max_cm_retries
+							      : CEP_CM_DEFAULT_MAX_RETRIES;
 	cm_set_state(id, CEP_CM_SIDR_REQ_SENT);
 	cm_set_timer(id, TK_RETRY, id->timeout_ms);
 out:
@@ -163,6 +163,7 @@ void cm_do_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_
 	cm_send_msg(id, &m, 0);
 	/* a retried SIDR_REQ after this is a new request */
 	cep_remove_remote_id(id->cep);
+	cm_clear_timer(id); /* the half-open expiry (it holds a reference) */
 	cm_set_state(id, CEP_CM_IDLE);
 	cm_maybe_table_destroy(id);
 }
@@ -176,7 +177,8 @@ int cep_cm_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_
 		return -EINVAL;
 	if (len > CEP_SIDR_REP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
-	pthread_mutex_lock(&id->lock);
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	if (id->state == CEP_CM_SIDR_REQ_RCVD)
 		cm_do_sidr_rep(id, status, qpn, qkey, pdata, len);
 	else

@@ -7,6 +7,9 @@
  * sleeps on a condition variable only after announcing it, and producers
  * wake it only when it announced; the sleep is also bounded by the next
  * timer tick, so a wake-up can be late by at most one tick, never lost.
+ * With a virtual clock (cep/clock.h) time moves only by an advance, which
+ * posts a tick item to every worker; the tick runs the wheel, so timers due
+ * after an advance fire inside an item that quiesce waits for.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -40,6 +43,8 @@ struct worker {
 	_Atomic uint64_t posted, done;    /* items in and out (quiesce) */
 	_Atomic int in_timers;            /* firing timers now (quiesce) */
 	_Atomic uint64_t st_mads, st_works, st_full, st_timers, st_sleeps;
+	struct cep_work tick;             /* virtual clock moved: run the wheel */
+	_Atomic int tick_queued;          /* tick posted and not yet started */
 	struct cep_wheel wheel;           /* worker thread only */
 	uint64_t now;                     /* worker thread only */
 } __attribute__((aligned(64)));
@@ -49,6 +54,7 @@ struct cep_dispatch {
 	_Atomic int stop;
 	unsigned started;
 	struct worker *w;
+	struct cep_clock_sub sub;         /* on attr.clock when virtual */
 };
 
 static _Thread_local const struct cep_dispatch *self_d;
@@ -174,6 +180,77 @@ static size_t drain_works(struct worker *w)
 	return n;
 }
 
+/* Fire what is due on this worker's wheel at the clock's time. Worker. */
+static size_t run_wheel(struct worker *w)
+{
+	size_t f;
+
+	w->now = cep_clock_ms(w->d->attr.clock);
+	if (!w->wheel.armed)
+		return cep_wheel_run(&w->wheel, w->now); /* only moves its time */
+	/* seq_cst: quiesce must see either this flag or the effects of the
+	 * timers it covers, not neither. */
+	atomic_store_explicit(&w->in_timers, 1, memory_order_seq_cst);
+	f = cep_wheel_run(&w->wheel, w->now);
+	atomic_store_explicit(&w->in_timers, 0, memory_order_seq_cst);
+	if (f)
+		atomic_fetch_add_explicit(&w->st_timers, f, memory_order_relaxed);
+	return f;
+}
+
+static void tick_fn(struct cep_work *wk)
+{
+	struct worker *w = (struct worker *)((char *)wk - offsetof(struct worker, tick));
+
+	/* seq_cst: clear before reading the clock, so an advance that finds
+	 * the flag set is read by this run, and one that finds it clear posts
+	 * a new tick (pairs with dispatch_clock_wake's exchange). */
+	atomic_store(&w->tick_queued, 0);
+	run_wheel(w);
+}
+
+/* cep_clock_sub.wake: the virtual clock moved (clock mutex held). */
+static void dispatch_clock_wake(struct cep_clock_sub *s)
+{
+	struct cep_dispatch *d = (struct cep_dispatch *)((char *)s - offsetof(struct cep_dispatch, sub));
+
+	for (unsigned i = 0; i < d->attr.workers; i++)
+		if (!atomic_exchange(&d->w[i].tick_queued, 1))
+			cep_dispatch_post_work(d, i, &d->w[i].tick);
+}
+
+static int dispatch_busy(struct cep_dispatch *d, uint64_t *activity)
+{
+	int busy = 0;
+
+	*activity = 0;
+	for (unsigned i = 0; i < d->attr.workers; i++) {
+		struct worker *w = &d->w[i];
+		/* acquire: the worker's processing of those items happened. */
+		uint64_t done = atomic_load_explicit(&w->done, memory_order_acquire);
+		/* seq_cst: every item is counted in posted (seq_cst) before the
+		 * poster can be seen idle. */
+		uint64_t posted = atomic_load_explicit(&w->posted, memory_order_seq_cst);
+
+		if (done != posted || atomic_load_explicit(&w->in_timers, memory_order_seq_cst))
+			busy = 1;
+		*activity += posted;
+	}
+	return busy;
+}
+
+static int dispatch_clock_busy(struct cep_clock_sub *s, uint64_t *activity)
+{
+	return dispatch_busy((struct cep_dispatch *)((char *)s - offsetof(struct cep_dispatch, sub)),
+			     activity);
+}
+
+static int dispatch_clock_is_self(struct cep_clock_sub *s)
+{
+	return cep_dispatch_self((struct cep_dispatch *)((char *)s -
+							 offsetof(struct cep_dispatch, sub))) >= 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -184,26 +261,11 @@ static void *worker_main(void *arg)
 	self_idx = (int)w->idx;
 	if (d->attr.ops.thread_start)
 		d->attr.ops.thread_start(d->attr.ctx, w->idx);
-	w->now = cep_now_ms();
-	cep_wheel_init(&w->wheel, w->now);
 	for (;;) {
 		size_t n = drain_ring(w, 256);
 
 		n += drain_works(w);
-		w->now = cep_now_ms();
-		if (w->wheel.armed) {
-			size_t f;
-
-			/* seq_cst: quiesce must see either this flag or the effects
-			 * of the timers it covers, not neither. */
-			atomic_store_explicit(&w->in_timers, 1, memory_order_seq_cst);
-			f = cep_wheel_run(&w->wheel, w->now);
-			atomic_store_explicit(&w->in_timers, 0, memory_order_seq_cst);
-
-			if (f)
-				atomic_fetch_add_explicit(&w->st_timers, f, memory_order_relaxed);
-			n += f;
-		}
+		n += run_wheel(w);
 		if (n) {
 			idle = 0;
 			continue;
@@ -222,7 +284,11 @@ static void *worker_main(void *arg)
 			    atomic_load_explicit(&w->done, memory_order_relaxed) &&
 		    !atomic_load_explicit(&d->stop, memory_order_relaxed)) {
 			struct timespec ts;
-			long ns = w->wheel.armed ? 1000000L : 50000000L;
+			/* Real time: wake for the next tick while timers are armed.
+			 * Virtual time moves only by an advance, which posts a tick:
+			 * the bound is a safety net, never needed for progress. */
+			long ns = w->wheel.armed && !cep_clock_is_virtual(d->attr.clock)
+					  ? 1000000L : 50000000L;
 
 			atomic_fetch_add_explicit(&w->st_sleeps, 1, memory_order_relaxed);
 			clock_gettime(CLOCK_REALTIME, &ts);
@@ -275,6 +341,11 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 			atomic_init(&w->ring[j].seq, j);
 		pthread_mutex_init(&w->mtx, NULL);
 		pthread_cond_init(&w->cv, NULL);
+		w->tick.fn = tick_fn;
+		/* The wheel is set up before the thread starts: work posted at
+		 * once (a tick, a timer) may touch it from the worker. */
+		w->now = cep_clock_ms(attr->clock);
+		cep_wheel_init(&w->wheel, w->now);
 	}
 	for (unsigned i = 0; i < attr->workers; i++) {
 		if (pthread_create(&d->w[i].thread, NULL, worker_main, &d->w[i])) {
@@ -286,6 +357,12 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 			goto fail;
 		}
 		d->started = i + 1;
+	}
+	if (attr->clock) {
+		d->sub.wake = dispatch_clock_wake;
+		d->sub.busy = dispatch_clock_busy;
+		d->sub.is_self = dispatch_clock_is_self;
+		cep_clock_subscribe(attr->clock, &d->sub);
 	}
 	*out = d;
 	return 0;
@@ -302,6 +379,9 @@ void cep_dispatch_stop(struct cep_dispatch *d,
 {
 	if (!d->started)
 		return;
+	if (d->attr.clock)
+		/* No tick may be posted to a joined worker. */
+		cep_clock_unsubscribe(d->attr.clock, &d->sub);
 	atomic_store_explicit(&d->stop, 1, memory_order_release);
 	for (unsigned i = 0; i < d->started; i++) {
 		struct worker *w = &d->w[i];
@@ -358,25 +438,21 @@ uint64_t cep_dispatch_now(struct cep_dispatch *d, unsigned w)
 	return d->w[w].now;
 }
 
+uint64_t cep_dispatch_clock_ms(const struct cep_dispatch *d)
+{
+	return cep_clock_ms(d->attr.clock);
+}
+
 int cep_dispatch_quiesce(struct cep_dispatch *d, unsigned timeout_ms)
 {
-	uint64_t end = cep_now_ms() + timeout_ms;
+	uint64_t end = cep_clock_ms(NULL) + timeout_ms;
 
 	for (;;) {
-		int busy = 0;
+		uint64_t activity;
 
-		for (unsigned i = 0; i < d->attr.workers; i++) {
-			struct worker *w = &d->w[i];
-			/* acquire: the worker's processing of those items happened. */
-			uint64_t done = atomic_load_explicit(&w->done, memory_order_acquire);
-
-			if (done != atomic_load_explicit(&w->posted, memory_order_relaxed) ||
-			    atomic_load_explicit(&w->in_timers, memory_order_seq_cst))
-				busy = 1;
-		}
-		if (!busy)
+		if (!dispatch_busy(d, &activity))
 			return 0;
-		if (cep_now_ms() > end)
+		if (cep_clock_ms(NULL) > end)
 			return -ETIMEDOUT;
 		struct timespec ts = { 0, 200000 };
 		nanosleep(&ts, NULL);

@@ -16,6 +16,7 @@
 
 #include <cep/transport.h>
 
+#include "clock.h"
 #include "timer.h"
 
 struct cep_dispatch;
@@ -40,6 +41,10 @@ struct cep_dispatch_attr {
 	unsigned queue_depth;  /* power of 2 >= 2 */
 	struct cep_dispatch_ops ops;
 	void *ctx;
+	/* Time of the wheels (NULL: CLOCK_MONOTONIC). A virtual clock's
+	 * advance posts a tick to every worker, which runs its wheel at the
+	 * new time inside that item, so quiesce covers the timers it fires. */
+	struct cep_clock *clock;
 };
 
 int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatch **out);
@@ -65,10 +70,14 @@ int cep_dispatch_self(const struct cep_dispatch *d);
 struct cep_wheel *cep_dispatch_wheel(struct cep_dispatch *d, unsigned w);
 /* Current tick of worker @w (its thread only). */
 uint64_t cep_dispatch_now(struct cep_dispatch *d, unsigned w);
+/* The dispatcher's clock in milliseconds (any thread). */
+uint64_t cep_dispatch_clock_ms(const struct cep_dispatch *d);
 
 /* Wait until every ring and work stack is empty and no worker is in the
  * middle of an item or of firing timers; -ETIMEDOUT after @timeout_ms.
- * Timers armed for later do not count. Not from a worker. */
+ * Timers armed for later do not count. With a virtual clock, every timer
+ * due at the clock's time when this is called has fired when it returns 0
+ * (the advance's tick is an item). Not from a worker. */
 int cep_dispatch_quiesce(struct cep_dispatch *d, unsigned timeout_ms);
 
 struct cep_dispatch_stats {

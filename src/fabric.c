@@ -2,7 +2,9 @@
 /*
  * In-process fabric (cep/fabric.h): ports in fixed slots owned by the fabric,
  * lock-free routing by scanning the slots, a per-port delivery gate that
- * makes stop() final, and a delivery thread for delayed and held MADs.
+ * makes stop() final, and a delivery thread for delayed and held MADs
+ * (timed by the fabric's clock: CLOCK_MONOTONIC or a virtual cep_clock,
+ * whose advance wakes the thread).
  *
  * Ordering guarantees: a receive function runs only between a successful
  * gate entry (inflight++ then state == RUNNING, both seq_cst) and its exit
@@ -28,6 +30,7 @@
 
 #include <cep/fabric.h>
 
+#include "clock.h"
 #include "pcap.h"
 
 #define FAB_DEFAULT_PORTS     64u
@@ -66,6 +69,7 @@ struct fport {
 	uint64_t stream;             /* fault PRNG key of this port */
 	uint8_t port_num;
 	uint8_t ll;
+	uint8_t ack_delay;           /* reported by query_port */
 	uint16_t my_lid;
 	uint8_t my_gid[16];
 	struct cep_mad_addr from;    /* template of the address receivers get */
@@ -109,6 +113,8 @@ struct fentry {
 
 struct cep_fabric {
 	uint64_t seed;
+	struct cep_clock *clock;     /* immutable; NULL = CLOCK_MONOTONIC */
+	struct cep_clock_sub sub;    /* on a virtual clock */
 	uint32_t max_ports;
 	uint32_t max_in_flight;
 	struct fport *slots;
@@ -133,6 +139,7 @@ struct cep_fabric {
 	size_t heap_len, heap_cap;
 	uint32_t in_flight;          /* queued + being delivered by the thread */
 	uint64_t next_seq;
+	uint64_t enqueued;           /* MADs ever queued (clock quiesce) */
 	bool thread_started, thread_stop;
 	pthread_t thread;
 
@@ -151,10 +158,13 @@ static inline void cnt(_Atomic uint64_t *c)
 
 static uint64_t mono_ns(void)
 {
-	struct timespec ts;
+	return cep_clock_now_ns(NULL);
+}
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+/* The fabric's time: injected delays and holds. */
+static uint64_t fab_ns(const struct cep_fabric *f)
+{
+	return cep_clock_now_ns(f->clock);
 }
 
 static struct timespec ns_to_ts(uint64_t ns)
@@ -387,11 +397,14 @@ static void *fabric_thread(void *arg)
 			pthread_cond_wait(&f->qcond, &f->qlock);
 			continue;
 		}
-		now = mono_ns();
+		now = fab_ns(f);
 		if (f->heap[0]->time_ns > now) {
 			struct timespec ts = ns_to_ts(f->heap[0]->time_ns);
 
-			pthread_cond_timedwait(&f->qcond, &f->qlock, &ts);
+			if (f->clock) /* only an advance (which signals) moves time */
+				pthread_cond_wait(&f->qcond, &f->qlock);
+			else
+				pthread_cond_timedwait(&f->qcond, &f->qlock, &ts);
 			continue;
 		}
 		e = heap_pop(f);
@@ -433,6 +446,7 @@ static bool enqueue_locked(struct cep_fabric *f, struct fentry *e)
 		f->thread_started = true;
 	}
 	e->seq = f->next_seq++;
+	f->enqueued++;
 	f->heap_len++;
 	heap_set(f, f->heap_len - 1, e);
 	heap_fix(f, f->heap_len - 1);
@@ -478,7 +492,7 @@ static int send_faulted(struct cep_fabric *f, struct fport *p, const uint8_t *ma
 	bool held = false;
 	unsigned ncopies = 1;
 	struct cep_mad_addr from;
-	uint64_t now = mono_ns(), last_ns = now;
+	uint64_t now = fab_ns(f), last_ns = now;
 	struct fport *dst;
 
 	if (dmin > dmax)          /* torn read across a concurrent set_faults */
@@ -602,6 +616,7 @@ static int port_query(struct cep_transport *t, struct cep_port_info *out)
 	out->gid_index = 0;
 	out->active_mtu = p->ll == CEP_FABRIC_LINK_IB ? 5 : 3;
 	out->pkey = 0xffff;
+	out->ca_ack_delay = p->ack_delay;
 	return 0;
 }
 
@@ -685,6 +700,49 @@ static const struct cep_transport_ops fabric_port_ops = {
 
 /* --- fabric ------------------------------------------------------------ */
 
+/* --- virtual clock (cep/clock.h) --------------------------------------- */
+
+static struct cep_fabric *sub_fabric(struct cep_clock_sub *s)
+{
+	return (struct cep_fabric *)((char *)s - offsetof(struct cep_fabric, sub));
+}
+
+/* Time moved (clock mutex held): the thread re-reads it. */
+static void fabric_clock_wake(struct cep_clock_sub *s)
+{
+	struct cep_fabric *f = sub_fabric(s);
+
+	pthread_mutex_lock(&f->qlock);
+	pthread_cond_signal(&f->qcond);
+	pthread_mutex_unlock(&f->qlock);
+}
+
+/* qlock held: a MAD is due or being delivered by the thread. */
+static bool fabric_busy_locked(struct cep_fabric *f)
+{
+	return (f->heap_len && f->heap[0]->time_ns <= fab_ns(f)) || f->in_flight > f->heap_len;
+}
+
+static int fabric_clock_busy(struct cep_clock_sub *s, uint64_t *activity)
+{
+	struct cep_fabric *f = sub_fabric(s);
+	bool busy;
+
+	pthread_mutex_lock(&f->qlock);
+	busy = fabric_busy_locked(f);
+	*activity = f->enqueued;
+	pthread_mutex_unlock(&f->qlock);
+	/* Synchronous deliveries run in the senders' threads (CM workers),
+	 * which their own subscriptions cover. */
+	return busy;
+}
+
+static int fabric_clock_is_self(struct cep_clock_sub *s)
+{
+	(void)s;
+	return tls_in_recv != NULL;
+}
+
 /* Does the caller's struct (of its ->size) reach @field? */
 #define ATTR_HAS(a, type, field) \
 	((a)->size >= offsetof(type, field) + sizeof((a)->field))
@@ -695,6 +753,7 @@ int cep_fabric_create(const struct cep_fabric_attr *attr, struct cep_fabric **ou
 	pthread_condattr_t ca;
 	uint32_t max_ports = FAB_DEFAULT_PORTS, max_in_flight = FAB_DEFAULT_IN_FLIGHT;
 	uint64_t seed = 0;
+	struct cep_clock *clock = NULL;
 
 	if (!out || !attr || !ATTR_HAS(attr, struct cep_fabric_attr, seed))
 		return -EINVAL;
@@ -703,6 +762,8 @@ int cep_fabric_create(const struct cep_fabric_attr *attr, struct cep_fabric **ou
 		max_ports = attr->max_ports;
 	if (ATTR_HAS(attr, struct cep_fabric_attr, max_in_flight) && attr->max_in_flight)
 		max_in_flight = attr->max_in_flight;
+	if (ATTR_HAS(attr, struct cep_fabric_attr, clock))
+		clock = attr->clock;
 	if (max_ports > FAB_MAX_PORTS)
 		return -EINVAL;
 	if (!seed) {
@@ -751,6 +812,13 @@ int cep_fabric_create(const struct cep_fabric_attr *attr, struct cep_fabric **ou
 	pthread_cond_init(&f->qcond, &ca);
 	pthread_cond_init(&f->idle_cond, &ca);
 	pthread_condattr_destroy(&ca);
+	f->clock = clock;
+	if (clock) {
+		f->sub.wake = fabric_clock_wake;
+		f->sub.busy = fabric_clock_busy;
+		f->sub.is_self = fabric_clock_is_self;
+		cep_clock_subscribe(clock, &f->sub);
+	}
 	*out = f;
 	return 0;
 }
@@ -766,6 +834,8 @@ int cep_fabric_destroy(struct cep_fabric *f)
 	}
 	pthread_mutex_unlock(&f->lock);
 
+	if (f->clock)
+		cep_clock_unsubscribe(f->clock, &f->sub);
 	pthread_mutex_lock(&f->qlock);
 	f->thread_stop = true;
 	pthread_cond_signal(&f->qcond);
@@ -804,6 +874,8 @@ int cep_fabric_port_create(struct cep_fabric *f, const struct cep_fabric_port_at
 	if (!f || !out || !attr || !ATTR_HAS(attr, struct cep_fabric_port_attr, link_layer))
 		return -EINVAL;
 	if (!attr->ca_guid || attr->port_num == 0 || attr->port_num == 255)
+		return -EINVAL;
+	if (ATTR_HAS(attr, struct cep_fabric_port_attr, ca_ack_delay) && attr->ca_ack_delay > 31)
 		return -EINVAL;
 	if (attr->link_layer == CEP_FABRIC_LINK_IB) {
 		if (attr->lid == 0 || attr->lid >= 0xc000)
@@ -852,6 +924,8 @@ int cep_fabric_port_create(struct cep_fabric *f, const struct cep_fabric_port_at
 	p->ca_guid = attr->ca_guid;
 	p->port_num = attr->port_num;
 	p->ll = attr->link_layer;
+	p->ack_delay = ATTR_HAS(attr, struct cep_fabric_port_attr, ca_ack_delay) ?
+		       attr->ca_ack_delay : 0;
 	p->my_lid = attr->lid;
 	memcpy(p->my_gid, gid, 16);
 	p->stream = mix64(f->seed ^ mix64(attr->ca_guid ^ ((uint64_t)attr->port_num << 56)));
@@ -962,9 +1036,21 @@ int cep_fabric_quiesce(struct cep_fabric *f, unsigned timeout_ms)
 	deadline = mono_ns() + (uint64_t)timeout_ms * 1000000u;
 	ts = ns_to_ts(deadline);
 	pthread_mutex_lock(&f->qlock);
-	while (f->in_flight && rc == 0)
-		rc = pthread_cond_timedwait(&f->idle_cond, &f->qlock, &ts);
-	rc = f->in_flight ? -ETIMEDOUT : 0;
+	if (f->clock) {
+		/* MADs due later wait for an advance: poll for the due ones. */
+		while (fabric_busy_locked(f) && mono_ns() <= deadline) {
+			struct timespec nap = { 0, 100000 };
+
+			pthread_mutex_unlock(&f->qlock);
+			nanosleep(&nap, NULL);
+			pthread_mutex_lock(&f->qlock);
+		}
+		rc = fabric_busy_locked(f) ? -ETIMEDOUT : 0;
+	} else {
+		while (f->in_flight && rc == 0)
+			rc = pthread_cond_timedwait(&f->idle_cond, &f->qlock, &ts);
+		rc = f->in_flight ? -ETIMEDOUT : 0;
+	}
 	pthread_mutex_unlock(&f->qlock);
 	if (rc)
 		return rc;

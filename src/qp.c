@@ -7,6 +7,7 @@
  * into struct ibv_qp_attr).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <cep/qp.h>
@@ -85,7 +86,9 @@ int cep_qp_params_active(struct cep_qp_params *p, const struct cep_port_info *po
 {
 	uint8_t mtu;
 
-	if (!p || !port_ok(port) || !conn || conn->size < sizeof(*conn) ||
+	/* a caller built before flow_control existed is still whole */
+	if (!p || !port_ok(port) || !conn ||
+	    conn->size < offsetof(struct cep_cm_conn_param, flow_control) ||
 	    conn->qpn < 2 || conn->qpn > 0xffffff || conn->starting_psn > 0xffffff ||
 	    conn->path_mtu > 5 || conn->packet_life_time > 31 ||
 	    conn->transport_service_type > CEP_TS_UC)
@@ -187,7 +190,8 @@ int cep_qp_params_passive(struct cep_qp_params *p, const struct cep_port_info *p
 
 int cep_qp_params_passive_accept(struct cep_qp_params *p, const struct cep_cm_accept_param *acc)
 {
-	if (!p || !acc || acc->size < sizeof(*acc) || p->role != CEP_QP_ROLE_PASSIVE ||
+	if (!p || !acc || acc->size < offsetof(struct cep_cm_accept_param, flow_control) ||
+	    p->role != CEP_QP_ROLE_PASSIVE ||
 	    !(p->have & CEP_QP_HAVE_INIT) || acc->qpn < 2 || acc->qpn > 0xffffff ||
 	    acc->starting_psn > 0xffffff || acc->failover_accepted > 2)
 		return -EINVAL;

@@ -395,8 +395,8 @@ static int key_insert(struct cep *cep, int idx, struct cep **existing)
 	return 0;
 }
 
-CEP_EXPORT int cep_insert_remote_id(struct cep *cep, uint32_t remote_comm_id,
-				    uint64_t remote_ca_guid, struct cep **existing)
+int cep_insert_remote_id(struct cep *cep, uint32_t remote_comm_id,
+			 uint64_t remote_ca_guid, struct cep **existing)
 {
 	int ret;
 
@@ -410,8 +410,8 @@ CEP_EXPORT int cep_insert_remote_id(struct cep *cep, uint32_t remote_comm_id,
 	return key_insert(cep, IDX_REMOTE_ID, existing);
 }
 
-CEP_EXPORT int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
-				     uint64_t remote_ca_guid, struct cep **existing)
+int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
+			  uint64_t remote_ca_guid, struct cep **existing)
 {
 	int ret;
 
@@ -425,8 +425,8 @@ CEP_EXPORT int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
 	return key_insert(cep, IDX_REMOTE_QPN, existing);
 }
 
-CEP_EXPORT int cep_insert_listener(struct cep *cep, uint64_t service_id, uint64_t mask,
-				   struct cep **existing)
+int cep_insert_listener(struct cep *cep, uint64_t service_id, uint64_t mask,
+			struct cep **existing)
 {
 	int ret;
 
@@ -461,23 +461,52 @@ static int key_remove(struct cep *cep, int idx)
 	return 0;
 }
 
-CEP_EXPORT int cep_remove_remote_id(struct cep *cep)
+int cep_remove_remote_id(struct cep *cep)
 {
 	return cep ? key_remove(cep, IDX_REMOTE_ID) : -EINVAL;
 }
 
-CEP_EXPORT int cep_remove_remote_qpn(struct cep *cep)
+int cep_remove_remote_qpn(struct cep *cep)
 {
 	return cep ? key_remove(cep, IDX_REMOTE_QPN) : -EINVAL;
 }
 
-CEP_EXPORT int cep_remove_listener(struct cep *cep)
+int cep_remove_listener(struct cep *cep)
 {
 	return cep ? key_remove(cep, IDX_LISTEN) : -EINVAL;
 }
 
-CEP_EXPORT int cep_lookup_remote_id(struct cep_table *t, uint32_t remote_comm_id,
-				    uint64_t remote_ca_guid, struct cep **out)
+/* Removed keys (GONE) become insertable again (NONE) once a grace period
+ * has passed since their removal: a reader may still stand on the removed
+ * node, and rculfhash forbids re-adding a node before that. Blocks for one
+ * grace period, and only when a key is GONE. Not from a read side. For an
+ * id that connects again (the CM); a destroyed CEP keeps its keys GONE. */
+int cep_keys_recycle(struct cep *cep)
+{
+	int gone = 0;
+
+	for (int idx = 0; idx < IDX_NKEYS; idx++)
+		gone |= atomic_load(&cep->key_state[idx]) == KEY_GONE;
+	if (!gone)
+		return 0;
+	if (atomic_load(&cep->state) != CEP_LIVE)
+		return -ESTALE;
+	cep_rcu_thread_ensure();
+	urcu_memb_synchronize_rcu();
+	/* Readers of the removed nodes finished before this point. */
+	cep_tsan_acquire(&cep_tsan_grace_period);
+	for (int idx = 0; idx < IDX_NKEYS; idx++) {
+		uint8_t s = KEY_GONE;
+
+		/* CAS: a destroy racing with us leaves it GONE or NONE, and a
+		 * claim on a destroyed CEP fails on its state (key_claim). */
+		atomic_compare_exchange_strong(&cep->key_state[idx], &s, KEY_NONE);
+	}
+	return 0;
+}
+
+int cep_lookup_remote_id(struct cep_table *t, uint32_t remote_comm_id,
+			 uint64_t remote_ca_guid, struct cep **out)
 {
 	struct pair_key k = { remote_comm_id, remote_ca_guid };
 	struct cep *cep;
@@ -492,8 +521,8 @@ CEP_EXPORT int cep_lookup_remote_id(struct cep_table *t, uint32_t remote_comm_id
 	return cep ? 0 : -ENOENT;
 }
 
-CEP_EXPORT int cep_lookup_remote_qpn(struct cep_table *t, uint32_t remote_qpn,
-				     uint64_t remote_ca_guid, struct cep **out)
+int cep_lookup_remote_qpn(struct cep_table *t, uint32_t remote_qpn,
+			  uint64_t remote_ca_guid, struct cep **out)
 {
 	struct pair_key k = { remote_qpn, remote_ca_guid };
 	struct cep *cep;
@@ -571,7 +600,7 @@ static void mask_set_update(struct cep_table *t, uint64_t mask, int delta)
 		cep_call_rcu(&old->rcu, old, mask_set_free);
 }
 
-CEP_EXPORT int cep_lookup_listener(struct cep_table *t, uint64_t service_id, struct cep **out)
+int cep_lookup_listener(struct cep_table *t, uint64_t service_id, struct cep **out)
 {
 	struct cep_mask_set *ms;
 	struct cep *cep = NULL;

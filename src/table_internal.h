@@ -15,6 +15,7 @@
 #include <cep/table.h>
 
 #include "rcu.h"
+#include "table_keys.h"
 #include "yield.h"
 
 /* cep.state */
@@ -119,6 +120,11 @@ void cep_binding_release(struct cep_table *t, uint32_t qpn, uint32_t cid);
  * held and inside a read-side section (@fn must not wait for a grace
  * period). For teardown paths (cep_cm_destroy). */
 void cep_table_for_each(struct cep_table *t, void (*fn)(struct cep *cep, void *ctx), void *ctx);
+
+/* table.c: make @cep's removed secondary keys (GONE) insertable again,
+ * after a grace period (synchronize_rcu: not from a read side). For an id
+ * that connects again. 0, -ESTALE (destroyed). */
+int cep_keys_recycle(struct cep *cep);
 
 /* binding.c: RCU callback freeing a QP record. */
 void cep_qp_free_rcu(struct rcu_head *head);

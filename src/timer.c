@@ -4,17 +4,7 @@
  * keeps its absolute expiry, so timers beyond one revolution simply stay
  * in their slot until their tick comes round. Single-threaded by contract.
  */
-#include <time.h>
-
 #include "timer.h"
-
-uint64_t cep_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 void cep_wheel_init(struct cep_wheel *w, uint64_t now_ms)
 {

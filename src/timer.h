@@ -28,9 +28,6 @@ struct cep_wheel {
 	size_t armed;
 };
 
-/* Monotonic milliseconds. */
-uint64_t cep_now_ms(void);
-
 void cep_wheel_init(struct cep_wheel *w, uint64_t now_ms);
 /* Arm (or move) @t to fire at @expires_ms (clamped to the next tick). */
 void cep_timer_arm(struct cep_wheel *w, struct cep_timer *t, uint64_t expires_ms,

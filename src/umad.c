@@ -166,6 +166,7 @@ static int umad_query_port(struct cep_transport *t, struct cep_port_info *out)
 {
 	struct umad_transport *u = to_umad(t);
 	struct ibv_port_attr pa;
+	struct ibv_device_attr da;
 	union ibv_gid gid;
 	umad_port_t port;
 	__be16 pkey;
@@ -174,6 +175,9 @@ static int umad_query_port(struct cep_transport *t, struct cep_port_info *out)
 	if (!out)
 		return -EINVAL;
 	ret = ibv_query_port(u->ctx, u->port_num, &pa);
+	if (ret)
+		return -ret;
+	ret = ibv_query_device(u->ctx, &da);
 	if (ret)
 		return -ret;
 	/* These two return -1 and may leave errno unset. */
@@ -196,6 +200,7 @@ static int umad_query_port(struct cep_transport *t, struct cep_port_info *out)
 	out->gid_index = u->gid_index;
 	out->active_mtu = (uint8_t)pa.active_mtu;
 	out->pkey = ntohs(pkey);
+	out->ca_ack_delay = da.local_ca_ack_delay > 31 ? 31 : da.local_ca_ack_delay;
 	umad_release_port(&port);
 	return 0;
 }

@@ -169,6 +169,27 @@ int cep_verbs_modify_qp(struct ibv_qp *qp, const struct cep_qp_params *p,
 	return 0;
 }
 
+int cep_cm_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev)
+{
+	struct cep *cep;
+	int ret;
+
+	if (!cm || !ev)
+		return -EINVAL;
+	if (ev->event_type != IBV_EVENT_COMM_EST)
+		return -EOPNOTSUPP;
+	if (!ev->element.qp)
+		return -EINVAL;
+	/* The binding word names the id of the QP; the lookup's reference
+	 * keeps the id's memory alive across the call. */
+	ret = cep_lookup_qpn(cep_cm_table(cm), ev->element.qp->qp_num, &cep);
+	if (ret)
+		return ret == -ESHUTDOWN ? -ENOENT : ret;
+	ret = cep_cm_notify_established(cep_context(cep));
+	cep_put(cep);
+	return ret;
+}
+
 int cep_cm_init_qp_attr(struct cep_cm_id *id, enum ibv_qp_state state,
 			struct ibv_qp_attr *attr, int *mask)
 {

@@ -262,30 +262,51 @@ static int bad_arg(enum cep_wire_error *why)
 	return -EINVAL;
 }
 
+static bool rule_broken(const struct cep_rule *r, const struct cep_msg *m)
+{
+	uint64_t v;
+
+	if (r->type != m->type)
+		return false;
+	v = host_load(m, &r->at);
+	return v < r->min || v > r->max;
+}
+
+/* Transport service type 3 is reserved except as the marker of an
+ * extended transport (only XRC is defined). */
+static bool xrc_rule_broken(const struct cep_msg *m)
+{
+	return m->type == CEP_MSG_REQ && m->u.req.transport_service_type == CEP_TS_EXTENDED &&
+	       m->u.req.extended_transport_type != CEP_EXT_TRANSPORT_XRC;
+}
+
 int cep_msg_validate(const struct cep_msg *m, enum cep_wire_error *why)
 {
 	if (!m)
 		return bad_arg(why);
 	if (!desc_of(m->type))
 		return fail(CEP_WIRE_ERR_ATTR_ID, why);
-	for (size_t i = 0; i < sizeof(cep_rules) / sizeof(cep_rules[0]); i++) {
-		const struct cep_rule *r = &cep_rules[i];
-		uint64_t v;
-
-		if (r->type != m->type)
-			continue;
-		v = host_load(m, &r->at);
-		if (v < r->min || v > r->max)
-			return fail(r->why, why);
-	}
-	/* Transport service type 3 is reserved except as the marker of an
-	 * extended transport (only XRC is defined). */
-	if (m->type == CEP_MSG_REQ && m->u.req.transport_service_type == CEP_TS_EXTENDED &&
-	    m->u.req.extended_transport_type != CEP_EXT_TRANSPORT_XRC)
+	for (size_t i = 0; i < sizeof(cep_rules) / sizeof(cep_rules[0]); i++)
+		if (rule_broken(&cep_rules[i], m))
+			return fail(cep_rules[i].why, why);
+	if (xrc_rule_broken(m))
 		return fail(CEP_WIRE_ERR_TRANSPORT_TYPE, why);
 	if (why)
 		*why = CEP_WIRE_ERR_OK;
 	return 0;
+}
+
+enum cep_wire_error cep_field_rule_broken(const struct cep_msg *m, const struct cep_field *f)
+{
+	if (!m || !f || f->kind != CEP_FIELD_UINT || !desc_of(m->type))
+		return CEP_WIRE_ERR_OK;
+	for (size_t i = 0; i < sizeof(cep_rules) / sizeof(cep_rules[0]); i++)
+		if (cep_rules[i].at.host_off == f->host_off && rule_broken(&cep_rules[i], m))
+			return cep_rules[i].why;
+	if (f->host_off == offsetof(struct cep_msg, u.req.transport_service_type) &&
+	    xrc_rule_broken(m))
+		return CEP_WIRE_ERR_TRANSPORT_TYPE;
+	return CEP_WIRE_ERR_OK;
 }
 
 /* ---- decode / encode ------------------------------------------------------- */
@@ -346,28 +367,44 @@ int cep_mad_peek(const uint8_t *mad, size_t len, enum cep_msg_type *type,
 	return 0;
 }
 
+/* Header checks, then every row into *m; 0 or the header's refusal. */
+static int unpack_mad(const uint8_t *mad, size_t len, struct cep_msg *m,
+		      enum cep_wire_error *e)
+{
+	const struct cep_field *hf;
+	enum cep_msg_type t;
+	size_t nh;
+	int rc = cep_mad_peek(mad, len, &t, e);
+
+	if (rc)
+		return rc;
+	hf = cep_wire_hdr_fields(&nh);
+	memset(m, 0, sizeof(*m));
+	m->type = t;
+	unpack_rows(hf, nh, mad, m);
+	unpack_rows(cep_msgs[t].fields, cep_msgs[t].n, mad + CEP_MAD_HDR_SIZE, m);
+	return 0;
+}
+
+/* unpack_mad(), then the value rules: 0 or the first refusal. */
+static int unpack_validate(const uint8_t *mad, size_t len, struct cep_msg *m,
+			   enum cep_wire_error *e)
+{
+	int rc = unpack_mad(mad, len, m, e);
+
+	return rc ? rc : cep_msg_validate(m, e);
+}
+
 int cep_msg_decode_counted(const uint8_t *mad, size_t len, struct cep_msg *out,
 			   enum cep_wire_error *why, struct cep_wire_stats *stats)
 {
 	enum cep_wire_error e = CEP_WIRE_ERR_OK;
 	struct cep_msg tmp;
-	enum cep_msg_type t;
-	size_t nh;
 	int rc;
 
 	if (!mad || !out)
 		return bad_arg(why);
-	rc = cep_mad_peek(mad, len, &t, &e);
-	if (rc == 0) {
-		const struct cep_msg_desc *d = &cep_msgs[t];
-		const struct cep_field *hf = cep_wire_hdr_fields(&nh);
-
-		memset(&tmp, 0, sizeof(tmp));
-		tmp.type = t;
-		unpack_rows(hf, nh, mad, &tmp);
-		unpack_rows(d->fields, d->n, mad + CEP_MAD_HDR_SIZE, &tmp);
-		rc = cep_msg_validate(&tmp, &e);
-	}
+	rc = unpack_validate(mad, len, &tmp, &e);
 	if (why)
 		*why = e;
 	if (rc) {
@@ -378,7 +415,7 @@ int cep_msg_decode_counted(const uint8_t *mad, size_t len, struct cep_msg *out,
 	}
 	memcpy(out, &tmp, sizeof(tmp));
 	if (stats)
-		atomic_fetch_add_explicit(&stats->decoded[t], 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&stats->decoded[tmp.type], 1, memory_order_relaxed);
 	return 0;
 }
 
@@ -386,6 +423,24 @@ int cep_msg_decode(const uint8_t *mad, size_t len, struct cep_msg *out,
 		   enum cep_wire_error *why)
 {
 	return cep_msg_decode_counted(mad, len, out, why, NULL);
+}
+
+int cep_msg_decode_lax(const uint8_t *mad, size_t len, struct cep_msg *out,
+		       enum cep_wire_error *why)
+{
+	enum cep_wire_error e = CEP_WIRE_ERR_OK;
+	struct cep_msg tmp;
+	int rc;
+
+	if (!mad || !out)
+		return bad_arg(why);
+	rc = unpack_validate(mad, len, &tmp, &e);
+	/* -EBADMSG: only a field-value rule is broken, the message is readable */
+	if (rc == 0 || rc == -EBADMSG)
+		memcpy(out, &tmp, sizeof(tmp));
+	if (why)
+		*why = e;
+	return rc;
 }
 
 int cep_msg_encode(const struct cep_msg *m, uint8_t mad[CEP_MAD_SIZE])
@@ -427,6 +482,10 @@ void cep_msg_init(struct cep_msg *m, enum cep_msg_type type, uint64_t tid)
 	m->hdr.tid = tid;
 	m->hdr.attr_id = cep_msg_attr_id(type);
 }
+
+/* wire.h gives C++ the counters as alignas(8) uint64_t: same layout. */
+_Static_assert(sizeof(_Atomic uint64_t) == 8 && _Alignof(_Atomic uint64_t) == 8,
+	       "cep_wire_stats: C and C++ layouts differ");
 
 uint64_t cep_wire_stats_refused(const struct cep_wire_stats *stats, enum cep_wire_error why)
 {

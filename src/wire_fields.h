@@ -20,6 +20,7 @@
 #ifndef CEP_WIRE_FIELDS_H
 #define CEP_WIRE_FIELDS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -263,6 +264,19 @@ void cep_bits_set(uint8_t *p, unsigned bit, unsigned width, uint64_t v);
 /* The value of a UINT row in a host message (0 for other kinds). */
 uint64_t cep_field_host_get(const struct cep_msg *m, const struct cep_field *f);
 
+/* For tools that show what a peer sent (cepdump), never for the CM: as
+ * cep_msg_decode(), but a MAD whose header passes every check and which
+ * breaks only field-value rules (-EBADMSG) is still unpacked into *out;
+ * *why names the first rule broken. Other refusals leave *out untouched.
+ * Pure; any thread. */
+int cep_msg_decode_lax(const uint8_t *mad, size_t len, struct cep_msg *out,
+		       enum cep_wire_error *why);
+
+/* The validation rule that row @f's value in @m breaks (docs/protocol.md,
+ * "Validation on receive"), or CEP_WIRE_ERR_OK. The XRC rule is reported
+ * on the transport_service_type row. Pure; any thread. */
+enum cep_wire_error cep_field_rule_broken(const struct cep_msg *m, const struct cep_field *f);
+
 /* Validation rules on host messages: X(TYPE, msg, member, min, max, error).
  * A value outside [min, max] is refused with CEP_WIRE_ERR_<error>. One rule
  * is not a range and lives in code: REQ transport service type 3 requires
@@ -279,5 +293,28 @@ uint64_t cep_field_host_get(const struct cep_msg *m, const struct cep_field *f);
 	X(APR,      apr,      ap_status,              0, 13,       AP_STATUS)        \
 	X(SIDR_REP, sidr_rep, additional_info_length, 0, 72,       SIDR_INFO_LENGTH) \
 	X(SIDR_REP, sidr_rep, status,                 0, 5,        SIDR_STATUS)
+
+/* ---- decode statistics (private: the CM and the tests count decodes) ---- */
+
+/* Counters a caller owns (embed it, zero it) and passes to
+ * cep_msg_decode_counted(). Each decode adds one, with a relaxed atomic
+ * add, to exactly one counter: decoded[type] on success, refused[why] on
+ * failure; refused[CEP_WIRE_ERR_OK] stays 0. Many threads may decode into
+ * one struct at once; readers use the two functions below. */
+struct cep_wire_stats {
+	_Atomic uint64_t decoded[CEP_MSG_COUNT];
+	_Atomic uint64_t refused[CEP_WIRE_ERR_COUNT];
+};
+
+/* As cep_msg_decode(); also counts the outcome in *stats if not NULL
+ * (lock-free, safe from many threads on one stats). */
+int cep_msg_decode_counted(const uint8_t *mad, size_t len, struct cep_msg *out,
+			   enum cep_wire_error *why, struct cep_wire_stats *stats);
+
+/* Read one counter of *stats (relaxed). */
+uint64_t cep_wire_stats_refused(const struct cep_wire_stats *stats,
+				enum cep_wire_error why);
+uint64_t cep_wire_stats_decoded(const struct cep_wire_stats *stats,
+				enum cep_msg_type type);
 
 #endif /* CEP_WIRE_FIELDS_H */

@@ -5,7 +5,10 @@
  * QPs and ids at random moments. Every id created must end in exactly one
  * DESTROYED event and see no event after it; after each round everything
  * is destroyed, drained, and both nodes' tables pass the invariant checker
- * with no CEP left and every binding INVALID or RESERVED.
+ * with no CEP left and every binding INVALID or RESERVED. listener-churn
+ * destroys and re-creates listeners while REQs and SIDR_REQs for them are
+ * handled on both of B's workers: no request event may name a listener
+ * after its DESTROYED.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -33,6 +36,7 @@
 #define GUID_A 0x0002c9030000a001ull
 #define GUID_B 0x0002c9030000b002ull
 #define GUID_C 0x0002c9030000c003ull
+#define NLIS 4               /* churned listeners: service IDs SID + 1 .. SID + NLIS */
 
 /* One id's life. Tickets live in an arena until the round ends, so a late
  * event for a dead id is detected instead of touching freed memory. */
@@ -41,7 +45,8 @@ struct ticket {
 	struct cep_cm_id *id;       /* mtx: valid until dead */
 	int destroy_called;         /* mtx */
 	int dead;                   /* mtx: DESTROYED delivered */
-	int side;                   /* 0: active (A), 1: passive (B); before ready */
+	int side;                   /* 0: active (A), 1: passive (B), 2: listener
+				       (B); before ready */
 	atomic_bool ready;          /* release: mtx and side initialised */
 	_Atomic int destroyed_events;
 	_Atomic int after_dead;     /* events delivered after DESTROYED */
@@ -52,6 +57,9 @@ struct mix {
 	int disconnect_a, disconnect_b, destroy_id_a, destroy_id_b, destroy_qp_a, destroy_qp_b;
 	double loss, dup, reorder;
 	int dup_req_storm;
+	int listener_churn;         /* out of 1000: destroy + re-create a listener;
+				       also REQ / SIDR_REQ floods from C and
+				       connects to the churned services */
 };
 
 struct cm_run {
@@ -67,6 +75,9 @@ struct cm_run {
 	pthread_mutex_t slot_mtx[NSLOT];
 	struct ticket *slot[NSLOT]; /* slot_mtx */
 	pthread_mutex_t qpb_mtx[NQPB];
+	pthread_mutex_t lis_mtx[NLIS];
+	struct ticket *lis[NLIS];   /* lis_mtx: the current listener of SID+1+k */
+	_Atomic uint32_t raw_id;    /* fresh comm / request IDs of C's floods */
 	atomic_bool stop;
 	_Atomic uint64_t connects, established, rejected, timeouts, qp_destroys, id_destroys,
 		req_received, accepts_failed, raw_req_received;
@@ -91,22 +102,55 @@ static struct ticket *ticket_new(struct cm_run *r, int side)
 	return t;
 }
 
-/* Destroy once; caller holds t->mtx. */
-static void ticket_destroy(struct cm_run *r, struct ticket *t)
+/* Claim the one destroy of @t's id; caller holds t->mtx and calls
+ * destroy_claimed() on the result after dropping it: from an application
+ * thread cep_cm_destroy_id waits for a running callback of the id, and
+ * the callbacks take t->mtx (cm.h: do not hold a lock a callback takes). */
+static struct cep_cm_id *ticket_claim(struct cm_run *r, struct ticket *t)
 {
 	if (t->id && !t->destroy_called && !t->dead) {
 		t->destroy_called = 1;
 		atomic_fetch_add_explicit(&r->id_destroys, 1, memory_order_relaxed);
-		if (cep_cm_destroy_id(t->id))
-			stress_fail(r->name, "cep_cm_destroy_id refused a live id");
+		return t->id; /* alive until the DESTROYED our destroy causes */
 	}
+	return NULL;
+}
+
+static void destroy_claimed(struct cm_run *r, struct cep_cm_id *id)
+{
+	if (id && cep_cm_destroy_id(id))
+		stress_fail(r->name, "cep_cm_destroy_id refused a live id");
 }
 
 static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 {
 	struct cm_run *r = cur;
 	struct ticket *t = ev->context;
+	struct cep_cm_id *doomed = NULL;
 
+	if ((ev->type == CEP_CM_EV_REQ_RECEIVED || ev->type == CEP_CM_EV_SIDR_REQ_RECEIVED) &&
+	    t) {
+		/* The child inherits its listener's context: a churned
+		 * listener's ticket, which must not be dead yet. */
+		pthread_mutex_lock(&t->mtx);
+		if (t->side != 2 || t->dead || t->id != ev->listen_id)
+			stress_fail(r->name, "%s names listener %p after its DESTROYED (or a wrong one)",
+				    cep_cm_event_name(ev->type), (void *)ev->listen_id);
+		pthread_mutex_unlock(&t->mtx);
+	}
+	if (ev->type == CEP_CM_EV_SIDR_REQ_RECEIVED) {
+		t = ticket_new(r, 1);
+		if (!t)
+			return 1; /* the CM answers with a reject and destroys it */
+		pthread_mutex_lock(&t->mtx);
+		t->id = id;
+		cep_cm_id_set_context(id, t);
+		cep_cm_sidr_rep(id, CEP_SIDR_SUCCESS, QPN_B, 0x1234, NULL, 0);
+		doomed = ticket_claim(r, t); /* answered: its life is over */
+		pthread_mutex_unlock(&t->mtx);
+		destroy_claimed(r, doomed);
+		return 0;
+	}
 	if (ev->type == CEP_CM_EV_REQ_RECEIVED) {
 		struct cep_cm_accept_param ap = { .size = sizeof(ap), .starting_psn = 1,
 						  .responder_resources = 1, .initiator_depth = 1 };
@@ -139,9 +183,10 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 			if (ret != -ESHUTDOWN && ret != -EISCONN && ret != -ENOENT && ret != -ESTALE)
 				stress_fail(r->name, "accept: unexpected %d", ret);
 			cep_cm_reject(id, CEP_REJ_NO_QP, NULL, 0, NULL, 0);
-			ticket_destroy(r, t);
+			doomed = ticket_claim(r, t);
 		}
 		pthread_mutex_unlock(&t->mtx);
+		destroy_claimed(r, doomed);
 		return 0;
 	}
 	if (!t) {
@@ -166,15 +211,15 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		break;
 	case CEP_CM_EV_REJ_RECEIVED:
 		atomic_fetch_add_explicit(&r->rejected, 1, memory_order_relaxed);
-		ticket_destroy(r, t);
+		doomed = ticket_claim(r, t);
 		break;
 	case CEP_CM_EV_REQ_ERROR:
 	case CEP_CM_EV_REP_ERROR:
 		atomic_fetch_add_explicit(&r->timeouts, 1, memory_order_relaxed);
-		ticket_destroy(r, t);
+		doomed = ticket_claim(r, t);
 		break;
 	case CEP_CM_EV_TIMEWAIT_EXIT:
-		ticket_destroy(r, t);
+		doomed = ticket_claim(r, t);
 		break;
 	case CEP_CM_EV_DESTROYED:
 		t->dead = 1;
@@ -188,6 +233,7 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		break;
 	}
 	pthread_mutex_unlock(&t->mtx);
+	destroy_claimed(r, doomed);
 	return 0;
 }
 
@@ -218,6 +264,7 @@ static void op_connect(struct cm_run *r, unsigned s, uint64_t x)
 	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = on_event };
 	struct cep_cm_conn_param p;
 	struct ticket *t = r->slot[s];
+	struct cep_cm_id *doomed = NULL;
 	int ret;
 
 	if (t) {
@@ -243,21 +290,25 @@ static void op_connect(struct cm_run *r, unsigned s, uint64_t x)
 		return;
 	}
 	conn_param(&p, QPN_A + s, (uint32_t)x);
+	if (r->mix->listener_churn) /* to a churned listener, maybe just gone */
+		p.service_id = SID + 1 + (x >> 48) % NLIS;
 	atomic_fetch_add_explicit(&r->connects, 1, memory_order_relaxed);
 	ret = cep_cm_connect(t->id, &p);
 	if (ret) {
 		/* The QP is being destroyed or gone: a refused connect. */
 		if (ret != -ESHUTDOWN && ret != -ENOENT && ret != -EISCONN)
 			stress_fail(r->name, "connect: unexpected %d", ret);
-		ticket_destroy(r, t);
+		doomed = ticket_claim(r, t);
 	}
 	pthread_mutex_unlock(&t->mtx);
+	destroy_claimed(r, doomed);
 }
 
 /* Call @fn on slot @s's live id under the ticket lock. */
 static void on_slot(struct cm_run *r, unsigned s, int what)
 {
 	struct ticket *t = r->slot[s];
+	struct cep_cm_id *doomed = NULL;
 
 	if (!t)
 		return;
@@ -266,14 +317,16 @@ static void on_slot(struct cm_run *r, unsigned s, int what)
 		if (what == 0)
 			cep_cm_disconnect(t->id, NULL, 0); /* -EINVAL unless established */
 		else
-			ticket_destroy(r, t);
+			doomed = ticket_claim(r, t);
 	}
 	pthread_mutex_unlock(&t->mtx);
+	destroy_claimed(r, doomed);
 }
 
 static void on_passive(struct cm_run *r, uint64_t x, int what)
 {
 	unsigned n = atomic_load(&r->nt), i;
+	struct cep_cm_id *doomed = NULL;
 	struct ticket *t;
 
 	if (n == 0)
@@ -287,9 +340,10 @@ static void on_passive(struct cm_run *r, uint64_t x, int what)
 		if (what == 0)
 			cep_cm_disconnect(t->id, NULL, 0);
 		else
-			ticket_destroy(r, t);
+			doomed = ticket_claim(r, t);
 	}
 	pthread_mutex_unlock(&t->mtx);
+	destroy_claimed(r, doomed);
 }
 
 static void qp_cycle(struct cm_run *r, struct cep_cm *cm, uint32_t qpn)
@@ -304,6 +358,29 @@ static void qp_cycle(struct cm_run *r, struct cep_cm *cm, uint32_t qpn)
 		stress_fail(r->name, "qp register %#x: %d", qpn, ret);
 }
 
+/* A REQ from the raw port C to B for @sid: comm ID @comm, QPN @qpn, and
+ * the requester's patience (response timeout, retries). */
+static void raw_req_msg(struct cep_msg *m, uint32_t comm, uint64_t sid, uint32_t qpn,
+			uint8_t rcrt, uint8_t retries)
+{
+	cep_msg_init(m, CEP_MSG_REQ, 0x5100000000ull | comm);
+	m->u.req.local_comm_id = comm;
+	m->u.req.service_id = sid;
+	m->u.req.local_ca_guid = GUID_C;
+	m->u.req.local_qpn = qpn;
+	m->u.req.starting_psn = 1;
+	m->u.req.remote_cm_response_timeout = rcrt;
+	m->u.req.local_cm_response_timeout = 10;
+	m->u.req.max_cm_retries = retries;
+	m->u.req.partition_key = 0xffff;
+	m->u.req.path_mtu = 5;
+	m->u.req.primary.local_lid = 3;
+	m->u.req.primary.remote_lid = 2;
+	m->u.req.primary.subnet_local = 1;
+	m->u.req.primary.local_ack_timeout = 6;
+	m->u.req.primary.packet_rate = 3;
+}
+
 /* dup-req-storm: every thread sends the same few REQs many times from a
  * raw port; node B must create exactly one passive id per REQ. */
 static void dup_req_burst(struct cm_run *r, uint64_t *rng, unsigned round_id)
@@ -313,28 +390,85 @@ static void dup_req_burst(struct cm_run *r, uint64_t *rng, unsigned round_id)
 	struct cep_msg m;
 	uint32_t comm = 0x700000u + round_id * 16 + (uint32_t)(stress_rand(rng) % 4);
 
-	cep_msg_init(&m, CEP_MSG_REQ, 0x5100000000ull | comm);
-	m.u.req.local_comm_id = comm;
-	m.u.req.service_id = SID;
-	m.u.req.local_ca_guid = GUID_C;
-	m.u.req.local_qpn = 0x300000u + comm % 0x1000;
-	m.u.req.starting_psn = 1;
-	m.u.req.remote_cm_response_timeout = 10;
-	m.u.req.local_cm_response_timeout = 10;
-	m.u.req.max_cm_retries = 1;
-	m.u.req.partition_key = 0xffff;
-	m.u.req.path_mtu = 5;
-	m.u.req.primary.local_lid = 3;
-	m.u.req.primary.remote_lid = 2;
-	m.u.req.primary.subnet_local = 1;
-	m.u.req.primary.local_ack_timeout = 6;
-	m.u.req.primary.packet_rate = 3;
+	/* Its patience (16 tries of ~4.3 s) outlasts the round that repeats
+	 * it: B may expire a half-open id only once the requester gave up. */
+	raw_req_msg(&m, comm, SID, 0x300000u + comm % 0x1000, 20, 15);
 	if (cep_msg_encode(&m, mad)) {
 		stress_fail(r->name, "encode REQ");
 		return;
 	}
 	for (int k = 0; k < 8; k++)
 		r->tpc->ops->send(r->tpc, mad, sizeof(mad), &to);
+}
+
+/* listener-churn: (re)create the listener of SID+1+k (lis_mtx held). */
+static void listener_up(struct cm_run *r, unsigned k)
+{
+	struct cep_cm_id_attr la = { .size = sizeof(la), .handler = on_event };
+	struct ticket *t = ticket_new(r, 2);
+	int ret;
+
+	if (!t)
+		return;
+	la.context = t;
+	pthread_mutex_lock(&t->mtx);
+	if (cep_cm_create_id(r->b, &la, &t->id)) {
+		stress_fail(r->name, "create listener");
+		t->dead = t->destroy_called = 1;
+		atomic_store(&t->destroyed_events, 1);
+		pthread_mutex_unlock(&t->mtx);
+		return;
+	}
+	ret = cep_cm_listen(t->id, SID + 1 + k, ~0ull);
+	if (ret)
+		stress_fail(r->name, "listen on SID+%u: %d", k + 1, ret);
+	r->lis[k] = t;
+	pthread_mutex_unlock(&t->mtx);
+}
+
+/* listener-churn: destroy listener k (from this application thread, while
+ * requests for it are being handled on B's workers) and listen again. */
+static void listener_cycle(struct cm_run *r, unsigned k)
+{
+	struct ticket *t;
+	struct cep_cm_id *doomed = NULL;
+
+	pthread_mutex_lock(&r->lis_mtx[k]);
+	t = r->lis[k];
+	if (t) {
+		pthread_mutex_lock(&t->mtx);
+		doomed = ticket_claim(r, t);
+		pthread_mutex_unlock(&t->mtx);
+	}
+	r->lis[k] = NULL;
+	destroy_claimed(r, doomed);
+	listener_up(r, k);
+	pthread_mutex_unlock(&r->lis_mtx[k]);
+}
+
+/* listener-churn: a REQ or SIDR_REQ with fresh IDs from C to a churned
+ * service: the keyed routing spreads them over B's workers. */
+static void request_flood(struct cm_run *r, uint64_t x)
+{
+	struct cep_mad_addr to = { .lid = 2, .qpn = 1, .qkey = CEP_QP1_QKEY };
+	uint8_t mad[CEP_MAD_SIZE];
+	struct cep_msg m;
+	uint32_t n = atomic_fetch_add(&r->raw_id, 1) + 0x800000u;
+	uint64_t sid = SID + 1 + (x >> 40) % NLIS;
+
+	if (x & 1) {
+		cep_msg_init(&m, CEP_MSG_SIDR_REQ, 0x5200000000ull | n);
+		m.u.sidr_req.request_id = n;
+		m.u.sidr_req.service_id = sid;
+		m.u.sidr_req.partition_key = 0xffff;
+	} else {
+		raw_req_msg(&m, n, sid, 0x400000u + n % 0x100000, 12, 2); /* expires soon */
+	}
+	if (cep_msg_encode(&m, mad)) {
+		stress_fail(r->name, "encode");
+		return;
+	}
+	r->tpc->ops->send(r->tpc, mad, sizeof(mad), &to);
 }
 
 struct cm_thread {
@@ -361,6 +495,16 @@ static void *cm_thread_run(void *arg)
 		if (m->dup_req_storm && (op & 1)) {
 			dup_req_burst(r, &ct->rng, ct->round);
 			continue;
+		}
+		if (m->listener_churn) {
+			if (op < (unsigned)m->listener_churn) {
+				listener_cycle(r, (unsigned)(x >> 32) % NLIS);
+				continue;
+			}
+			if (op & 1) {
+				request_flood(r, x);
+				continue;
+			}
 		}
 		if (op < (acc += (unsigned)m->destroy_qp_a)) {
 			pthread_mutex_lock(&r->slot_mtx[s]);
@@ -448,8 +592,10 @@ static void destroy_all(struct cm_run *r)
 		if (!atomic_load_explicit(&t->ready, memory_order_acquire))
 			continue; /* being created: the next pass gets it */
 		pthread_mutex_lock(&t->mtx);
-		ticket_destroy(r, t);
+		struct cep_cm_id *doomed = ticket_claim(r, t);
+
 		pthread_mutex_unlock(&t->mtx);
+		destroy_claimed(r, doomed);
 	}
 }
 
@@ -503,6 +649,7 @@ static void round_drain(struct cm_run *r)
 	memset(r->arena, 0, sizeof(*r->arena) * n);
 	atomic_store(&r->nt, 0);
 	memset(r->slot, 0, sizeof(r->slot));
+	memset(r->lis, 0, sizeof(r->lis));
 }
 
 static int node_up(struct cm_run *r, uint64_t guid, uint16_t lid, struct cep_transport **tp,
@@ -548,6 +695,8 @@ static int run_cm(const char *name, const struct stress_opts *o, const struct mi
 		pthread_mutex_init(&r->slot_mtx[s], NULL);
 	for (unsigned k = 0; k < NQPB; k++)
 		pthread_mutex_init(&r->qpb_mtx[k], NULL);
+	for (unsigned k = 0; k < NLIS; k++)
+		pthread_mutex_init(&r->lis_mtx[k], NULL);
 	cur = r;
 	if (!r->arena || cep_fabric_create(&fa, &r->fab) ||
 	    node_up(r, GUID_A, 1, &r->tpa, &r->a, QPN_A, NSLOT) ||
@@ -555,7 +704,7 @@ static int run_cm(const char *name, const struct stress_opts *o, const struct mi
 		stress_fail(name, "setting up two CM nodes failed");
 		return -1;
 	}
-	if (m->dup_req_storm) {
+	if (m->dup_req_storm || m->listener_churn) {
 		struct cep_fabric_port_attr pc = { .size = sizeof(pc), .ca_guid = GUID_C, .lid = 3,
 						   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
 
@@ -580,6 +729,12 @@ static int run_cm(const char *name, const struct stress_opts *o, const struct mi
 	end = stress_now() + o->duration;
 	do {
 		uint64_t req_before = atomic_load(&r->raw_req_received);
+
+		for (unsigned k = 0; m->listener_churn && k < NLIS; k++) {
+			pthread_mutex_lock(&r->lis_mtx[k]);
+			listener_up(r, k); /* the last round's were destroyed */
+			pthread_mutex_unlock(&r->lis_mtx[k]);
+		}
 
 		for (int i = 0; i < o->threads; i++) {
 			th[i].r = r;
@@ -651,6 +806,10 @@ static const struct mix mix_dup = { .dup_req_storm = 1, .disconnect_a = 100 };
 static const struct mix mix_churn = { .disconnect_a = 150, .disconnect_b = 50,
 				      .destroy_id_a = 50, .destroy_id_b = 20,
 				      .destroy_qp_a = 10, .destroy_qp_b = 10 };
+/* Listeners destroyed and re-created (5% of operations) while connects and
+ * C's REQ / SIDR_REQ floods for them arrive on both of B's workers. */
+static const struct mix mix_listener = { .listener_churn = 50, .destroy_id_a = 30,
+					 .destroy_id_b = 60, .disconnect_a = 100 };
 static const struct mix mix_faults = { .disconnect_a = 150, .disconnect_b = 100,
 				       .destroy_id_a = 40, .destroy_id_b = 40,
 				       .destroy_qp_a = 20, .destroy_qp_b = 20, .dup_req_storm = 0,
@@ -665,6 +824,7 @@ SCEN(simultaneous_release, mix_release)
 SCEN(dup_req_storm, mix_dup)
 SCEN(churn, mix_churn)
 SCEN(faults, mix_faults)
+SCEN(listener_churn, mix_listener)
 
 const struct scenario stress_cm_scenarios[] = {
 	{ "accept-vs-destroy", "passive side accepts (REP) while its QP or id is destroyed",
@@ -676,5 +836,7 @@ const struct scenario stress_cm_scenarios[] = {
 	{ "dup-req-storm", "the same REQ sent many times by many threads", dup_req_storm },
 	{ "churn", "connect/disconnect/destroy at random over tables that resize", churn },
 	{ "faults", "20% loss, 5% duplication and reordering, with all of the above", faults },
+	{ "listener-churn", "listeners and ids destroyed while REQs / SIDR_REQs for them "
+	  "arrive on several workers", listener_churn },
 };
 const int stress_cm_count = sizeof(stress_cm_scenarios) / sizeof(stress_cm_scenarios[0]);

@@ -13,6 +13,7 @@
 #include <cep/table.h>
 
 #include "stress.h"
+#include "table_keys.h"
 
 #define ROUND_S 0.1
 #define NQP 4

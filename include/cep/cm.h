@@ -11,6 +11,23 @@
  * safe against concurrent MAD processing for the same id. No global lock is
  * taken on the MAD path. A QP's connection is recorded only in the core
  * table's binding word (cep/table.h). See docs/cm.md.
+ *
+ * When a handle is dead (libuv's close contract):
+ * - struct cep_cm: from cep_cm_create() until cep_cm_destroy() returns
+ *   (anything but -EDEADLK). cep_cm_destroy() of a context that is not
+ *   live (already destroyed, never created) is -EINVAL.
+ * - struct cep_cm_id: from cep_cm_create_id(), or the REQ_RECEIVED /
+ *   SIDR_REQ_RECEIVED event that hands it over, until its DESTROYED event
+ *   has returned (callback) or been acked (channel), or until
+ *   cep_cm_destroy_id_sync() or cep_cm_destroy() has returned. After
+ *   cep_cm_destroy_id() and before then, the handle is valid but no longer
+ *   the caller's to drive: the getters answer, a second destroy is
+ *   -EALREADY, every other call is -EINVAL, and no event but DESTROYED
+ *   reaches the caller. Any call once it is dead is a use after free
+ *   libcep cannot detect (the memory may hold a new id): free what your
+ *   callbacks use in DESTROYED, not before.
+ * - struct cep_cm_event taken from a channel: until cep_cm_ack_event().
+ * - struct cep_cm_channel: until cep_cm_channel_destroy() returns 0.
  */
 #ifndef CEP_CM_H
 #define CEP_CM_H
@@ -18,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cep/clock.h>
 #include <cep/export.h>
 #include <cep/table.h>
 #include <cep/transport.h>
@@ -60,11 +78,11 @@ enum cep_cm_lap_state {
 /* X(name, description) */
 #define CEP_CM_EVENT_MAP(X) \
 	X(REQ_RECEIVED,      "REQ received (new passive id; accept, reject or MRA)") \
-	X(REQ_ERROR,         "REQ retries exhausted: REJ timeout sent") \
+	X(REQ_ERROR,         "REQ retries exhausted: REJ timeout sent; passive: the REQ expired unanswered") \
 	X(REP_RECEIVED,      "REP received (RTU sent unless manual_rtu)") \
 	X(REP_ERROR,         "REP retries exhausted: REJ timeout sent") \
 	X(RTU_RECEIVED,      "RTU received: passive side established") \
-	X(ESTABLISHED,       "RTU sent: active side established") \
+	X(ESTABLISHED,       "established: RTU sent (active), or cep_cm_notify_established (passive)") \
 	X(REJ_RECEIVED,      "REJ received (see status = reason)") \
 	X(MRA_RECEIVED,      "MRA received: peer's timer extended") \
 	X(DREQ_RECEIVED,     "DREQ received (DREP sent unless manual_drep)") \
@@ -75,7 +93,7 @@ enum cep_cm_lap_state {
 	X(LAP_ERROR,         "LAP retries exhausted") \
 	X(APR_RECEIVED,      "APR received (status = AP status)") \
 	X(SIDR_REQ_RECEIVED, "SIDR_REQ received (new id; answer with cep_cm_sidr_rep)") \
-	X(SIDR_REQ_ERROR,    "SIDR_REQ retries exhausted") \
+	X(SIDR_REQ_ERROR,    "SIDR_REQ retries exhausted; passive: the SIDR_REQ expired unanswered") \
 	X(SIDR_REP_RECEIVED, "SIDR_REP received (status = SIDR status)") \
 	X(QP_DESTROYED,      "the bound QP is being destroyed: REJ or DREQ sent, the id ends") \
 	X(DESTROYED,         "asynchronous destroy complete: last event of the id")
@@ -96,7 +114,9 @@ enum cep_cm_event_type {
 	X(BAD_STATE,    "message not allowed in the CEP's state") \
 	X(UNSUPPORTED,  "message type not handled (ClassPortInfo...)") \
 	X(NO_MEMORY,    "allocation failed while handling") \
-	X(STOPPED,      "CM context being destroyed")
+	X(STOPPED,      "CM context being destroyed") \
+	X(BACKLOG,      "listener's backlog of half-open connections full") \
+	X(ADDRESS,      "message for a connection from an address not its peer's")
 
 enum cep_cm_drop {
 #define CEP_CM_DROP_ENUM_(n, s) CEP_CM_DROP_##n,
@@ -124,7 +144,13 @@ struct cep_cm_event {
 	/* The received message (decoded), or type CEP_MSG_INVALID when the
 	 * event has none (timeouts, ESTABLISHED, TIMEWAIT_EXIT, DESTROYED). */
 	struct cep_msg msg;
-	const uint8_t *private_data; /* into msg; NULL when none */
+	/* Into msg: the message's whole private-data field (the wire carries
+	 * no length). For RTU, DREQ and DREP, which usually carry none, NULL
+	 * (length 0) when the field is all zero: that is how "the peer sent
+	 * none" is told (a peer that sent only zero bytes looks the same).
+	 * The other messages always give the field, zeros included (they can
+	 * be data). NULL for events without a message. */
+	const uint8_t *private_data;
 	size_t private_data_len;
 	struct cep_mad_addr from;    /* sender of msg */
 };
@@ -151,6 +177,18 @@ struct cep_cm_attr {
 					 0 = 20 (~4 s) */
 	uint8_t auto_mra;             /* send MRA when the application takes more
 					 than half the peer's response timeout */
+	/* Time of every timer of this context (retries, MRA extensions,
+	 * timewait, half-open expiry) and of its workers' sleep. NULL:
+	 * CLOCK_MONOTONIC. A virtual clock (cep/clock.h) must outlive the
+	 * context; its advance wakes the workers, and cep_cm_quiesce() after
+	 * it returns only when every timer due by then has fired. Fields
+	 * from here on are read only when @size covers them. */
+	struct cep_clock *clock;
+	/* Default backlog of a listener: how many of its passive ids may be
+	 * half-open at once (REQ_RCVD .. MRA_REP_RCVD, SIDR_REQ_RCVD); a
+	 * request beyond it is dropped and counted (CEP_CM_DROP_BACKLOG) and
+	 * the peer retries. 0 = 1024 (librdmacm's default). */
+	unsigned listen_backlog;
 };
 
 /* Create a CM context on @attr->transport and start its workers.
@@ -158,8 +196,11 @@ struct cep_cm_attr {
 CEP_EXPORT int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out);
 
 /* Stop the transport and the workers, destroy every id left (without
- * sending anything), free the context. Callers must have stopped using
- * ids. -EDEADLK from a CM callback. Returns the table's destroy status. */
+ * sending anything or delivering DESTROYED), also ids whose connection
+ * already ended (QP destroyed, timewait over), and free the context.
+ * Callers must have stopped using ids and acked every event taken from a
+ * channel (an unacked event holds its id: -EBUSY, and that id leaks).
+ * 0, -EDEADLK from a CM callback, -EBUSY. */
 CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
 
 /* The core table of this context (for cep_table_check/stats). */
@@ -176,8 +217,12 @@ CEP_EXPORT int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn);
 CEP_EXPORT int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn);
 
 /* Block until no MAD is queued, no work is pending and no timer is firing
- * on any worker, or @timeout_ms passes (-ETIMEDOUT). Timers armed for
- * later may still fire afterwards. Not from a callback (-EDEADLK). */
+ * on any worker, or @timeout_ms (real time) passes (-ETIMEDOUT). Timers
+ * armed for later may still fire afterwards. With a virtual clock: every
+ * timer due at the clock's time when this is called has fired, and what
+ * it did on this context (MADs sent, events delivered) is done; MADs it
+ * sent to another context are that context's (see cep_clock_quiesce()).
+ * Not from a callback (-EDEADLK). */
 CEP_EXPORT int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms);
 
 /* ---- event channels ---------------------------------------------------- */
@@ -209,7 +254,17 @@ CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *
  * DREQ when established, DREP when a DREQ waits; timewait continues
  * without the user), then delivers DESTROYED as the id's last event; the
  * pointer is dead after that event returns (callback) or is acked
- * (channel). 0, -EALREADY. Any thread, also from a callback. */
+ * (channel). 0, -EALREADY. Any thread, also from a callback.
+ *
+ * Once it has returned, no event of @id but DESTROYED reaches the user:
+ * events still queued on a channel are dropped, and, called from a thread
+ * that is not one of this context's workers, it first waits (bounded,
+ * logged after 10 s) for a callback of @id that is running to return - so
+ * do not hold a lock such a callback takes. From a callback (a worker) it
+ * does not wait: a callback of @id running on another worker at that
+ * moment may still return after it. Destroying a listener: its DESTROYED
+ * comes after every REQ_RECEIVED / SIDR_REQ_RECEIVED that names it as
+ * listen_id, and the waiting above includes their callbacks. */
 CEP_EXPORT int cep_cm_destroy_id(struct cep_cm_id *id);
 /* As cep_cm_destroy_id() and wait (bounded: -ETIMEDOUT after 10 s, logged)
  * for DESTROYED to have been handled (callback ids only: a channel id's
@@ -227,14 +282,31 @@ CEP_EXPORT enum cep_cm_lap_state cep_cm_id_lap_state(struct cep_cm_id *id);
 CEP_EXPORT struct cep *cep_cm_id_cep(const struct cep_cm_id *id);
 
 /* Listen (IDLE -> LISTEN) on service IDs matching (service_id & mask).
- * 0, -EINVAL (state, mask 0), -EADDRINUSE (same key listened on). */
+ * 0, -EINVAL (state, mask 0), -EADDRINUSE (same key listened on).
+ * The backlog is the context's default (cep_cm_attr.listen_backlog). */
 CEP_EXPORT int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask);
+/* As cep_cm_listen() with @backlog half-open passive ids at most (0: the
+ * context's default). A passive id counts from its REQ (or SIDR_REQ)
+ * until it is established, rejected, timed out or destroyed; an
+ * unanswered one expires once the requester has given up (REQ_ERROR /
+ * SIDR_REQ_ERROR, status -ETIMEDOUT). */
+CEP_EXPORT int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id,
+				     uint64_t mask, unsigned backlog);
 
-/* CM time values are IBTA 5-bit exponents: 4.096 us * 2^t. */
+/* CM time values are IBTA 5-bit exponents: 4.096 us * 2^t.
+ * A CM timing field left 0 takes librdmacm's default (its kernel's
+ * CMA_CM_RESPONSE_TIMEOUT, CMA_MAX_CM_RETRIES, CMA_IBOE_PACKET_LIFETIME),
+ * so a zero-filled parameter block connects sensibly: */
+#define CEP_CM_DEFAULT_RESPONSE_TIMEOUT 20 /* 4.3 s */
+#define CEP_CM_DEFAULT_MAX_RETRIES 15
+#define CEP_CM_DEFAULT_PACKET_LIFE_TIME 16 /* 268 ms */
 struct cep_cm_conn_param {
 	size_t size;                        /* sizeof(struct cep_cm_conn_param) */
 	uint64_t service_id;
-	struct cep_path primary;            /* local_* = this port */
+	struct cep_path primary;            /* local_* = this port; the REQ's
+					       local_ack_timeout is computed
+					       (CA ACK delay, packet_life_time),
+					       this one is ignored */
 	struct cep_path alternate;          /* all zero: none */
 	uint32_t qpn;                       /* registered local QPN: bound here */
 	uint32_t starting_psn;
@@ -242,12 +314,15 @@ struct cep_cm_conn_param {
 	uint16_t pkey;
 	uint8_t responder_resources;
 	uint8_t initiator_depth;
-	uint8_t remote_cm_response_timeout; /* how long the peer may take */
-	uint8_t local_cm_response_timeout;  /* how long we take to answer REP */
-	uint8_t max_cm_retries;             /* 0..15 */
-	uint8_t packet_life_time;           /* of the path, 5 bits */
-	uint8_t retry_count;
-	uint8_t rnr_retry_count;
+	uint8_t remote_cm_response_timeout; /* how long the peer may take;
+					       0 = CEP_CM_DEFAULT_RESPONSE_TIMEOUT */
+	uint8_t local_cm_response_timeout;  /* how long we take to answer REP;
+					       0 = CEP_CM_DEFAULT_RESPONSE_TIMEOUT */
+	uint8_t max_cm_retries;             /* 1..15; 0 = CEP_CM_DEFAULT_MAX_RETRIES */
+	uint8_t packet_life_time;           /* of the path, 5 bits;
+					       0 = CEP_CM_DEFAULT_PACKET_LIFE_TIME */
+	uint8_t retry_count;                /* of the QP (not a CM timer): as given */
+	uint8_t rnr_retry_count;            /* of the QP: as given */
 	uint8_t path_mtu;                   /* 1..5; 0 = port's active MTU */
 	uint8_t transport_service_type;     /* enum cep_transport_service */
 	uint8_t srq;
@@ -255,11 +330,16 @@ struct cep_cm_conn_param {
 	const void *private_data;
 	size_t private_data_len;            /* <= CEP_REQ_PRIVATE_DATA_SIZE */
 	const struct cep_mad_addr *peer;    /* CM address; NULL: from primary */
+	uint8_t flow_control;               /* end-to-end flow control bit of the
+					       REQ (1: this CA implements it);
+					       read when @size covers it, else 1 */
 };
 
 /* Active side: bind @p->qpn to this id, send REQ (IDLE -> REQ_SENT), arm
  * the retry timer. 0, -EINVAL (state or parameters), -EMSGSIZE (private
- * data), and cep_bind()'s errors (-ENOENT, -ESHUTDOWN, -EISCONN...). */
+ * data), and cep_bind()'s errors (-ENOENT, -ESHUTDOWN, -EISCONN...).
+ * An id may connect again once it is IDLE (after TIMEWAIT_EXIT, a REJ or
+ * a timeout); such a connect first waits for one RCU grace period. */
 CEP_EXPORT int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p);
 
 struct cep_cm_accept_param {
@@ -269,13 +349,16 @@ struct cep_cm_accept_param {
 	uint32_t qkey;
 	uint8_t responder_resources;
 	uint8_t initiator_depth;
-	uint8_t target_ack_delay;
+	uint8_t target_ack_delay;       /* sent: the larger of this and the
+					   port's CA ACK delay */
 	uint8_t failover_accepted;
 	uint8_t rnr_retry_count;
 	uint8_t srq;
 	uint8_t manual_drep;            /* 1: the application calls cep_cm_drep */
 	const void *private_data;
 	size_t private_data_len;        /* <= CEP_REP_PRIVATE_DATA_SIZE */
+	uint8_t flow_control;           /* the REP's end-to-end flow control bit;
+					   read when @size covers it, else 1 */
 };
 
 /* Passive side: bind, send REP (REQ_RCVD/MRA_REQ_SENT -> REP_SENT).
@@ -285,20 +368,41 @@ CEP_EXPORT int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_pa
  * (no ESTABLISHED event follows: the caller knows). Also from MRA_REP_SENT.
  * 0, -EINVAL (state), -EMSGSIZE. */
 CEP_EXPORT int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len);
+/* The connection is up although no RTU came: the QP bound to @id has
+ * received the peer's first packet (IBV_EVENT_COMM_EST; cep_cm_qp_event()
+ * in cep/verbs.h calls this for it), as the kernel's
+ * ib_cm_notify(IB_EVENT_COMM_EST). Passive side, REP_SENT or MRA_REP_RCVD
+ * -> ESTABLISHED: the REP is no longer retried (so no REJ "timeout" ends
+ * a connection the peer already uses), a later RTU is a counted
+ * duplicate, and ESTABLISHED is delivered afterwards on the id's worker.
+ * 0, -EISCONN (already ESTABLISHED), -EINVAL (NULL, other states). Any
+ * thread, also from a callback. */
+CEP_EXPORT int cep_cm_notify_established(struct cep_cm_id *id);
 /* Send REJ in any connecting state (and REP_RCVD), with reason, ARI and
  * private data. 0, -EINVAL (state, reason 0 or > CEP_REJ_REASON_MAX),
- * -EMSGSIZE. */
+ * -EMSGSIZE. Before the peer answered our REQ (REQ_SENT, MRA_REQ_RCVD) it
+ * can match only a REJ "timeout" carrying our CA GUID in the ARI (we do
+ * not know its comm ID yet): that is what is sent there,
+ * with @pdata; @reason and @ari are not. After a REP of ours (REP_SENT,
+ * MRA_REP_RCVD) the id enters timewait, the QP still bound. */
 CEP_EXPORT int cep_cm_reject(struct cep_cm_id *id, unsigned reason,
 			     const void *ari, size_t ari_len,
 			     const void *pdata, size_t len);
 /* Send MRA for the REQ, REP or LAP being processed. */
 CEP_EXPORT int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout,
 			  const void *pdata, size_t len);
-/* ESTABLISHED -> DREQ_SENT (DREQ with retries). */
+/* End a connection, as librdmacm's rdma_disconnect: ESTABLISHED ->
+ * DREQ_SENT (DREQ with @pdata, retried); DREQ_RCVD (the peer's DREQ came
+ * first, also when it crossed ours) -> TIMEWAIT, answering it with a DREP
+ * carrying @pdata; DREQ_SENT or TIMEWAIT: already disconnecting, nothing
+ * sent. All of these return 0, so a disconnect racing the peer's needs no
+ * special case. -EINVAL while not yet established (use cep_cm_reject) or
+ * IDLE; -EMSGSIZE (@len > CEP_DREQ_PRIVATE_DATA_SIZE). Any thread. */
 CEP_EXPORT int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len);
 /* DREQ_RCVD -> TIMEWAIT (DREP). */
 CEP_EXPORT int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len);
-/* ESTABLISHED, LAP_IDLE: send LAP for @alt -> LAP_SENT. */
+/* ESTABLISHED, LAP_IDLE: send LAP for @alt -> LAP_SENT. A response
+ * timeout of 0 is CEP_CM_DEFAULT_RESPONSE_TIMEOUT. */
 CEP_EXPORT int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 			  uint8_t remote_cm_response_timeout,
 			  const void *pdata, size_t len);
@@ -311,8 +415,9 @@ struct cep_cm_sidr_param {
 	size_t size;
 	uint64_t service_id;
 	uint16_t pkey;
-	uint8_t timeout;                /* 5-bit exponent for each try */
-	uint8_t max_cm_retries;
+	uint8_t timeout;                /* 5-bit exponent for each try;
+					   0 = CEP_CM_DEFAULT_RESPONSE_TIMEOUT */
+	uint8_t max_cm_retries;         /* 0 = CEP_CM_DEFAULT_MAX_RETRIES */
 	const void *private_data;
 	size_t private_data_len;        /* <= CEP_SIDR_REQ_PRIVATE_DATA_SIZE */
 	const struct cep_mad_addr *peer; /* required */

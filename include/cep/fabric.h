@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cep/clock.h>
 #include <cep/export.h>
 #include <cep/transport.h>
 
@@ -33,6 +34,12 @@ struct cep_fabric_attr {
 	uint32_t max_in_flight; /* cap on MADs held by the fabric (delayed, held for
 				 * reordering); beyond it a MAD is dropped and counted
 				 * as dropped_full; 0 = 65536 */
+	/* Time of the injected delays and reorder holds: NULL =
+	 * CLOCK_MONOTONIC; a virtual clock (cep/clock.h, it must outlive the
+	 * fabric) delivers a delayed MAD only once an advance reaches its
+	 * time, and cep_clock_quiesce() waits for the MADs due. Read only
+	 * when @size covers it. */
+	struct cep_clock *clock;
 };
 
 /* Create a fabric with no ports and no faults. 0, -EINVAL (bad attr),
@@ -61,12 +68,15 @@ struct cep_fabric_port_attr {
 			      * gets fe80::ca_guid */
 	uint8_t port_num;    /* 1..254 */
 	uint8_t link_layer;  /* CEP_FABRIC_LINK_IB or CEP_FABRIC_LINK_ROCE */
+	uint8_t ca_ack_delay; /* reported by query_port, 0..31 (a 5-bit IBTA
+			       * exponent); read only when @size covers it */
 };
 
 /* Create a port. The returned transport is the port: ops->start() begins
  * delivery to it, ops->stop() ends it, ops->destroy() removes the port (it
  * stops it first if needed); ops->query_port() reports the attributes above
- * (gid_index 0, pkey 0xffff, active_mtu 4096 on IB and 1024 on RoCE).
+ * (gid_index 0, pkey 0xffff, active_mtu 4096 on IB and 1024 on RoCE,
+ * ca_ack_delay as given).
  * MADs routed to a port that is not started, or stopped, are dropped and
  * counted (dropped_stopped). 0, -EINVAL (bad attr), -EEXIST (LID or GID
  * already used by another port of @f), -ENOSPC (max_ports reached).
@@ -160,8 +170,9 @@ CEP_EXPORT int cep_fabric_stats(struct cep_fabric *f, struct cep_fabric_stats *o
 
 /* Wait until the fabric holds no MAD (every delayed or held MAD delivered
  * or dropped) and no delivery is running in any thread. Sends that start
- * during the wait extend it. 0, -ETIMEDOUT after @timeout_ms. Must not be
- * called from a receive function. */
+ * during the wait extend it. With a virtual clock, MADs due later than the
+ * clock's time do not count. 0, -ETIMEDOUT after @timeout_ms (real time).
+ * Must not be called from a receive function. */
 CEP_EXPORT int cep_fabric_quiesce(struct cep_fabric *f, unsigned timeout_ms);
 
 #ifdef __cplusplus

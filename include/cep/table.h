@@ -127,34 +127,6 @@ CEP_EXPORT int cep_lookup_comm_id(struct cep_table *table, uint32_t local_comm_i
  * -ESHUTDOWN (QP being destroyed). */
 CEP_EXPORT int cep_lookup_qpn(struct cep_table *table, uint32_t qpn,
 			      struct cep **out);
-/* By (remote comm ID, remote CA GUID): duplicate REQ detection. */
-CEP_EXPORT int cep_lookup_remote_id(struct cep_table *table, uint32_t remote_comm_id,
-				    uint64_t remote_ca_guid, struct cep **out);
-/* By (remote QPN, remote CA GUID): stale connection detection. */
-CEP_EXPORT int cep_lookup_remote_qpn(struct cep_table *table, uint32_t remote_qpn,
-				     uint64_t remote_ca_guid, struct cep **out);
-/* The listener whose (service ID, mask) matches @service_id; the most
- * specific mask wins. 0, -ENOENT. */
-CEP_EXPORT int cep_lookup_listener(struct cep_table *table, uint64_t service_id,
-				   struct cep **out);
-
-/* --- Secondary keys: insert with add_unique, removed by cep_destroy ---- */
-
-/* Publish @cep under (remote comm ID, CA GUID). A CEP holds at most one key
- * per index. 0; -EEXIST with *existing (a reference, may be NULL) set to
- * the CEP that holds the key; -EALREADY if @cep already has a key in this
- * index; -ESTALE if @cep is being destroyed. */
-CEP_EXPORT int cep_insert_remote_id(struct cep *cep, uint32_t remote_comm_id,
-				    uint64_t remote_ca_guid, struct cep **existing);
-CEP_EXPORT int cep_insert_remote_qpn(struct cep *cep, uint32_t remote_qpn,
-				     uint64_t remote_ca_guid, struct cep **existing);
-/* Listen: (service_id & mask, mask). mask 0 is refused (-EINVAL). */
-CEP_EXPORT int cep_insert_listener(struct cep *cep, uint64_t service_id,
-				   uint64_t mask, struct cep **existing);
-/* Remove one secondary key early (e.g. when timewait ends). 0 or -ENOENT. */
-CEP_EXPORT int cep_remove_remote_id(struct cep *cep);
-CEP_EXPORT int cep_remove_remote_qpn(struct cep *cep);
-CEP_EXPORT int cep_remove_listener(struct cep *cep);
 
 /* --- QPs and the binding word ------------------------------------------ */
 

@@ -48,6 +48,8 @@ struct cep_port_info {
 	uint8_t gid_index;
 	uint8_t active_mtu;    /* IBV_MTU_* enum value: 1=256 .. 5=4096 */
 	uint16_t pkey;         /* P_Key at index 0 */
+	uint8_t ca_ack_delay;  /* local CA ACK delay, 5-bit IBTA exponent
+				  (ibv_device_attr.local_ca_ack_delay) */
 };
 
 /* Receive function: @mad is valid only during the call (copy it). Called

@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdatomic.h>
 
 #include <cep/export.h>
 
@@ -406,16 +405,6 @@ enum cep_wire_error {
 	CEP_WIRE_ERR_COUNT
 };
 
-/* Counters a caller owns (embed it, zero it) and passes to
- * cep_msg_decode_counted(). Each decode adds one, with a relaxed atomic
- * add, to exactly one counter: decoded[type] on success, refused[why] on
- * failure; refused[CEP_WIRE_ERR_OK] stays 0. Many threads may decode into
- * one struct at once; readers use atomic_load (or cep_wire_stats_read). */
-struct cep_wire_stats {
-	_Atomic uint64_t decoded[CEP_MSG_COUNT];
-	_Atomic uint64_t refused[CEP_WIRE_ERR_COUNT];
-};
-
 /* ---- codec --------------------------------------------------------------- */
 
 /* Decode and validate one received MAD. On success returns 0 and fills
@@ -425,13 +414,6 @@ struct cep_wire_stats {
  * why is not NULL, and leaves *out untouched. Pure; any thread. */
 CEP_EXPORT int cep_msg_decode(const uint8_t *mad, size_t len,
 			      struct cep_msg *out, enum cep_wire_error *why);
-
-/* As cep_msg_decode(); also counts the outcome in *stats if not NULL
- * (lock-free, safe from many threads on one stats). */
-CEP_EXPORT int cep_msg_decode_counted(const uint8_t *mad, size_t len,
-				      struct cep_msg *out,
-				      enum cep_wire_error *why,
-				      struct cep_wire_stats *stats);
 
 /* Check the header of a MAD only (length, base version, class, class
  * version, method, attribute). Returns 0 and *type, or as decode. Lets a
@@ -480,12 +462,6 @@ CEP_EXPORT const char *cep_apr_status_name(unsigned status);
 CEP_EXPORT const char *cep_sidr_status_name(unsigned status);
 CEP_EXPORT const char *cep_wire_error_name(enum cep_wire_error why); /* "QPN" */
 CEP_EXPORT const char *cep_wire_error_str(enum cep_wire_error why);  /* sentence */
-
-/* Read one counter of *stats (relaxed). */
-CEP_EXPORT uint64_t cep_wire_stats_refused(const struct cep_wire_stats *stats,
-					   enum cep_wire_error why);
-CEP_EXPORT uint64_t cep_wire_stats_decoded(const struct cep_wire_stats *stats,
-					   enum cep_msg_type type);
 
 #ifdef __cplusplus
 }

@@ -2,8 +2,11 @@
 /*
  * CM scenario harness: two CM nodes (A, B) and one raw port (C, a scripted
  * peer that sends hand-built MADs and records what it receives) on one
- * in-process fabric. Events of each node are logged; tests wait for them
- * with a bounded wait, so a missing event fails instead of hanging.
+ * in-process fabric, all on one virtual clock (cep/clock.h): time moves
+ * only when a test calls advance_ms(), and settle() waits until both nodes
+ * and the fabric have nothing left to do, so every step of a scenario is
+ * deterministic and no test sleeps for a timer. Events of each node are
+ * logged; a missing event fails the check instead of hanging.
  */
 #ifndef CEP_TEST_CM_HARNESS_H
 #define CEP_TEST_CM_HARNESS_H
@@ -14,11 +17,15 @@
 #include <string.h>
 #include <time.h>
 
+#include <cep/clock.h>
 #include <cep/cm.h>
 #include <cep/fabric.h>
 #include <cep/table.h>
 
 #include "../common/check.h"
+
+/* Each test program uses a different subset of these helpers. */
+#pragma GCC diagnostic ignored "-Wunused-function"
 
 #define GUID_A 0x0002c90300000a01ull
 #define GUID_B 0x0002c90300000b02ull
@@ -26,8 +33,10 @@
 #define LID_A 1
 #define LID_B 2
 #define LID_C 3
+#define LID_X 4 /* X: a stranger's raw port, for address checks */
+#define GUID_X 0x0002c90300000d04ull
 #define SID 0x1000000000000001ull
-#define MAXLOG 256
+#define MAXLOG 8192
 
 struct logged {
 	struct cep_cm_event ev;
@@ -44,6 +53,8 @@ struct policy {
 	int mra_rep;           /* active: MRA the REP in the callback */
 	int on_sidr_answer;    /* passive SIDR: answer at once */
 	int destroy_on_req;    /* return non-zero from the REQ callback */
+	int destroy_on_error;  /* return non-zero from REQ_ERROR / REP_ERROR */
+	int manual_drep;       /* accept with manual_drep: DREQ_RCVD stays */
 };
 
 struct node {
@@ -66,15 +77,34 @@ struct raw {
 	int n;
 };
 
+static struct cep_clock *clk;
+static uint8_t ack_delay_of[2]; /* CA ACK delay of A's and B's ports */
 static struct cep_fabric *fab;
 static struct node A = { .name = "A" }, B = { .name = "B" };
-static struct raw C;
+static struct raw C, X;
 
 static void sleep_ms(unsigned ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 
 	nanosleep(&ts, NULL);
+}
+
+/* Wait (real time, bounded) until both nodes and the fabric are idle at
+ * the clock's current time: every MAD sent has been handled, every answer
+ * to it too, every event delivered. */
+static void settle(void)
+{
+	CHECK_EQ(cep_clock_quiesce(clk, 10000), 0);
+}
+
+/* Finish what is pending at the current time, move virtual time forward,
+ * and run everything that becomes due. */
+static void advance_ms(unsigned ms)
+{
+	settle();
+	CHECK_EQ(cep_clock_advance_ns(clk, (uint64_t)ms * 1000000u), 0);
+	settle();
 }
 
 static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
@@ -103,7 +133,8 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		if (n->pol.on_req == ON_REQ_ACCEPT) {
 			struct cep_cm_accept_param ap = { .size = sizeof(ap),
 				.qpn = n->pol.accept_qpn, .starting_psn = 0x4242,
-				.responder_resources = 4, .initiator_depth = 4 };
+				.responder_resources = 4, .initiator_depth = 4,
+				.manual_drep = (uint8_t)n->pol.manual_drep };
 
 			if (n->pol.rep_pdata) {
 				ap.private_data = n->pol.rep_pdata;
@@ -126,6 +157,9 @@ static int on_event(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		else if (n->pol.mra_rep)
 			cep_cm_mra(id, 16, NULL, 0);
 		return 0;
+	case CEP_CM_EV_REQ_ERROR:
+	case CEP_CM_EV_REP_ERROR:
+		return n->pol.destroy_on_error;
 	case CEP_CM_EV_SIDR_REQ_RECEIVED:
 		if (n->pol.on_sidr_answer)
 			cep_cm_sidr_rep(id, CEP_SIDR_SUCCESS, 0x777, 0x1234, "sidr", 5);
@@ -148,14 +182,13 @@ static int count_ev(struct node *n, enum cep_cm_event_type type, struct cep_cm_i
 	return c;
 }
 
-/* Wait (<= 5 s) until @n logged @count events of @type; 1 on success. */
+/* Settle, then 1 if @n logged at least @count events of @type. Time does
+ * not move: an event that needs a timer needs advance_ms() first. */
 static int wait_ev(struct node *n, enum cep_cm_event_type type, int count)
 {
-	for (int i = 0; i < 5000; i++) {
-		if (count_ev(n, type, NULL) >= count)
-			return 1;
-		sleep_ms(1);
-	}
+	settle();
+	if (count_ev(n, type, NULL) >= count)
+		return 1;
 	fprintf(stderr, "%s: timed out waiting for %d x %s (have %d)\n", n->name, count,
 		cep_cm_event_name(type), count_ev(n, type, NULL));
 	return 0;
@@ -203,13 +236,12 @@ static int raw_count(enum cep_msg_type t)
 	return c;
 }
 
+/* Settle, then 1 if C received at least @count MADs of type @t. */
 static int raw_wait(enum cep_msg_type t, int count)
 {
-	for (int i = 0; i < 5000; i++) {
-		if (raw_count(t) >= count)
-			return 1;
-		sleep_ms(1);
-	}
+	settle();
+	if (raw_count(t) >= count)
+		return 1;
 	fprintf(stderr, "C: timed out waiting for %d x %s (have %d)\n", count, cep_msg_name(t),
 		raw_count(t));
 	return 0;
@@ -230,14 +262,20 @@ static struct cep_msg raw_last(enum cep_msg_type t)
 	return m;
 }
 
-/* Send a hand-built message from C to the node at @lid. */
-static void raw_send(struct cep_msg *m, uint16_t lid)
+/* Send a hand-built message from raw port @r to the node at @lid. */
+static void raw_send_from(struct raw *r, struct cep_msg *m, uint16_t lid)
 {
 	uint8_t mad[CEP_MAD_SIZE];
 	struct cep_mad_addr to = { .lid = lid, .qpn = 1, .qkey = CEP_QP1_QKEY };
 
 	CHECK_EQ(cep_msg_encode(m, mad), 0);
-	CHECK_EQ(C.tp->ops->send(C.tp, mad, sizeof(mad), &to), 0);
+	CHECK_EQ(r->tp->ops->send(r->tp, mad, sizeof(mad), &to), 0);
+}
+
+/* Send a hand-built message from C to the node at @lid. */
+static void raw_send(struct cep_msg *m, uint16_t lid)
+{
+	raw_send_from(&C, m, lid);
 }
 
 static void path_to(struct cep_path *p, uint16_t slid, uint16_t dlid)
@@ -272,9 +310,10 @@ static void raw_req(struct cep_msg *m, uint32_t comm_id, uint32_t qpn)
 static void node_init(struct node *n, uint64_t guid, uint16_t lid, unsigned workers, int auto_mra)
 {
 	struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = guid, .lid = lid,
-					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
+					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB,
+					   .ca_ack_delay = ack_delay_of[n == &B] };
 	struct cep_cm_attr ca = { .size = sizeof(ca), .workers = workers, .auto_mra = (uint8_t)auto_mra,
-				  .mra_service_timeout = 16 };
+				  .mra_service_timeout = 16, .clock = clk };
 
 	pthread_mutex_init(&n->mtx, NULL);
 	CHECK_EQ(cep_fabric_port_create(fab, &pa, &n->tp), 0);
@@ -288,12 +327,19 @@ static void setup(unsigned workers, int auto_mra_b)
 	struct cep_fabric_port_attr pc = { .size = sizeof(pc), .ca_guid = GUID_C, .lid = LID_C,
 					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
 
+	CHECK_EQ(cep_clock_create(1000000000ull, &clk), 0);
+	fa.clock = clk;
 	CHECK_EQ(cep_fabric_create(&fa, &fab), 0);
 	node_init(&A, GUID_A, LID_A, workers, 0);
 	node_init(&B, GUID_B, LID_B, workers, auto_mra_b);
 	pthread_mutex_init(&C.mtx, NULL);
 	CHECK_EQ(cep_fabric_port_create(fab, &pc, &C.tp), 0);
 	CHECK_EQ(C.tp->ops->start(C.tp, raw_recv, &C), 0);
+	pc.ca_guid = GUID_X;
+	pc.lid = LID_X;
+	pthread_mutex_init(&X.mtx, NULL);
+	CHECK_EQ(cep_fabric_port_create(fab, &pc, &X.tp), 0);
+	CHECK_EQ(X.tp->ops->start(X.tp, raw_recv, &X), 0);
 	for (uint32_t q = 0x100; q < 0x110; q++) {
 		CHECK_EQ(cep_cm_qp_register(A.cm, q), 0);
 		CHECK_EQ(cep_cm_qp_register(B.cm, q), 0);
@@ -350,7 +396,7 @@ static void check_binding(struct node *n, uint32_t qpn, uint32_t want)
  * user reference is dropped, so an id without one is still valid. */
 static void destroy_all_ids(struct node *n)
 {
-	struct cep_cm_id *todo[MAXLOG + 64];
+	static struct cep_cm_id *todo[MAXLOG + 64];
 	int k = 0;
 
 	CHECK_EQ(cep_cm_quiesce(n->cm, 5000), 0);
@@ -382,6 +428,92 @@ static void destroy_all_ids(struct node *n)
 		CHECK_EQ(cep_cm_destroy_id_sync(todo[i]), 0);
 }
 
+/* The event carried private data starting with the string @want. */
+static int pd_eq(struct logged l, const char *want)
+{
+	return l.ev.private_data && !strcmp((const char *)l.ev.private_data, want);
+}
+
+static struct cep_cm_stats stats_of(struct node *n)
+{
+	struct cep_cm_stats s = { .size = sizeof(s) };
+
+	CHECK_EQ(cep_cm_get_stats(n->cm, &s), 0);
+	return s;
+}
+
+/* A connects to B; returns A's id (ESTABLISHED) and B's passive id. */
+static struct cep_cm_id *establish(struct cep_cm_id **passive, uint32_t qa, uint32_t qb)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a = make_id(&A);
+	int est = count_ev(&A, CEP_CM_EV_ESTABLISHED, NULL);
+	int rtu = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	conn_param(&p, qa, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, est + 1));
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtu + 1));
+	*passive = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+	return a;
+}
+
+/* C (raw) sends a REQ that B accepts on qb: B's id, in REP_SENT (the
+ * REP is the @nrep-th C received). */
+static struct cep_cm_id *raw_to_rep_sent(uint32_t comm_id, uint32_t qpn, uint32_t qb, int nrep)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	raw_req(&m, comm_id, qpn);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, nrep));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REP_SENT);
+	return b;
+}
+
+/* C (raw) connects to B; B accepts on qb. Returns B's id. */
+static struct cep_cm_id *raw_establish(uint32_t comm_id, uint32_t qpn, uint32_t qb,
+				       uint32_t *b_comm)
+{
+	struct cep_msg m;
+	int reps = raw_count(CEP_MSG_REP);
+	int rtus = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
+
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	raw_req(&m, comm_id, qpn);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, reps + 1));
+	struct cep_msg rep = raw_last(CEP_MSG_REP);
+
+	CHECK_EQ(rep.u.rep.remote_comm_id, comm_id);
+	CHECK_EQ(rep.u.rep.local_qpn, qb);
+	*b_comm = rep.u.rep.local_comm_id;
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = comm_id;
+	m.u.rtu.remote_comm_id = *b_comm;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtus + 1));
+	return last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+}
+
+static void raw_dreq(uint32_t local, uint32_t remote, uint32_t qpn)
+{
+	struct cep_msg m;
+
+	cep_msg_init(&m, CEP_MSG_DREQ, 7);
+	m.u.dreq.local_comm_id = local;
+	m.u.dreq.remote_comm_id = remote;
+	m.u.dreq.remote_qpn_eecn = qpn;
+	raw_send(&m, LID_B);
+}
+
 /* Wait for timewaits to end, check both tables, tear everything down. */
 static void teardown_all(void)
 {
@@ -391,14 +523,15 @@ static void teardown_all(void)
 
 	destroy_all_ids(&A);
 	destroy_all_ids(&B);
-	for (int i = 0; i < 400; i++) { /* timewaits end */
+	for (int i = 0; i < 100; i++) { /* timewaits end (virtual minutes) */
 		struct cep_table_stats sa, sb;
 
+		settle();
 		cep_table_stats(cep_cm_table(A.cm), &sa);
 		cep_table_stats(cep_cm_table(B.cm), &sb);
 		if (sa.live == 0 && sb.live == 0)
 			break;
-		sleep_ms(5);
+		advance_ms(60000);
 	}
 	struct node *nodes[2] = { &A, &B };
 
@@ -428,7 +561,9 @@ static void teardown_all(void)
 		n->tp->ops->destroy(n->tp);
 	}
 	C.tp->ops->destroy(C.tp);
+	X.tp->ops->destroy(X.tp);
 	CHECK_EQ(cep_fabric_destroy(fab), 0);
+	CHECK_EQ(cep_clock_destroy(clk), 0);
 }
 
 #endif /* CEP_TEST_CM_HARNESS_H */

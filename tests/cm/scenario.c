@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * CM protocol scenarios, one per line of docs/protocol-coverage.md.
+ * CM protocol scenarios, one per line of the coverage table of docs/protocol.md.
  * Usage: test-cm-scenario NAME. Each scenario sets up two CM nodes and a
  * scripted raw peer on the in-process fabric, drives one protocol path,
  * checks states, events, wire messages and counters, then checks that no
@@ -9,75 +9,6 @@
 #include <unistd.h>
 
 #include "harness.h"
-
-/* The event carried private data starting with the string @want. */
-static int pd_eq(struct logged l, const char *want)
-{
-	return l.ev.private_data && !strcmp((const char *)l.ev.private_data, want);
-}
-
-static struct cep_cm_stats stats_of(struct node *n)
-{
-	struct cep_cm_stats s = { .size = sizeof(s) };
-
-	CHECK_EQ(cep_cm_get_stats(n->cm, &s), 0);
-	return s;
-}
-
-/* A connects to B; returns A's id (ESTABLISHED) and B's passive id. */
-static struct cep_cm_id *establish(struct cep_cm_id **passive, uint32_t qa, uint32_t qb)
-{
-	struct cep_cm_conn_param p;
-	struct cep_cm_id *a = make_id(&A);
-	int est = count_ev(&A, CEP_CM_EV_ESTABLISHED, NULL);
-	int rtu = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
-
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = qb;
-	conn_param(&p, qa, LID_A, LID_B);
-	CHECK_EQ(cep_cm_connect(a, &p), 0);
-	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, est + 1));
-	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtu + 1));
-	*passive = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
-	return a;
-}
-
-/* C (raw) connects to B; B accepts on qb. Returns B's id. */
-static struct cep_cm_id *raw_establish(uint32_t comm_id, uint32_t qpn, uint32_t qb,
-				       uint32_t *b_comm)
-{
-	struct cep_msg m;
-	int reps = raw_count(CEP_MSG_REP);
-	int rtus = count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL);
-
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = qb;
-	raw_req(&m, comm_id, qpn);
-	raw_send(&m, LID_B);
-	CHECK(raw_wait(CEP_MSG_REP, reps + 1));
-	struct cep_msg rep = raw_last(CEP_MSG_REP);
-
-	CHECK_EQ(rep.u.rep.remote_comm_id, comm_id);
-	CHECK_EQ(rep.u.rep.local_qpn, qb);
-	*b_comm = rep.u.rep.local_comm_id;
-	cep_msg_init(&m, CEP_MSG_RTU, 1);
-	m.u.rtu.local_comm_id = comm_id;
-	m.u.rtu.remote_comm_id = *b_comm;
-	raw_send(&m, LID_B);
-	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtus + 1));
-	return last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
-}
-
-static void raw_dreq(uint32_t local, uint32_t remote, uint32_t qpn)
-{
-	struct cep_msg m;
-
-	cep_msg_init(&m, CEP_MSG_DREQ, 7);
-	m.u.dreq.local_comm_id = local;
-	m.u.dreq.remote_comm_id = remote;
-	m.u.dreq.remote_qpn_eecn = qpn;
-	raw_send(&m, LID_B);
-}
 
 /* REQ -> REP -> RTU with private data both ways; both ESTABLISHED, both
  * QPs bound; then DREQ -> DREP, timewait, exit, bindings INVALID. */
@@ -130,6 +61,12 @@ static void t_establish(void)
 	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
 	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED), "bye"));
 	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_TIMEWAIT);
+	/* timewait: 2 x the path's ACK timeout (packet life 8, no CA ACK
+	 * delay: exponent 9, 2.1 ms rounded up to 3 ms) = 6 ms */
+	advance_ms(5);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, NULL), 0);
+	advance_ms(1);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
@@ -227,6 +164,7 @@ static void t_rej_rep(void)
 	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.status, CEP_REJ_CONSUMER_DEFINED);
 	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.msg.u.rej.message_rejected, CEP_MSG_CODE_REP);
 	CHECK_EQ(cep_cm_id_state(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).id), CEP_CM_IDLE);
+	advance_ms(100);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_ESTABLISHED, NULL), 0);
 	check_binding(&B, 0x101, CEP_BINDING_INVALID);
@@ -245,12 +183,13 @@ static void t_mra_req(void)
 	B.pol.on_req = ON_REQ_MRA;
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
-	p.remote_cm_response_timeout = 12; /* 17 ms + 2 x 1 ms; MRA gives 268 ms */
-	p.max_cm_retries = 2; /* a loaded (sanitizer) run may still need one */
+	p.remote_cm_response_timeout = 12; /* 17 ms + 2 x 2 ms; MRA gives 268 ms */
+	p.max_cm_retries = 2;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_MRA_REQ_RCVD);
-	sleep_ms(80); /* past the unextended timeout with its retries (57 ms) */
+	advance_ms(80); /* past the unextended timeout with its retries (63 ms) */
+	CHECK_EQ(stats_of(&A).retries, 0);
 	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
 
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
@@ -259,7 +198,7 @@ static void t_mra_req(void)
 	CHECK_EQ(cep_cm_accept(b, &ap), 0);
 	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
-	CHECK(stats_of(&B).sent[CEP_MSG_MRA] >= 1); /* resent for a retried REQ */
+	CHECK_EQ(stats_of(&B).sent[CEP_MSG_MRA], 1);
 	teardown_all();
 }
 
@@ -275,11 +214,16 @@ static void t_mra_auto(void)
 	B.pol.on_req = ON_REQ_NOTHING;
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
-	p.remote_cm_response_timeout = 15; /* 134 ms: auto MRA after ~67 ms */
-	p.max_cm_retries = 2; /* a loaded (sanitizer) run may still need one */
+	p.remote_cm_response_timeout = 15; /* 134 ms: auto MRA after 68 ms */
+	p.max_cm_retries = 2;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	advance_ms(67);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, NULL), 0);
+	advance_ms(1);
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
-	sleep_ms(80);
+	advance_ms(80); /* past A's unextended REQ timeout (138 ms) */
+	CHECK_EQ(stats_of(&A).retries, 0);
 	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
 
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
@@ -306,14 +250,15 @@ static void t_mra_rep(void)
 	conn_param(&p, 0x100, LID_A, LID_B);
 	p.manual_rtu = 1;
 	p.local_cm_response_timeout = 12; /* B would retry REP every 17 ms */
-	p.max_cm_retries = 2; /* a loaded (sanitizer) run may still need one */
+	p.max_cm_retries = 2;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(wait_ev(&B, CEP_CM_EV_MRA_RECEIVED, 1));
 	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_MRA_RECEIVED).id;
 
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REP_RCVD);
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_MRA_REP_SENT);
-	sleep_ms(80); /* past B's unextended REP timeout with retries (51 ms) */
+	advance_ms(80); /* past B's unextended REP timeout with retries (51 ms) */
+	CHECK_EQ(stats_of(&B).retries, 0);
 	CHECK_EQ(cep_cm_rtu(a, "rtu", 4), 0);
 	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
 	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_RTU_RECEIVED), "rtu"));
@@ -335,6 +280,14 @@ static void t_req_timeout(void)
 	p.remote_cm_response_timeout = 8;
 	p.max_cm_retries = 3;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	/* each try waits 2 x packet life (2 ms) + response timeout 8 (2 ms) */
+	for (int i = 1; i <= 4; i++) {
+		settle();
+		CHECK_EQ(raw_count(CEP_MSG_REQ), i);
+		advance_ms(5);
+		CHECK_EQ(raw_count(CEP_MSG_REQ), i);
+		advance_ms(1);
+	}
 	CHECK(wait_ev(&A, CEP_CM_EV_REQ_ERROR, 1));
 	CHECK_EQ(last_ev(&A, CEP_CM_EV_REQ_ERROR).ev.status, -ETIMEDOUT);
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
@@ -369,6 +322,8 @@ static void t_tid(void)
 		p.max_cm_retries = 1;
 		CHECK_EQ(cep_cm_connect(a[i], &p), 0);
 	}
+	advance_ms(6);
+	advance_ms(6);
 	CHECK(wait_ev(&A, CEP_CM_EV_REQ_ERROR, 3));
 	pthread_mutex_lock(&C.mtx);
 	for (int i = 0; i < C.n; i++) {
@@ -403,6 +358,12 @@ static void t_rep_timeout(void)
 	B.pol.accept_qpn = 0x101;
 	raw_req(&m, 0x5000, 0x900);
 	raw_send(&m, LID_B);
+	for (int i = 1; i <= 4; i++) { /* REP retried every 34 ms (timeout 13) */
+		CHECK(raw_wait(CEP_MSG_REP, i));
+		advance_ms(33);
+		CHECK_EQ(raw_count(CEP_MSG_REP), i);
+		advance_ms(1);
+	}
 	CHECK(wait_ev(&B, CEP_CM_EV_REP_ERROR, 1));
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
 	CHECK_EQ(raw_count(CEP_MSG_REP), 4); /* 1 + max_cm_retries */
@@ -500,6 +461,7 @@ static void t_dup_req_timewait_and_reuse(void)
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
 	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 1);
+	advance_ms(10); /* 2 x the REQ's local ACK timeout 10 */
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	check_binding(&B, 0x101, CEP_BINDING_INVALID);
 	/* reuse: same remote comm ID, CA GUID and QPN, same local QP */
@@ -555,6 +517,7 @@ static void t_simultaneous_dreq(void)
 	m.u.drep.local_comm_id = 0x5600;
 	m.u.drep.remote_comm_id = bc;
 	raw_send(&m, LID_B);
+	advance_ms(10);
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREP_RECEIVED, NULL), 0);
 	teardown_all();
@@ -572,7 +535,8 @@ static void t_simultaneous_dreq_pair(void)
 	int rb = cep_cm_disconnect(b, NULL, 0);
 
 	CHECK_EQ(ra, 0);
-	CHECK(rb == 0 || rb == -EINVAL); /* A's DREQ may already have arrived */
+	CHECK_EQ(rb, 0); /* also when A's DREQ already arrived: answered (DREP) */
+	advance_ms(10);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_DREQ_ERROR, NULL) + count_ev(&B, CEP_CM_EV_DREQ_ERROR, NULL), 0);
@@ -589,8 +553,16 @@ static void t_dreq_timeout(void)
 	listen_on(&B, SID);
 	b = raw_establish(0x5700, 0x900, 0x101, &bc);
 	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	for (int i = 1; i <= 4; i++) { /* DREQ retried every 34 ms */
+		CHECK(raw_wait(CEP_MSG_DREQ, i));
+		advance_ms(33);
+		CHECK_EQ(raw_count(CEP_MSG_DREQ), i);
+		advance_ms(1);
+	}
 	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_ERROR, 1));
 	CHECK_EQ(raw_count(CEP_MSG_DREQ), 4);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	advance_ms(10);
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	check_binding(&B, 0x101, CEP_BINDING_INVALID);
 	teardown_all();
@@ -737,6 +709,8 @@ static void t_lap_timeout(void)
 	b = raw_establish(0x6100, 0x900, 0x101, &bc);
 	path_to(&alt, LID_B, LID_C);
 	CHECK_EQ(cep_cm_lap(b, &alt, 8, NULL, 0), 0);
+	for (int i = 0; i < 4; i++)
+		advance_ms(10);
 	CHECK(wait_ev(&B, CEP_CM_EV_LAP_ERROR, 1));
 	CHECK_EQ(raw_count(CEP_MSG_LAP), 4);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
@@ -778,6 +752,8 @@ static void t_sidr(void)
 	sp.peer = &to_c;
 	sp.timeout = 8;
 	CHECK_EQ(cep_cm_sidr_req(a3, &sp), 0);
+	for (int i = 0; i < 3; i++) /* each try waits timeout 8 (2 ms) */
+		advance_ms(2);
 	CHECK(wait_ev(&A, CEP_CM_EV_SIDR_REQ_ERROR, 1));
 	CHECK_EQ(raw_count(CEP_MSG_SIDR_REQ), 3);
 	CHECK_EQ(cep_cm_id_state(a3), CEP_CM_IDLE);
@@ -796,6 +772,7 @@ static void t_qp_destroy(void)
 	CHECK_EQ(cep_cm_qp_destroy(A.cm, 0x100), 0);
 	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
 	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	advance_ms(10);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(cep_is_destroyed(cep_cm_id_cep(a)), 1);
 	/* a bind to a destroyed QPN fails with the table's error */
@@ -846,6 +823,7 @@ static void t_destroy(void)
 	CHECK_EQ(cep_cm_destroy_id(a), -EALREADY);
 	CHECK(wait_ev(&A, CEP_CM_EV_DESTROYED, 1));
 	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	advance_ms(10);
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_DREP_RECEIVED, NULL), 0); /* user gone */
 	/* in a callback: -EDEADLK */
@@ -932,10 +910,1050 @@ static void t_channel(void)
 	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
 }
 
+/* An id connects again after its connection ended (TIMEWAIT_EXIT), as
+ * the kernel lets an IDLE cm_id send a new REQ (ib_send_cm_req only
+ * checks IB_CM_IDLE). Twice, and after a REJ too. */
+static void t_reconnect(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	for (int round = 1; round <= 3; round++) {
+		CHECK_EQ(cep_cm_connect(a, &p), 0);
+		CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, round));
+		CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+		CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
+		check_binding(&A, 0x100, cep_cm_id_local_comm_id(a));
+		b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+		CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+		CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, round));
+		advance_ms(10);
+		CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, round));
+		CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, round));
+		CHECK_EQ(cep_cm_destroy_id(b), 0);
+		CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	}
+	CHECK_EQ(stats_of(&A).rej_received[CEP_REJ_STALE_CONN], 0);
+	CHECK_EQ(stats_of(&B).rej_received[CEP_REJ_STALE_CONN], 0);
+	/* rejected, then connected on the same id */
+	B.pol.on_req = ON_REQ_REJECT;
+	B.pol.rej_reason = CEP_REJ_CONSUMER_DEFINED;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_REJ_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 4));
+	teardown_all();
+}
+
+/* Reject (REP_SENT) and destroy (MRA_REP_RCVD) after our REP went out:
+ * the peer already has our QPN, so the QP stays bound to the id through
+ * timewait, as the kernel's ib_send_cm_rej enters timewait there. */
+static void t_rej_rep_sent(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_to_rep_sent(0x7400, 0x900, 0x101, 1);
+	CHECK_EQ(cep_cm_reject(b, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x7400);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	check_binding(&B, 0x101, cep_cm_id_local_comm_id(b));
+	advance_ms(10); /* 2 x the REQ's local ACK timeout 10 */
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	check_binding(&B, 0x101, CEP_BINDING_INVALID);
+	/* destroy in MRA_REP_RCVD */
+	b = raw_to_rep_sent(0x7401, 0x901, 0x101, 2);
+	uint32_t bc = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+
+	cep_msg_init(&m, CEP_MSG_MRA, 2);
+	m.u.mra.local_comm_id = 0x7401;
+	m.u.mra.remote_comm_id = bc;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REP;
+	m.u.mra.service_timeout = 14;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_MRA_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REP_RCVD);
+	CHECK_EQ(cep_cm_destroy_id_sync(b), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 2));
+	check_binding(&B, 0x101, bc);
+	CHECK_EQ(cep_is_destroyed(cep_cm_id_cep(b)), 0); /* timewait holds it */
+	advance_ms(10);
+	check_binding(&B, 0x101, CEP_BINDING_INVALID);
+	teardown_all();
+}
+
+/* The active side gives up before it knows the passive comm ID (REQ_SENT):
+ * QP destroyed, or the application rejects. The only REJ a peer can match
+ * then is reason Timeout with our CA GUID in the ARI (found through the
+ * remote (comm ID, GUID) key), which is what the kernel's cm_destroy_id
+ * sends; a REJ "no QP" with remote comm ID 0 matches nobody. */
+static void t_rej_unmatched(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *a2;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+
+	CHECK_EQ(cep_cm_qp_destroy(A.cm, 0x100), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REJ_RECEIVED, 1));
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.status, CEP_REJ_TIMEOUT);
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.msg.u.rej.reject_info_length, 8);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	/* the application rejects its own REQ */
+	a2 = make_id(&A);
+	conn_param(&p, 0x101, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_reject(a2, CEP_REJ_CONSUMER_DEFINED, NULL, 0, "bye", 4), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REJ_RECEIVED, 2));
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REJ_RECEIVED).ev.status, CEP_REJ_TIMEOUT);
+	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_REJ_RECEIVED), "bye"));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_NO_CEP], 0);
+	teardown_all();
+}
+
+/* Answers echo the request's transaction ID (MAD TIDs pair a response
+ * with its request): DREP to a DREQ (also a repeated one in timewait),
+ * MRA and APR to a LAP - the kernel's cm_dreq_handler and cm_lap_handler
+ * record the request's TID for them. */
+static void t_tid_echo(void)
+{
+	struct cep_msg m;
+	struct cep_path alt;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7500, 0x900, 0x101, &bc);
+	/* LAP with TID 0x51: MRA and APR echo it */
+	cep_msg_init(&m, CEP_MSG_LAP, 0x5100000051ull);
+	m.u.lap.local_comm_id = 0x7500;
+	m.u.lap.remote_comm_id = bc;
+	m.u.lap.remote_qpn_eecn = 0x101;
+	m.u.lap.remote_cm_response_timeout = 14;
+	path_to(&alt, LID_C, LID_B);
+	m.u.lap.alternate = alt;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_mra(b, 14, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	CHECK_EQ(raw_last(CEP_MSG_MRA).hdr.tid, 0x5100000051ull);
+	CHECK_EQ(cep_cm_apr(b, CEP_APR_SUCCESS, NULL, 0, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_APR, 1));
+	CHECK_EQ(raw_last(CEP_MSG_APR).hdr.tid, 0x5100000051ull);
+	/* DREQ with TID 0x77: the DREP echoes it; a repeat with 0x78 too */
+	cep_msg_init(&m, CEP_MSG_DREQ, 0x7700000077ull);
+	m.u.dreq.local_comm_id = 0x7500;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x101;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_DREP).hdr.tid, 0x7700000077ull);
+	m.hdr.tid = 0x7800000078ull;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_DREP, 2));
+	CHECK_EQ(raw_last(CEP_MSG_DREP).hdr.tid, 0x7800000078ull);
+	teardown_all();
+}
+
+/* A REJ "timeout" with remote comm ID 0 is how an active side that gave
+ * up before our REP was answered reaches us; it needs only the peer's
+ * comm ID and CA GUID, so anyone can forge it. It is legitimate only for
+ * a passive id before RTU (REQ_RCVD .. MRA_REP_RCVD); libcep drops and
+ * counts it elsewhere (stricter than the kernel, docs/protocol.md). */
+static void t_rej_timeout_forged(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7600, 0x900, 0x101, &bc);
+	cep_msg_init(&m, CEP_MSG_REJ, 3);
+	m.u.rej.local_comm_id = 0x7600;
+	m.u.rej.remote_comm_id = 0;
+	m.u.rej.reason = CEP_REJ_TIMEOUT;
+	m.u.rej.reject_info_length = 8;
+	for (int i = 0; i < 8; i++)
+		m.u.rej.ari[i] = (uint8_t)(GUID_C >> (56 - 8 * i));
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REJ_RECEIVED, NULL), 0);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BAD_STATE], 1);
+	/* also while B disconnects */
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_SENT);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REJ_RECEIVED, NULL), 0);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BAD_STATE], 2);
+	teardown_all();
+}
+
+/* A REP that names an existing connection's (remote comm ID, CA GUID) is a
+ * duplicate to drop (kernel cm_rep_handler: "Check for duplicate REP"),
+ * not a stale connection: the live connection must not be torn down. */
+static void t_rep_dup_remote_id(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *a2;
+	struct cep_msg m;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x6000;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	/* a second connection; its REP reuses the first one's comm ID */
+	a2 = make_id(&A);
+	conn_param(&p, 0x101, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 2));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x6000;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x902;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	settle();
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+	CHECK_EQ(cep_cm_id_state(a2), CEP_CM_REQ_SENT);
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
+	CHECK_EQ(raw_count(CEP_MSG_DREQ), 0);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REP_RECEIVED, a2), 0);
+	CHECK_EQ(stats_of(&A).duplicates, 1);
+	/* the right REP for a2 still connects it */
+	m.u.rep.local_comm_id = 0x6001;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 2));
+	CHECK_EQ(cep_cm_id_state(a2), CEP_CM_ESTABLISHED);
+	/* a REP naming the first connection's QPN with a new comm ID is
+	 * stale: REJ 10 to it and DREQ for the old connection (kernel) */
+	struct cep_cm_id *a3 = make_id(&A);
+
+	conn_param(&p, 0x102, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a3, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 3));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x6002;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_DREQ_SENT);
+	CHECK_EQ(cep_cm_id_state(a3), CEP_CM_REQ_SENT);
+	/* and a3's keys are still free for its right REP */
+	m.u.rep.local_comm_id = 0x6003;
+	m.u.rep.local_qpn = 0x903;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 3));
+	CHECK_EQ(cep_cm_id_state(a3), CEP_CM_ESTABLISHED);
+	teardown_all();
+}
+
+/* A stale REQ (remote QPN + CA GUID of a live connection) for a service
+ * nobody listens on: still REJ "stale connection" and the old connection
+ * released - the kernel's cm_match_req checks duplicate, stale, then the
+ * listener. */
+static void t_stale_no_listener(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7700, 0x900, 0x101, &bc);
+	raw_req(&m, 0x7701, 0x900);
+	m.u.req.service_id = SID + 9;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_SENT);
+	teardown_all();
+}
+
+/* Timers from the right inputs (kernel cm_format_req / cm_format_rep /
+ * cm_rep_handler): the REQ's local ACK timeout is computed from the
+ * port's CA ACK delay and the packet life time (not copied from the
+ * caller); the REP carries the port's CA ACK delay; the active side's
+ * timewait follows the ACK timeout computed from the REP's target ACK
+ * delay; timeouts a peer supplies are clamped to 2^23 x 4.096 us. */
+static void t_timer_inputs(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+	struct cep_msg m;
+
+	ack_delay_of[0] = 15;
+	ack_delay_of[1] = 17;
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.packet_life_time = 14;
+	p.primary.local_ack_timeout = 3;  /* ignored: computed */
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	/* max(14 + 1, 15) plus one as they are within one: 16 */
+	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.primary.local_ack_timeout, 16);
+	/* C answers with target ACK delay 20: A's ACK timeout becomes 20 and
+	 * its timewait 2 x 4.096 us x 2^20 = 8590 ms */
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x7800;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	m.u.rep.target_ack_delay = 20;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	cep_msg_init(&m, CEP_MSG_DREP, raw_last(CEP_MSG_DREQ).hdr.tid);
+	m.u.drep.local_comm_id = 0x7800;
+	m.u.drep.remote_comm_id = cep_cm_id_local_comm_id(a);
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	advance_ms(8589);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, NULL), 0);
+	advance_ms(1);
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	/* B's REP carries B's port ACK delay */
+	raw_req(&m, 0x7801, 0x901);
+	m.u.req.local_cm_response_timeout = 31; /* ~2.4 h: clamped to 23 */
+	m.u.req.primary.local_ack_timeout = 31; /* timewait clamped too */
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REP).u.rep.target_ack_delay, 17);
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	/* the REP is retried after 2^23 x 4.096 us = 34360 ms, not 2.4 h */
+	advance_ms(34359);
+	CHECK_EQ(raw_count(CEP_MSG_REP), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REP), 2);
+	uint32_t bc = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = 0x7801;
+	m.u.rtu.remote_comm_id = bc;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	raw_dreq(0x7801, bc, 0x101);
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	advance_ms(2 * 34360 - 1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	teardown_all();
+}
+
+/* Every RTU lost: the passive side's QP has seen the peer's first packet
+ * (IBV_EVENT_COMM_EST), so the application tells the CM, as
+ * ib_cm_notify(IB_EVENT_COMM_EST) does in the kernel: REP_SENT ->
+ * ESTABLISHED, the REP is not retried, no REJ "timeout" kills a
+ * connection the active side already uses; a late RTU is a duplicate. */
+static void t_comm_est(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_to_rep_sent(0x7900, 0x900, 0x101, 1);
+	CHECK_EQ(cep_cm_notify_established(b), 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK(wait_ev(&B, CEP_CM_EV_ESTABLISHED, 1));
+	CHECK_EQ(cep_cm_notify_established(b), -EISCONN);
+	for (int i = 0; i < 6; i++) /* REP retried every 34 ms, 3 times: no more */
+		advance_ms(34);
+	CHECK_EQ(raw_count(CEP_MSG_REP), 1);
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REP_ERROR, NULL), 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	/* the RTU after all: a duplicate, no event */
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = 0x7900;
+	m.u.rtu.remote_comm_id = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL), 0);
+	CHECK_EQ(stats_of(&B).duplicates, 1);
+	/* not while connecting otherwise, nor on a listener */
+	CHECK_EQ(cep_cm_notify_established(B.made[0]), -EINVAL);
+	CHECK_EQ(cep_cm_notify_established(NULL), -EINVAL);
+	teardown_all();
+}
+
+/* Half-open connections are bounded per listener: REQs beyond the
+ * listener's backlog are dropped and counted (the kernel drops a REQ
+ * whose handler returns -ENOMEM without REJ, so the peer retries); an
+ * answer frees a slot. */
+static void t_backlog(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *l;
+
+	setup(2, 0);
+	l = make_id(&B);
+	CHECK_EQ(cep_cm_listen_backlog(l, SID, ~0ull, 4), 0);
+	B.pol.on_req = ON_REQ_NOTHING;
+	for (uint32_t i = 0; i < 10; i++) {
+		raw_req(&m, 0x7a00 + i, 0x900 + i);
+		raw_send(&m, LID_B);
+	}
+	settle();
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 4);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 6);
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
+	/* answering one frees its slot */
+	CHECK_EQ(cep_cm_reject(last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id, CEP_REJ_CONSUMER_DEFINED,
+			       NULL, 0, NULL, 0), 0);
+	raw_req(&m, 0x7a20, 0x920);
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 5);
+	CHECK_EQ(cep_cm_listen_backlog(make_id(&B), SID + 1, ~0ull, 0), 0); /* 0: default */
+	teardown_all();
+}
+
+/* A REQ nobody answers does not hold its id forever: once the requester
+ * has given up (1 + Max CM Retries periods of its response timeout plus
+ * two packet lifetimes) the passive id goes back to IDLE with REQ_ERROR,
+ * and its backlog slot and CEP are free. A flood of 2000 fresh REQs to a
+ * silent application leaves at most the backlog (default 1024) live and
+ * nothing after the expiry. */
+static void t_half_open_expiry(void)
+{
+	struct cep_msg m;
+	struct cep_table_stats st;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	B.pol.destroy_on_error = 1;
+	raw_req(&m, 0x7b00, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+
+	/* the REQ: 4 tries of 2 x 3 ms + 17 ms = 92 ms */
+	advance_ms(91);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REQ_RCVD);
+	advance_ms(1);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 1));
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REQ_ERROR).ev.status, -ETIMEDOUT);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_DESTROYED, b), 1); /* the callback's verdict */
+	/* the flood */
+	for (uint32_t i = 0; i < 2000; i++) {
+		raw_req(&m, 0x100000 + i, 0x10000 + i);
+		raw_send(&m, LID_B);
+		if (i % 256 == 255)
+			settle();
+	}
+	settle();
+	cep_table_stats(cep_cm_table(B.cm), &st);
+	CHECK_EQ(st.live, 1 + 1024);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 2000 - 1024);
+	advance_ms(92);
+	cep_table_stats(cep_cm_table(B.cm), &st);
+	CHECK_EQ(st.live, 1); /* the listener */
+	teardown_all();
+}
+
+/* The worker a REQ lands on is keyed with a per-context secret: the same
+ * REQs reach two identical contexts on different workers, so a sender
+ * cannot steer a flood onto the worker of a victim connection. */
+static void t_route_keyed(void)
+{
+	struct cep_msg m;
+	int same = 0, n = 0;
+	unsigned wb[64];
+
+	setup(16, 0);
+	listen_on(&A, SID);
+	listen_on(&B, SID);
+	A.pol.on_req = ON_REQ_NOTHING;
+	B.pol.on_req = ON_REQ_NOTHING;
+	for (uint32_t i = 0; i < 64; i++) {
+		raw_req(&m, 0x7c00 + i, 0x900 + i);
+		raw_send(&m, LID_B);
+		settle();
+		wb[i] = cep_cm_id_local_comm_id(last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id) % 16;
+		m.u.req.primary.remote_lid = LID_A;
+		raw_send(&m, LID_A);
+		settle();
+		same += wb[i] == cep_cm_id_local_comm_id(last_ev(&A, CEP_CM_EV_REQ_RECEIVED).id) % 16;
+		n++;
+	}
+	CHECK_EQ(n, 64);
+	CHECK(same < 20); /* 4 expected by chance; an unkeyed hash gives 64 */
+	teardown_all();
+}
+
+/* Messages for a connection count only from its peer's address (the
+ * REQ's destination or source, the paths a LAP installs): a stranger
+ * (port X) who learnt the IDs cannot end, reset, stall or complete it.
+ * Stricter than the kernel, which does not look at the source. Also: a
+ * REJ for our REQ must say it rejects the REQ (the kernel drops the
+ * "other" code), and an MRA's service timeout is clamped. */
+static void t_peer_address(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_msg m;
+	struct cep_cm_id *a, *b;
+	uint32_t bc, ac;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7d00, 0x900, 0x101, &bc);
+	/* X's DREQ with C's IDs: dropped, nothing sent */
+	cep_msg_init(&m, CEP_MSG_DREQ, 7);
+	m.u.dreq.local_comm_id = 0x7d00;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x101;
+	raw_send_from(&X, &m, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_ADDRESS], 1);
+	CHECK_EQ(X.n + raw_count(CEP_MSG_DREP), 0);
+	/* X's REQ claiming C's QPN and CA GUID: refused as stale, but C's
+	 * live connection is not released for a stranger */
+	raw_req(&m, 0x7d10, 0x900);
+	raw_send_from(&X, &m, LID_B);
+	settle();
+	CHECK_EQ(X.n, 1);
+	CHECK_EQ(X.got[0].u.rej.reason, CEP_REJ_STALE_CONN);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_ADDRESS], 2);
+	/* A connects to C; X tries REJ, MRA and REP with the right IDs */
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.remote_cm_response_timeout = 14; /* 67 ms + 2 x 2 ms per try */
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	ac = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	cep_msg_init(&m, CEP_MSG_REJ, 3);
+	m.u.rej.remote_comm_id = ac;
+	m.u.rej.reason = CEP_REJ_CONSUMER_DEFINED;
+	m.u.rej.message_rejected = CEP_MSG_CODE_REQ;
+	raw_send_from(&X, &m, LID_A);
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7d01;
+	m.u.mra.remote_comm_id = ac;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 31;
+	raw_send_from(&X, &m, LID_A);
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x7d02;
+	m.u.rep.remote_comm_id = ac;
+	m.u.rep.local_qpn = 0x902; /* X's own QP */
+	m.u.rep.local_ca_guid = GUID_X;
+	raw_send_from(&X, &m, LID_A);
+	settle();
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_REQ_SENT);
+	CHECK_EQ(stats_of(&A).drops[CEP_CM_DROP_ADDRESS], 3);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REJ_RECEIVED, NULL) + count_ev(&A, CEP_CM_EV_MRA_RECEIVED, NULL) +
+		 count_ev(&A, CEP_CM_EV_REP_RECEIVED, NULL), 0);
+	/* C's REJ with the "other" code cannot end a REQ it never rejected */
+	cep_msg_init(&m, CEP_MSG_REJ, 3);
+	m.u.rej.remote_comm_id = ac;
+	m.u.rej.reason = CEP_REJ_CONSUMER_DEFINED;
+	m.u.rej.message_rejected = CEP_MSG_CODE_OTHER;
+	raw_send(&m, LID_A);
+	settle();
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_REQ_SENT);
+	/* C's MRA asking for 2.4 hours: clamped to 34.4 s */
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7d01;
+	m.u.mra.remote_comm_id = ac;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 31;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	int reqs = raw_count(CEP_MSG_REQ);
+
+	advance_ms(34360 + 2 * 2 + 10); /* service timeout + path's ACK timeout */
+	CHECK_EQ(raw_count(CEP_MSG_REQ), reqs + 1); /* retried, not stalled */
+	/* an alternate path installed by LAP makes X a peer address too */
+	struct cep_path alt;
+
+	path_to(&alt, LID_X, LID_B);
+	cep_msg_init(&m, CEP_MSG_LAP, 0x61);
+	m.u.lap.local_comm_id = 0x7d00;
+	m.u.lap.remote_comm_id = bc;
+	m.u.lap.remote_qpn_eecn = 0x101;
+	m.u.lap.remote_cm_response_timeout = 14;
+	m.u.lap.alternate = alt;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_apr(b, CEP_APR_SUCCESS, NULL, 0, NULL, 0), 0);
+	cep_msg_init(&m, CEP_MSG_DREQ, 8);
+	m.u.dreq.local_comm_id = 0x7d00;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x101;
+	raw_send_from(&X, &m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	teardown_all();
+}
+
+/* Disconnect when the peer's DREQ came first, or when we already
+ * disconnect, behaves as librdmacm's rdma_disconnect (which answers a
+ * received DREQ with a DREP when it cannot send its own DREQ, and returns
+ * 0): DREQ_RCVD -> DREP, TIMEWAIT; DREQ_SENT and TIMEWAIT -> 0, nothing
+ * sent; a connection not yet established -> -EINVAL. */
+static void t_disconnect_crossed(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.manual_drep = 1;
+	b = raw_establish(0x7e00, 0x900, 0x101, &bc);
+	raw_dreq(0x7e00, bc, 0x101);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_RCVD);
+	CHECK_EQ(cep_cm_disconnect(b, "bye", 4), 0);
+	CHECK(raw_wait(CEP_MSG_DREP, 1));
+	CHECK(!strcmp((const char *)raw_last(CEP_MSG_DREP).u.drep.private_data, "bye"));
+	CHECK_EQ(raw_last(CEP_MSG_DREP).hdr.tid, 7); /* raw_dreq's TID */
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);  /* timewait: nothing to do */
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_DREP) + raw_count(CEP_MSG_DREQ), 1);
+	/* DREQ_SENT: a second disconnect sends nothing more */
+	b = raw_establish(0x7e01, 0x901, 0x102, &bc);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_DREQ), 1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_SENT);
+	/* not established: nothing to disconnect */
+	a = make_id(&A);
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), -EINVAL);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), -EINVAL);
+	teardown_all();
+}
+
+/* A REQ of a class version we do not speak gets REJ 31 "unsupported
+ * class version" with the highest version we support (2) in the ARI, as
+ * docs/protocol.md says; any other message of that version is dropped. */
+static void t_class_version(void)
+{
+	struct cep_msg m;
+	uint8_t mad[CEP_MAD_SIZE];
+	struct cep_mad_addr to = { .lid = LID_B, .qpn = 1, .qkey = CEP_QP1_QKEY };
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	raw_req(&m, 0x7f00, 0x900);
+	CHECK_EQ(cep_msg_encode(&m, mad), 0);
+	mad[2] = 3; /* class version */
+	CHECK_EQ(C.tp->ops->send(C.tp, mad, sizeof(mad), &to), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	struct cep_msg r = raw_last(CEP_MSG_REJ);
+
+	CHECK_EQ(r.u.rej.reason, CEP_REJ_INVALID_CLASS_VERSION);
+	CHECK_EQ(r.u.rej.remote_comm_id, 0x7f00);
+	CHECK_EQ(r.u.rej.message_rejected, CEP_MSG_CODE_REQ);
+	CHECK_EQ(r.u.rej.reject_info_length, 1);
+	CHECK_EQ(r.u.rej.ari[0], 2);
+	CHECK_EQ(r.hdr.tid, m.hdr.tid);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 0);
+	raw_dreq(0x7f00, 0x1234, 0x101);
+	settle();
+	cep_msg_init(&m, CEP_MSG_DREQ, 9);
+	CHECK_EQ(cep_msg_encode(&m, mad), 0);
+	mad[2] = 3;
+	CHECK_EQ(C.tp->ops->send(C.tp, mad, sizeof(mad), &to), 0);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 1);
+	teardown_all();
+}
+
+/* The MRA resent for a duplicate REP (MRA_REP_SENT) answers only a REP of
+ * this connection: a REP naming another sender comm ID is dropped (the
+ * kernel's cm_dup_rep_handler looks the id up by both comm IDs). */
+static void t_dup_rep_mra_ids(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	struct cep_msg m;
+
+	setup(2, 0);
+	A.pol.mra_rep = 1;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.manual_rtu = 1;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x7f10;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_MRA_REP_SENT);
+	raw_send(&m, LID_A); /* the same REP again: MRA again */
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	m.u.rep.local_comm_id = 0x7f11; /* not this connection's peer */
+	raw_send(&m, LID_A);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_MRA), 2);
+	CHECK_EQ(stats_of(&A).drops[CEP_CM_DROP_MISMATCH], 1);
+	teardown_all();
+}
+
+/* A resent MRA, RTU or DREP carries the private data of the original, as
+ * the kernel keeps it (cm_set_private_data) for cm_dup_req_handler,
+ * cm_dup_rep_handler and the DREP of a repeated DREQ. */
+static void t_resend_pdata(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+	struct cep_msg m, req;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	/* MRA for a REQ, resent for the repeated REQ */
+	B.pol.on_req = ON_REQ_NOTHING;
+	raw_req(&req, 0x7f20, 0x900);
+	raw_send(&req, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_mra(b, 16, "mra-pd", 7), 0);
+	raw_send(&req, LID_B);
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	CHECK(!strcmp((const char *)raw_last(CEP_MSG_MRA).u.mra.private_data, "mra-pd"));
+	/* DREP, resent for the repeated DREQ */
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x101, .manual_drep = 1 };
+
+	CHECK_EQ(cep_cm_accept(b, &ap), 0);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	bc = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = 0x7f20;
+	m.u.rtu.remote_comm_id = bc;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	raw_dreq(0x7f20, bc, 0x101);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK_EQ(cep_cm_drep(b, "drep-pd", 8), 0);
+	raw_dreq(0x7f20, bc, 0x101);
+	CHECK(raw_wait(CEP_MSG_DREP, 2));
+	CHECK(!strcmp((const char *)raw_last(CEP_MSG_DREP).u.drep.private_data, "drep-pd"));
+	/* RTU, resent for the repeated REP */
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.manual_rtu = 1;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+	m.u.rep.local_comm_id = 0x7f21;
+	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.rep.local_qpn = 0x901;
+	m.u.rep.local_ca_guid = GUID_C;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_REP_RECEIVED, 1));
+	CHECK_EQ(cep_cm_rtu(a, "rtu-pd", 7), 0);
+	raw_send(&m, LID_A);
+	CHECK(raw_wait(CEP_MSG_RTU, 2));
+	CHECK(!strcmp((const char *)raw_last(CEP_MSG_RTU).u.rtu.private_data, "rtu-pd"));
+	teardown_all();
+}
+
+/* End-to-end flow control is the caller's (ib_cm_req_param / rep_param
+ * .flow_control in the kernel), not always 1. */
+static void t_flow_control(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.flow_control = 0;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.end_to_end_flow_control, 0);
+	struct cep_cm_id *a2 = make_id(&A);
+
+	conn_param(&p, 0x101, LID_A, LID_C);
+	p.flow_control = 1;
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 2));
+	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.end_to_end_flow_control, 1);
+	raw_req(&m, 0x7f30, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x101, .flow_control = 0 };
+
+	CHECK_EQ(cep_cm_accept(last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id, &ap), 0);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REP).u.rep.end_to_end_flow_control, 0);
+	teardown_all();
+}
+
+/* An MRA extends the wait by its service timeout plus the path's ACK
+ * timeout (kernel cm_mra_handler: service timeout + av.timeout), not one
+ * packet lifetime: packet life 14 -> path timeout 15 (135 ms). */
+static void t_mra_path_timeout(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	struct cep_msg m;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.packet_life_time = 14;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7f40;
+	m.u.mra.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 10; /* 5 ms */
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	advance_ms(139);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	teardown_all();
+}
+
+/* The REQ's primary path must lead to this port: a remote port LID that
+ * is not ours gets REJ 13 with our LID in the ARI (the kernel refuses a
+ * path it cannot resolve to a local port, cm_init_av_by_path). */
+static void t_req_path_lid(void)
+{
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	raw_req(&m, 0x7f50, 0x900);
+	m.u.req.primary.remote_lid = 9;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_INVALID_LID);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reject_info_length, 2);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.ari[1], LID_B);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 0);
+	teardown_all();
+}
+
+/* A zero-filled connect parameter block (but the QPN, service and path)
+ * gets librdmacm's defaults for its CM timing fields, documented in cm.h:
+ * response timeouts 20 (4.3 s), Max CM Retries 15, packet life 16
+ * (268 ms; the kernel's RoCE default), so the REQ is retried after
+ * 2 x 269 + 4295 = 4833 ms instead of timing out for good after 3 ms. */
+static void t_conn_defaults(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+
+	setup(2, 0);
+	a = make_id(&A);
+	memset(&p, 0, sizeof(p));
+	p.size = sizeof(p);
+	p.service_id = SID;
+	p.qpn = 0x100;
+	path_to(&p.primary, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	struct cep_msg r = raw_last(CEP_MSG_REQ);
+
+	CHECK_EQ(r.u.req.remote_cm_response_timeout, 20);
+	CHECK_EQ(r.u.req.local_cm_response_timeout, 20);
+	CHECK_EQ(r.u.req.max_cm_retries, 15);
+	advance_ms(4832);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	/* SIDR: timeout and retries 0 take the same defaults */
+	struct cep_mad_addr to_c = { .lid = LID_C };
+	struct cep_cm_sidr_param sp = { .size = sizeof(sp), .service_id = SID, .peer = &to_c };
+	struct cep_cm_id *s2 = make_id(&A);
+
+	CHECK_EQ(cep_cm_sidr_req(s2, &sp), 0);
+	CHECK(raw_wait(CEP_MSG_SIDR_REQ, 1));
+	advance_ms(4294);
+	CHECK_EQ(raw_count(CEP_MSG_SIDR_REQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_SIDR_REQ), 2);
+	teardown_all();
+}
+
+/* RTU, DREQ and DREP events point private_data at the message only when
+ * the peer sent some: the wire field has no length, so an all-zero field
+ * is "none" (NULL, length 0), as cm.h says. */
+static void t_pdata_none(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x7f70, 0x900, 0x101, &bc); /* its RTU carries none */
+	struct logged l = last_ev(&B, CEP_CM_EV_RTU_RECEIVED);
+
+	CHECK(l.ev.private_data == NULL);
+	CHECK_EQ(l.ev.private_data_len, 0);
+	raw_dreq(0x7f70, bc, 0x101);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 1));
+	CHECK(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED).ev.private_data == NULL);
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED).ev.private_data_len, 0);
+	/* with data: the whole field */
+	b = raw_establish(0x7f71, 0x901, 0x102, &bc);
+	cep_msg_init(&m, CEP_MSG_DREQ, 8);
+	m.u.dreq.local_comm_id = 0x7f71;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x102;
+	m.u.dreq.private_data[5] = 1;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREQ_RECEIVED, 2));
+	CHECK(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED).ev.private_data != NULL);
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED).ev.private_data_len,
+		 CEP_DREQ_PRIVATE_DATA_SIZE);
+	/* DREP with none */
+	b = raw_establish(0x7f72, 0x902, 0x103, &bc);
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	cep_msg_init(&m, CEP_MSG_DREP, raw_last(CEP_MSG_DREQ).hdr.tid);
+	m.u.drep.local_comm_id = 0x7f72;
+	m.u.drep.remote_comm_id = bc;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_DREP_RECEIVED, 1));
+	CHECK(last_ev(&B, CEP_CM_EV_DREP_RECEIVED).ev.private_data == NULL);
+	teardown_all();
+}
+
+/* When a handle is dead (cm.h): after cep_cm_destroy_id() the id stays
+ * valid until its DESTROYED is handled (here: acked on a channel), but it
+ * is no longer the application's to drive - every call but the getters
+ * and a second destroy (-EALREADY) is -EINVAL; a second cep_cm_destroy()
+ * of a context is -EINVAL, not a use after free. */
+static void t_handle_dead(void)
+{
+	struct cep_cm_channel *ch;
+	struct cep_cm_id_attr ia = { .size = sizeof(ia) };
+	struct cep_cm_id *id;
+	struct cep_cm_event *ev;
+	struct cep_cm_conn_param p;
+
+	setup(2, 0);
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	ia.channel = ch;
+	CHECK_EQ(cep_cm_create_id(A.cm, &ia, &id), 0);
+	CHECK_EQ(cep_cm_destroy_id(id), 0);
+	CHECK_EQ(cep_cm_destroy_id(id), -EALREADY);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(id, &p), -EINVAL);
+	CHECK_EQ(cep_cm_listen(id, SID, ~0ull), -EINVAL);
+	CHECK_EQ(cep_cm_disconnect(id, NULL, 0), -EINVAL);
+	CHECK_EQ(cep_cm_reject(id, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), -EINVAL);
+	CHECK_EQ(cep_cm_notify_established(id), -EINVAL);
+	CHECK_EQ(cep_cm_id_state(id), CEP_CM_IDLE); /* getters still answer */
+	settle();
+	CHECK_EQ(cep_cm_get_event(ch, &ev), 0);
+	CHECK(ev->id == id && ev->type == CEP_CM_EV_DESTROYED);
+	cep_cm_ack_event(ev); /* from here the handle is dead */
+	teardown_all();
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+	/* a second destroy of a context */
+	struct cep_fabric *f2;
+	struct cep_fabric_attr fa = { .size = sizeof(fa), .seed = 1 };
+	struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = 9, .lid = 9,
+					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
+	struct cep_transport *t;
+	struct cep_cm_attr ca = { .size = sizeof(ca), .workers = 1 };
+	struct cep_cm *cm;
+
+	CHECK_EQ(cep_fabric_create(&fa, &f2), 0);
+	CHECK_EQ(cep_fabric_port_create(f2, &pa, &t), 0);
+	ca.transport = t;
+	CHECK_EQ(cep_cm_create(&ca, &cm), 0);
+	CHECK_EQ(cep_cm_destroy(cm), 0);
+	CHECK_EQ(cep_cm_destroy(cm), -EINVAL);
+	t->ops->destroy(t);
+	CHECK_EQ(cep_fabric_destroy(f2), 0);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "conn-defaults", t_conn_defaults },
+	{ "pdata-none", t_pdata_none },
+	{ "handle-dead", t_handle_dead },
+	{ "class-version", t_class_version },
+	{ "dup-rep-mra-ids", t_dup_rep_mra_ids },
+	{ "resend-pdata", t_resend_pdata },
+	{ "flow-control", t_flow_control },
+	{ "mra-path-timeout", t_mra_path_timeout },
+	{ "req-path-lid", t_req_path_lid },
+	{ "disconnect-crossed", t_disconnect_crossed },
+	{ "peer-address", t_peer_address },
+	{ "backlog", t_backlog },
+	{ "half-open-expiry", t_half_open_expiry },
+	{ "route-keyed", t_route_keyed },
+	{ "comm-est", t_comm_est },
+	{ "timer-inputs", t_timer_inputs },
+	{ "stale-no-listener", t_stale_no_listener },
+	{ "rep-dup-remote-id", t_rep_dup_remote_id },
+	{ "rej-timeout-forged", t_rej_timeout_forged },
+	{ "tid-echo", t_tid_echo },
+	{ "rej-unmatched", t_rej_unmatched },
+	{ "rej-rep-sent", t_rej_rep_sent },
+	{ "reconnect", t_reconnect },
 	{ "establish", t_establish },
 	{ "rej-consumer", t_rej_consumer },
 	{ "rej-no-listener", t_rej_no_listener },

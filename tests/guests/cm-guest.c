@@ -517,10 +517,13 @@ static void disconnect(struct conn *c)
 	if (c->state != C_UP)
 		return;
 	c->state = C_CLOSING;
+	/* The peer may disconnect at the same time (rdma_server and
+	 * rdma_client both do): its DREQ may have reached the CM before this
+	 * call, whether or not we saw the DREQ_RECEIVED event yet. The
+	 * contract (cm.h, as librdmacm's rdma_disconnect) makes that 0 too:
+	 * the DREQ is answered with a DREP, or ours is already sent. */
 	ret = cep_cm_disconnect(c->id, NULL, 0);
-	/* A DREQ from the peer may have crossed ours (rdma_server also
-	 * disconnects): then the id is already past ESTABLISHED. */
-	CHECK(ret == 0 || c->released, "cep_cm_disconnect: %d", ret);
+	CHECK(ret == 0, "cep_cm_disconnect: %d", ret);
 }
 
 static void on_rep(struct app *a, struct conn *c, const struct cep_cm_event *ev)

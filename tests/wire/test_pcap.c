@@ -3,9 +3,10 @@
  * Capture tests. `test-pcap DIR` writes DIR/rocev2.pcap (IPv6 GIDs),
  * DIR/rocev2-ipv4.pcap (IPv4-mapped GIDs) and DIR/ib.pcap (native IB, with
  * and without GRH), each holding all eleven CM messages plus one bad CM MAD
- * and one non-CM MAD, checks the framing bytes, the process-wide capture
- * (cep_capture_start/stop and the cep_capture_mad hook) and, when CEP_PCAP
- * is set, that the variable alone turns the capture on.
+ * and one non-CM MAD, and DIR/invalid.pcap (valid headers, one field value
+ * each that the decoder's rules refuse), checks the framing bytes, the
+ * process-wide capture (cep_capture_start/stop and the cep_capture_mad hook)
+ * and, when CEP_PCAP is set, that the variable alone turns the capture on.
  * check_capture.py then feeds the files to tshark and cepdump.
  */
 #include <errno.h>
@@ -188,6 +189,46 @@ static int write_file(const char *path, enum cep_pcap_link link, const uint8_t *
 	return 0;
 }
 
+/* Messages whose headers are valid but which break one value rule each
+ * (docs/protocol.md, "Validation on receive"), then one valid RTU: cepdump
+ * must print them with the field flagged, not refuse them. REP failover
+ * accepted 3 and MRA message MRAed 3 are reserved values (IBTA tables 110,
+ * 107); REQ transport service type 3 without XRC is reserved (table 106). */
+static void write_invalid(const char *path)
+{
+	struct cep_pcap *pc;
+	struct cep_pcap_meta meta;
+	uint8_t mad[CEP_MAD_SIZE];
+	struct cep_msg m;
+
+	CHECK_EQ(cep_pcap_open(path, CEP_PCAP_ROCEV2, &pc), 0);
+	if (!pc)
+		return;
+	memset(&meta, 0, sizeof(meta));
+	memcpy(meta.sgid, gid_b, 16);
+	memcpy(meta.dgid, gid_a, 16);
+	meta.ts_ns = 1700000000000000000ull;
+	static const int order[4] = { 3, 0, 1, 4 };   /* build(): REP, REQ, MRA, RTU */
+
+	for (int i = 0; i < 4; i++) {
+		enum cep_wire_error why;
+
+		CHECK_EQ(build(order[i], mad), 0);
+		CHECK_EQ(cep_msg_decode(mad, sizeof(mad), &m, NULL), 0);
+		if (m.type == CEP_MSG_REP)
+			m.u.rep.failover_accepted = 3;
+		else if (m.type == CEP_MSG_REQ)
+			m.u.req.transport_service_type = CEP_TS_EXTENDED;
+		else if (m.type == CEP_MSG_MRA)
+			m.u.mra.message_mraed = 3;
+		CHECK_EQ(cep_msg_encode(&m, mad), 0);
+		CHECK_EQ(cep_msg_decode(mad, sizeof(mad), &m, &why), i == 3 ? 0 : -EBADMSG);
+		meta.ts_ns += 1000;
+		CHECK_EQ(cep_pcap_write_mad(pc, mad, sizeof(mad), &meta), 0);
+	}
+	CHECK_EQ(cep_pcap_close(pc), 0);
+}
+
 static long file_size(const char *path)
 {
 	FILE *f = fopen(path, "rb");
@@ -333,6 +374,8 @@ int main(int argc, char **argv)
 	write_file(path, CEP_PCAP_INFINIBAND, gid_a, gid_b, 0);
 	snprintf(path, sizeof(path), "%s/ib-grh.pcap", argv[1]);
 	write_file(path, CEP_PCAP_INFINIBAND, gid_a, gid_b, 1);
+	snprintf(path, sizeof(path), "%s/invalid.pcap", argv[1]);
+	write_invalid(path);
 	test_global(argv[1]);
 	return check_done("pcap");
 }

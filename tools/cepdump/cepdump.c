@@ -3,9 +3,12 @@
  * cepdump: print the CM MADs of a capture (pcap or pcapng; RoCEv2 over
  * IPv4/IPv6, RoCEv1, Linux cooked, LINKTYPE_INFINIBAND), decoded and
  * validated by libcep's codec: one line per MAD, every field with -v, JSON
- * lines with --json (keys are the spec's field names, from the codec rows).
- * Bad packets are reported on stderr and skipped; only an unreadable file
- * is fatal.
+ * lines with --json (keys are the spec's field names, from the codec rows),
+ * or the capture's connections with --summary / --flow (conn.c, report.c).
+ * Files and frames are read by capture.c; this file decodes and prints.
+ * Bad packets are reported on stderr and skipped; a MAD with a field value
+ * the spec reserves is printed with the field flagged; only an unreadable
+ * file is fatal.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,32 +21,17 @@
 
 #include <cep/wire.h>
 
+#include "capture.h"
+#include "conn.h"
+#include "report.h"
 #include "wire_fields.h"
 
-enum { OUT_LINE, OUT_VERBOSE, OUT_JSON };
-
-struct where {
-	uint8_t sgid[16], dgid[16];
-	int have_gid;
-	uint16_t slid, dlid;
-	int have_lid;
-	uint32_t src_qpn, dst_qpn, qkey;
-	uint16_t pkey;
-	const char *framing;
-};
+enum { OUT_LINE, OUT_VERBOSE, OUT_JSON, OUT_VIEWS };
+enum { VIEW_SUMMARY = 1, VIEW_FLOW = 2 };
+enum { OPT_FLOW = 256, OPT_SUMMARY };
 
 static int out_mode = OUT_LINE;
-static unsigned long n_frames, n_cm, n_bad, n_other;
-
-static unsigned rd16(const uint8_t *p) { return (unsigned)p[0] << 8 | p[1]; }
-static uint32_t rd24(const uint8_t *p) { return (uint32_t)p[0] << 16 | rd16(p + 1); }
-static uint32_t rd32(const uint8_t *p) { return (uint32_t)rd16(p) << 16 | rd16(p + 2); }
-
-static void bad(unsigned long frame, const char *what)
-{
-	n_bad++;
-	fprintf(stderr, "cepdump: frame %lu: %s (skipped)\n", frame, what);
-}
+static struct conns conns;   /* --flow / --summary: every MAD, grouped at the end */
 
 static void gid_str(const uint8_t *g, char *buf, size_t n)
 {
@@ -73,6 +61,13 @@ static const char *const summary[CEP_MSG_COUNT][6] = {
 	[CEP_MSG_APR] = { "local_comm_id", "remote_comm_id", "ap_status" },
 	[CEP_MSG_SIDR_REQ] = { "request_id", "service_id", "partition_key" },
 	[CEP_MSG_SIDR_REP] = { "request_id", "status", "qpn", "q_key" },
+};
+
+/* EE context numbers identify the endpoint on RD only (0 on RC and UC):
+ * on the line when not 0. */
+static const char *const summary_if_set[CEP_MSG_COUNT][2] = {
+	[CEP_MSG_REQ] = { "local_eecn", "remote_eecn" },
+	[CEP_MSG_REP] = { "local_ee_context_number" },
 };
 
 static const char *value_note(const struct cep_msg *m, const struct cep_field *f, uint64_t v)
@@ -107,7 +102,29 @@ static void print_time(FILE *o, uint64_t ns)
 	fprintf(o, "%s.%06" PRIu64, buf, ns % 1000000000u / 1000u);
 }
 
-static void print_line(unsigned long frame, uint64_t ns, const struct where *w,
+/* " name value" for the row called @name, skipped when @skip_zero and 0. */
+static void print_named(const struct cep_msg *m, const struct cep_field *f, size_t n,
+			const char *name, int skip_zero)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *note;
+		uint64_t v;
+
+		if (strcmp(f[i].name, name) != 0)
+			continue;
+		v = cep_field_host_get(m, &f[i]);
+		if (skip_zero && v == 0)
+			return;
+		note = value_note(m, &f[i], v);
+		if (note)
+			printf(" %s %s", f[i].name, note);
+		else
+			printf(" %s 0x%" PRIx64, f[i].name, v);
+		return;
+	}
+}
+
+static void print_line(unsigned long frame, uint64_t ns, const struct dump_where *w,
 		       const struct cep_msg *m)
 {
 	size_t n;
@@ -123,21 +140,13 @@ static void print_line(unsigned long frame, uint64_t ns, const struct where *w,
 		printf(" lid %u > lid %u", w->slid, w->dlid);
 	}
 	printf(" CM %s tid 0x%016" PRIx64, cep_msg_name(m->type), m->hdr.tid);
-	for (int k = 0; k < 6 && summary[m->type][k]; k++) {
-		for (size_t i = 0; i < n; i++) {
-			const char *note;
-			uint64_t v;
-
-			if (strcmp(f[i].name, summary[m->type][k]) != 0)
-				continue;
-			v = cep_field_host_get(m, &f[i]);
-			note = value_note(m, &f[i], v);
-			if (note)
-				printf(" %s %s", f[i].name, note);
-			else
-				printf(" %s 0x%" PRIx64, f[i].name, v);
-		}
-	}
+	for (int k = 0; k < 6 && summary[m->type][k]; k++)
+		print_named(m, f, n, summary[m->type][k], 0);
+	for (int k = 0; k < 2 && summary_if_set[m->type][k]; k++)
+		print_named(m, f, n, summary_if_set[m->type][k], 1);
+	for (size_t i = 0; i < n; i++)
+		if (cep_field_rule_broken(m, &f[i]) != CEP_WIRE_ERR_OK)
+			printf(" !%s=0x%" PRIx64, f[i].name, cep_field_host_get(m, &f[i]));
 	(void)frame;
 	printf("\n");
 }
@@ -152,7 +161,12 @@ static void print_field(FILE *o, const struct cep_msg *m, const struct cep_field
 		uint64_t v = cep_field_host_get(m, f);
 		const char *note = value_note(m, f, v);
 
-		if (json)
+		/* JSON readers hold numbers as doubles, exact only up to 2^53
+		 * (RFC 8259 section 6; jq, JavaScript): wider fields (service
+		 * IDs, GUIDs, TIDs) are hex strings. */
+		if (json && f->width > 53)
+			fprintf(o, "\"0x%016" PRIx64 "\"", v);
+		else if (json)
 			fprintf(o, "%" PRIu64, v);
 		else if (note)
 			fprintf(o, "%" PRIu64 " (0x%" PRIx64 ", %s)", v, v, note);
@@ -176,12 +190,13 @@ static void print_field(FILE *o, const struct cep_msg *m, const struct cep_field
 	}
 }
 
-static void print_verbose(unsigned long frame, uint64_t ns, const struct where *w,
+static void print_verbose(unsigned long frame, uint64_t ns, const struct dump_where *w,
 			  const struct cep_msg *m)
 {
 	size_t n, nh;
 	const struct cep_field *f = cep_wire_fields(m->type, &n);
 	const struct cep_field *h = cep_wire_hdr_fields(&nh);
+	enum cep_wire_error why;
 	char a[64], b[64];
 
 	print_line(frame, ns, w, m);
@@ -207,11 +222,14 @@ static void print_verbose(unsigned long frame, uint64_t ns, const struct where *
 			continue;
 		printf("  %s: ", f[i].name);
 		print_field(stdout, m, &f[i], 0);
+		why = cep_field_rule_broken(m, &f[i]);
+		if (why != CEP_WIRE_ERR_OK)
+			printf(" INVALID: %s", cep_wire_error_str(why));
 		printf("\n");
 	}
 }
 
-static void print_json(unsigned long frame, uint64_t ns, const struct where *w,
+static void print_json(unsigned long frame, uint64_t ns, const struct dump_where *w,
 		       const struct cep_msg *m)
 {
 	size_t n, nh;
@@ -219,6 +237,7 @@ static void print_json(unsigned long frame, uint64_t ns, const struct where *w,
 	const struct cep_field *h = cep_wire_hdr_fields(&nh);
 	char a[64], b[64];
 	const char *sep = "";
+	int flagged = 0;
 
 	printf("{\"frame\":%lu,\"time\":%" PRIu64 ".%09" PRIu64 ",\"msg\":\"%s\",\"net\":{",
 	       frame, ns / 1000000000u, ns % 1000000000u, cep_msg_name(m->type));
@@ -246,47 +265,71 @@ static void print_json(unsigned long frame, uint64_t ns, const struct where *w,
 		printf(",\"%s\":", f[i].name);
 		print_field(stdout, m, &f[i], 1);
 	}
-	printf("}\n");
+	for (size_t i = 0; i < n; i++) {
+		enum cep_wire_error why = cep_field_rule_broken(m, &f[i]);
+
+		if (why == CEP_WIRE_ERR_OK)
+			continue;
+		printf("%s{\"field\":\"%s\",\"rule\":\"%s\",\"why\":\"%s\"}",
+		       flagged++ ? "," : ",\"invalid\":[", f[i].name, cep_wire_error_name(why),
+		       cep_wire_error_str(why));
+	}
+	printf("%s}\n", flagged ? "]" : "");
 }
 
-/* ---- dissection ------------------------------------------------------------ */
+/* ---- per MAD ----------------------------------------------------------------- */
 
-/* @p points at the BTH; @n bytes up to the end of the captured frame
- * (ICRC and, on IB, VCRC included in @trailer). */
-static void dissect_bth(unsigned long frame, uint64_t ns, struct where *w,
-			const uint8_t *p, size_t n, size_t trailer)
+/* A MAD whose header is valid but a field holds a value the spec reserves
+ * (docs/protocol.md, "Validation on receive"): the CM refuses it, cepdump
+ * prints it, each such field flagged, and says so on stderr. */
+static void report_invalid(struct dump_reader *r, unsigned long frame, const struct cep_msg *m)
+{
+	size_t n;
+	const struct cep_field *f = cep_wire_fields(m->type, &n);
+
+	r->flagged++;
+	for (size_t i = 0; i < n; i++) {
+		enum cep_wire_error why = cep_field_rule_broken(m, &f[i]);
+
+		if (why != CEP_WIRE_ERR_OK)
+			fprintf(stderr, "cepdump: frame %lu: %s %s = %" PRIu64 ": %s (%s; printed, "
+				"field flagged)\n", frame, cep_msg_name(m->type), f[i].name,
+				cep_field_host_get(m, &f[i]), cep_wire_error_str(why),
+				cep_wire_error_name(why));
+	}
+}
+
+static void on_mad(struct dump_reader *r, unsigned long frame, uint64_t ns,
+		   const struct dump_where *w, const uint8_t *mad, size_t len)
 {
 	enum cep_wire_error why;
 	struct cep_msg m;
 	char msg[160];
-	size_t pay;
+	int rc;
 
-	if (n < 12 + 8 + trailer) {
-		bad(frame, "truncated BTH/DETH");
-		return;
-	}
-	if (p[0] != 0x64) {     /* not UD SEND only: not a MAD */
-		n_other++;
-		return;
-	}
-	w->pkey = (uint16_t)rd16(p + 2);
-	w->dst_qpn = rd24(p + 5);
-	w->qkey = rd32(p + 12);
-	w->src_qpn = rd24(p + 17);
-	pay = n - 12 - 8 - trailer - ((p[1] >> 4) & 3);
-	p += 20;
-	if (pay < 24 || p[1] != CEP_MGMT_CLASS_CM) {
-		n_other++;      /* some other MAD class, or no MAD */
-		return;
-	}
-	if (cep_msg_decode(p, pay, &m, &why)) {
+	rc = cep_msg_decode_lax(mad, len, &m, &why);
+	if (rc && rc != -EBADMSG) {
 		snprintf(msg, sizeof(msg), "bad CM MAD: %s (%s)", cep_wire_error_name(why),
 			 cep_wire_error_str(why));
-		bad(frame, msg);
+		dump_bad(r, frame, msg);
 		return;
 	}
-	n_cm++;
-	if (out_mode == OUT_JSON)
+	r->cm++;
+	if (rc)
+		report_invalid(r, frame, &m);
+	if (out_mode == OUT_VIEWS) {
+		size_t n;
+		const struct cep_field *f = cep_wire_fields(m.type, &n);
+		const char *bad_field = NULL;
+		uint64_t bad_value = 0;
+
+		for (size_t i = 0; rc && i < n && !bad_field; i++)
+			if (cep_field_rule_broken(&m, &f[i]) != CEP_WIRE_ERR_OK) {
+				bad_field = f[i].name;
+				bad_value = cep_field_host_get(&m, &f[i]);
+			}
+		conns_add(&conns, frame, ns, w, &m, bad_field, bad_value);
+	} else if (out_mode == OUT_JSON)
 		print_json(frame, ns, w, &m);
 	else if (out_mode == OUT_VERBOSE)
 		print_verbose(frame, ns, w, &m);
@@ -294,325 +337,34 @@ static void dissect_bth(unsigned long frame, uint64_t ns, struct where *w,
 		print_line(frame, ns, w, &m);
 }
 
-/* GRH (or RoCEv1 / IPv6-shaped header) at @p: 40 bytes. */
-static int take_grh(struct where *w, const uint8_t *p)
-{
-	memcpy(w->sgid, p + 8, 16);
-	memcpy(w->dgid, p + 24, 16);
-	w->have_gid = 1;
-	return 40;
-}
-
-static void dissect_udp(unsigned long frame, uint64_t ns, struct where *w,
-			const uint8_t *p, size_t n)
-{
-	if (n < 8) {
-		bad(frame, "truncated UDP");
-		return;
-	}
-	if (rd16(p + 2) != 4791) {
-		n_other++;
-		return;
-	}
-	if (rd16(p + 4) >= 8 && rd16(p + 4) < n)
-		n = rd16(p + 4);      /* drop Ethernet padding */
-	dissect_bth(frame, ns, w, p + 8, n - 8, 4);
-}
-
-static void dissect_ethertype(unsigned long frame, uint64_t ns, unsigned type,
-			      const uint8_t *p, size_t n)
-{
-	struct where w;
-
-	memset(&w, 0, sizeof(w));
-	if (type == 0x8915) {          /* RoCEv1: GRH + BTH */
-		if (n < 40) {
-			bad(frame, "truncated RoCEv1 GRH");
-			return;
-		}
-		w.framing = "rocev1";
-		take_grh(&w, p);
-		dissect_bth(frame, ns, &w, p + 40, n - 40, 4);
-	} else if (type == 0x86dd) {
-		if (n < 40) {
-			bad(frame, "truncated IPv6");
-			return;
-		}
-		if (p[6] != 17) {
-			n_other++;
-			return;
-		}
-		w.framing = "rocev2-ipv6";
-		take_grh(&w, p);
-		if ((size_t)rd16(p + 4) + 40 < n)
-			n = rd16(p + 4) + 40u;
-		dissect_udp(frame, ns, &w, p + 40, n - 40);
-	} else if (type == 0x0800) {
-		size_t ihl;
-
-		if (n < 20 || (p[0] >> 4) != 4 || (ihl = (size_t)(p[0] & 15) * 4) < 20 || ihl > n) {
-			bad(frame, "truncated or bad IPv4");
-			return;
-		}
-		if (p[9] != 17) {
-			n_other++;
-			return;
-		}
-		w.framing = "rocev2-ipv4";
-		/* IPv4 addresses as IPv4-mapped GIDs, as RoCE defines them */
-		memset(w.sgid, 0, 16);
-		w.sgid[10] = w.sgid[11] = 0xff;
-		memcpy(w.dgid, w.sgid, 16);
-		memcpy(w.sgid + 12, p + 12, 4);
-		memcpy(w.dgid + 12, p + 16, 4);
-		w.have_gid = 1;
-		if (rd16(p + 2) >= ihl && rd16(p + 2) < n)
-			n = rd16(p + 2);
-		dissect_udp(frame, ns, &w, p + ihl, n - ihl);
-	} else {
-		n_other++;
-	}
-}
-
-static void dissect(unsigned long frame, uint64_t ns, uint32_t link, const uint8_t *p, size_t n)
-{
-	struct where w;
-	unsigned type;
-
-	switch (link) {
-	case 1:   /* Ethernet, with optional VLAN tags */
-		if (n < 14) {
-			bad(frame, "truncated Ethernet");
-			return;
-		}
-		type = rd16(p + 12);
-		p += 14, n -= 14;
-		while ((type == 0x8100 || type == 0x88a8) && n >= 4) {
-			type = rd16(p + 2);
-			p += 4, n -= 4;
-		}
-		dissect_ethertype(frame, ns, type, p, n);
-		return;
-	case 113: /* Linux cooked v1 */
-		if (n < 16) {
-			bad(frame, "truncated SLL");
-			return;
-		}
-		dissect_ethertype(frame, ns, rd16(p + 14), p + 16, n - 16);
-		return;
-	case 276: /* Linux cooked v2 */
-		if (n < 20) {
-			bad(frame, "truncated SLL2");
-			return;
-		}
-		dissect_ethertype(frame, ns, rd16(p), p + 20, n - 20);
-		return;
-	case 247: /* InfiniBand: LRH [GRH] BTH ... ICRC VCRC */
-		memset(&w, 0, sizeof(w));
-		if (n < 8) {
-			bad(frame, "truncated LRH");
-			return;
-		}
-		w.framing = "infiniband";
-		w.dlid = (uint16_t)rd16(p + 2);
-		w.slid = (uint16_t)rd16(p + 6);
-		w.have_lid = 1;
-		switch (p[1] & 3) {
-		case 2:
-			dissect_bth(frame, ns, &w, p + 8, n - 8, 6);
-			return;
-		case 3:
-			if (n < 48) {
-				bad(frame, "truncated GRH");
-				return;
-			}
-			take_grh(&w, p + 8);
-			dissect_bth(frame, ns, &w, p + 48, n - 48, 6);
-			return;
-		default:
-			n_other++;
-			return;
-		}
-	default:
-		n_other++;
-		return;
-	}
-}
-
-/* ---- capture files ------------------------------------------------------------ */
-
-static uint32_t get32(const uint8_t *p, int swap)
-{
-	return swap ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]
-		    : (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
-}
-
-static uint16_t get16(const uint8_t *p, int swap)
-{
-	return (uint16_t)(swap ? p[0] << 8 | p[1] : p[1] << 8 | p[0]);
-}
-
-#define MAX_REC (256 * 1024)
-
-static int read_pcap(FILE *in, const uint8_t *first4, const char *name)
-{
-	uint8_t h[24], rh[16];
-	static uint8_t buf[MAX_REC];
-	uint32_t magic = get32(first4, 0), link;
-	int swap = 0, nsec = 0;
-	unsigned long frame = 0;
-
-	memcpy(h, first4, 4);
-	if (fread(h + 4, 20, 1, in) != 1) {
-		fprintf(stderr, "cepdump: %s: truncated pcap header\n", name);
-		return 2;
-	}
-	if (magic == 0xd4c3b2a1u || magic == 0x4d3cb2a1u)
-		swap = 1;
-	nsec = (magic == 0xa1b23c4du || magic == 0x4d3cb2a1u);
-	link = get32(h + 20, swap) & 0xffff;
-	for (;;) {
-		uint32_t incl, orig;
-		uint64_t ns;
-		size_t got;
-
-		got = fread(rh, 1, 16, in);
-		if (got == 0)
-			break;
-		frame++;
-		n_frames++;
-		if (got < 16) {
-			bad(frame, "truncated record header at end of file");
-			break;
-		}
-		incl = get32(rh + 8, swap);
-		orig = get32(rh + 12, swap);
-		ns = (uint64_t)get32(rh, swap) * 1000000000u +
-		     (uint64_t)get32(rh + 4, swap) * (nsec ? 1u : 1000u);
-		if (incl > MAX_REC) {
-			bad(frame, "record length out of range; stopping");
-			break;
-		}
-		if (fread(buf, 1, incl, in) != incl) {
-			bad(frame, "truncated record at end of file");
-			break;
-		}
-		if (incl < orig) {
-			bad(frame, "packet cut by the snap length");
-			continue;
-		}
-		dissect(frame, ns, link, buf, incl);
-	}
-	return 0;
-}
-
-/* pcapng: section header, interface descriptions, enhanced and simple
- * packet blocks; every other block is skipped. Timestamps assume the
- * default microsecond resolution unless if_tsresol says otherwise. */
-static int read_pcapng(FILE *in, const uint8_t *first4, const char *name)
-{
-	static uint8_t blk[MAX_REC];
-	uint32_t links[64];
-	uint64_t tsdiv[64];
-	unsigned nif = 0;
-	int swap = 0;
-	unsigned long frame = 0;
-	uint8_t bh[8];
-
-	memcpy(bh, first4, 4);
-	for (int first = 1;; first = 0) {
-		uint32_t type, len;
-
-		if (!first) {
-			size_t got = fread(bh, 1, 8, in);
-
-			if (got == 0)
-				break;
-			if (got < 8) {
-				bad(frame + 1, "truncated pcapng block");
-				break;
-			}
-		} else if (fread(bh + 4, 4, 1, in) != 1) {
-			fprintf(stderr, "cepdump: %s: truncated pcapng header\n", name);
-			return 2;
-		}
-		type = get32(bh, swap);
-		if (type == 0x0a0d0d0a) {
-			uint8_t bom[4];
-
-			if (fread(bom, 4, 1, in) != 1)
-				break;
-			swap = get32(bom, 0) != 0x1a2b3c4d;
-			len = get32(bh + 4, swap);
-			if (len < 16 || len > MAX_REC || fread(blk, len - 12, 1, in) != 1) {
-				bad(frame + 1, "bad pcapng section header");
-				break;
-			}
-			nif = 0;
-			continue;
-		}
-		len = get32(bh + 4, swap);
-		if (len < 12 || len > MAX_REC || (len & 3) || fread(blk, len - 8, 1, in) != 1) {
-			bad(frame + 1, "bad pcapng block length; stopping");
-			break;
-		}
-		if (type == 1 && nif < 64) {            /* interface description */
-			uint64_t div = 1000000;
-			size_t o = 8;
-
-			links[nif] = get16(blk, swap);
-			while (o + 4 <= len - 12) {
-				unsigned code = get16(blk + o, swap), olen = get16(blk + o + 2, swap);
-
-				if (code == 0)
-					break;
-				if (code == 9 && olen == 1 && o + 5 <= len - 12) {
-					uint8_t r = blk[o + 4];
-					div = 1;
-					for (unsigned k = 0; k < (r & 0x7f) && k < 19; k++)
-						div *= (r & 0x80) ? 2 : 10;
-				}
-				o += 4 + ((olen + 3u) & ~3u);
-			}
-			tsdiv[nif++] = div;
-		} else if (type == 6 || type == 3) {     /* enhanced / simple packet */
-			uint32_t ifc = type == 6 ? get32(blk, swap) : 0;
-			uint32_t cap = type == 6 ? get32(blk + 12, swap) : len - 16;
-			const uint8_t *data = blk + (type == 6 ? 20 : 4);
-			uint64_t ts = 0, ns = 0;
-
-			frame++;
-			n_frames++;
-			if (ifc >= nif) {
-				bad(frame, "packet on an undeclared interface");
-				continue;
-			}
-			if (type == 3 && cap > get32(blk, swap))
-				cap = get32(blk, swap);
-			if ((size_t)(data - blk) + cap > len - 12) {
-				bad(frame, "packet block shorter than its data");
-				continue;
-			}
-			if (type == 6) {
-				ts = (uint64_t)get32(blk + 4, swap) << 32 | get32(blk + 8, swap);
-				ns = ts / tsdiv[ifc] * 1000000000u +
-				     ts % tsdiv[ifc] * 1000000000u / tsdiv[ifc];
-			}
-			dissect(frame, ns, links[ifc], data, cap);
-		}
-	}
-	return 0;
-}
-
 static void usage(FILE *o)
 {
 	fprintf(o,
-		"usage: cepdump [-v | --json] [-r] FILE|-\n"
-		"  Print the IB CM MADs of a pcap/pcapng capture (RoCEv2, RoCEv1,\n"
-		"  LINKTYPE_INFINIBAND, Linux cooked). '-' reads standard input.\n"
-		"  -v       every field of every MAD\n"
-		"  --json   one JSON object per MAD, keys are the spec's field names\n"
-		"  -q       no summary on stderr\n");
+		"usage: cepdump [-v | -j | --summary | --flow] [-q] [-r FILE | FILE]\n"
+		"Print the IB CM MADs of a pcap or pcapng capture (RoCEv2, RoCEv1, Linux\n"
+		"cooked, LINKTYPE_INFINIBAND), decoded and validated by libcep: one line\n"
+		"per MAD by default.\n"
+		"\n"
+		"  -r FILE, --read FILE  read FILE (as tcpdump -r does); the same as naming\n"
+		"                        FILE last; '-' reads standard input\n"
+		"  -v, --verbose         every field of every MAD, one per line\n"
+		"  -j, --json            one JSON object per MAD; keys are the spec's\n"
+		"                        field names; 64-bit fields (service IDs, GUIDs,\n"
+		"                        transaction IDs) are \"0x...\" strings\n"
+		"  --summary             the capture's problems first (rejected, timed out,\n"
+		"                        not established, retried connections, each with\n"
+		"                        why), then MADs per type with retries and\n"
+		"                        duplicates, REJ reasons by name and REQ->RTU setup\n"
+		"                        latency percentiles\n"
+		"  --flow                every connection and SIDR lookup as a ladder\n"
+		"                        between its two ports, one line per MAD, problems\n"
+		"                        first; with --summary, after it\n"
+		"  -q, --quiet           no closing counts (frames, MADs, bad, other) on\n"
+		"                        standard error\n"
+		"  -h, --help            this help\n"
+		"\n"
+		"Exit status: 0, or 2 when the file cannot be read, is not a capture, or\n"
+		"has no link type cepdump dissects; 2 also for a usage error.\n");
 }
 
 int main(int argc, char **argv)
@@ -621,55 +373,64 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "read", required_argument, NULL, 'r' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "flow", no_argument, NULL, OPT_FLOW },
+		{ "summary", no_argument, NULL, OPT_SUMMARY },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct dump_reader rd = { .fn = on_mad };
 	const char *path = NULL;
-	uint8_t first[4];
-	int c, rc, quiet = 0;
+	int c, rc, quiet = 0, views = 0, per_mad = 0;
 	FILE *in;
 
 	while ((c = getopt_long(argc, argv, "vjr:qh", opts, NULL)) != -1) {
 		switch (c) {
-		case 'v': out_mode = OUT_VERBOSE; break;
-		case 'j': out_mode = OUT_JSON; break;
+		case 'v': out_mode = OUT_VERBOSE; per_mad++; break;
+		case 'j': out_mode = OUT_JSON; per_mad++; break;
 		case 'r': path = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout); return 0;
+		case OPT_FLOW: views |= VIEW_FLOW; break;
+		case OPT_SUMMARY: views |= VIEW_SUMMARY; break;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (!path && optind < argc)
 		path = argv[optind++];
-	if (!path || optind < argc) {
+	if (!path || optind < argc || (views && per_mad)) {
+		if (views && per_mad)
+			fprintf(stderr, "cepdump: --flow and --summary do not mix with -v or --json\n");
 		usage(stderr);
 		return 2;
 	}
+	if (views)
+		out_mode = OUT_VIEWS;
 	in = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
 	if (!in) {
 		fprintf(stderr, "cepdump: %s: %s\n", path, strerror(errno));
 		return 2;
 	}
-	if (fread(first, 4, 1, in) != 1) {
-		fprintf(stderr, "cepdump: %s: empty or unreadable\n", path);
-		return 2;
-	}
-	switch (get32(first, 0)) {
-	case 0xa1b2c3d4u: case 0xd4c3b2a1u: case 0xa1b23c4du: case 0x4d3cb2a1u:
-		rc = read_pcap(in, first, path);
-		break;
-	case 0x0a0d0d0au:
-		rc = read_pcapng(in, first, path);
-		break;
-	default:
-		fprintf(stderr, "cepdump: %s: not a pcap or pcapng file\n", path);
-		rc = 2;
-	}
+	rd.name = path;
+	rc = dump_read(in, &rd);
 	if (in != stdin)
 		fclose(in);
+	if (rc == 0 && views) {
+		conns_finish(&conns);
+		if (views & VIEW_SUMMARY)
+			report_summary(&conns, &rd);
+		if (views == (VIEW_SUMMARY | VIEW_FLOW))
+			printf("\n");
+		if (views & VIEW_FLOW)
+			report_flow(&conns, &rd);
+	}
+	conns_free(&conns);
 	fflush(stdout);
-	if (!quiet && rc == 0)
+	if (!quiet && rc == 0 && rd.flagged)
+		fprintf(stderr, "cepdump: %lu frames, %lu CM MADs (%lu with invalid fields), "
+			"%lu bad, %lu other\n", rd.frames, rd.cm, rd.flagged, rd.bad, rd.other);
+	else if (!quiet && rc == 0)
 		fprintf(stderr, "cepdump: %lu frames, %lu CM MADs, %lu bad, %lu other\n",
-			n_frames, n_cm, n_bad, n_other);
+			rd.frames, rd.cm, rd.bad, rd.other);
 	return rc;
 }

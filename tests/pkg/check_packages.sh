@@ -1,0 +1,102 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The packages as a user gets them: build libcep0, libcep-dev and cep-utils
+# with dpkg-buildpackage (debian/, meson -Dtests=false), unpack them into a
+# scratch root (dpkg-deb -x, nothing installed on this machine), and from
+# that root only: build the quick-start examples the package ships with
+# pkg-config (PKG_CONFIG_SYSROOT_DIR), run them against the packaged
+# libcep.so.0, open `man cep_cm_connect`, run cepdump.
+# Usage: check_packages.sh SOURCE_ROOT WORK_DIR PROJECT_VERSION
+set -eu
+src=$1 work=$2 version=$3
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+rm -rf "$work"
+mkdir -p "$work/src" "$work/root"
+work=$(cd "$work" && pwd)
+root=$work/root
+
+# 1. The source as a clone would have it, plus uncommitted edits.
+if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	git -C "$src" ls-files -co --exclude-standard | while IFS= read -r f; do
+		[ -e "$src/$f" ] && printf '%s\n' "$f"
+	done | (cd "$src" && cpio -pdm --quiet "$work/src")
+else
+	tar -C "$src" --exclude='./build*' --exclude='./obj-*' -cf - . | tar -C "$work/src" -xf -
+fi
+[ "$(cd "$work/src" && dpkg-parsechangelog -S Version)" = "$version" ] ||
+	fail "debian/changelog is at $(cd "$work/src" && dpkg-parsechangelog -S Version), meson.build at $version"
+
+# 2. Build the binary packages.
+start=$(date +%s)
+if ! (cd "$work/src" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" \
+		dpkg-buildpackage -b -us -uc) >"$work/build.log" 2>&1; then
+	tail -40 "$work/build.log" >&2
+	fail "dpkg-buildpackage failed (log: $work/build.log)"
+fi
+echo "packages built in $(($(date +%s) - start)) s:"
+arch=$(dpkg --print-architecture)
+for p in libcep0 libcep-dev cep-utils; do
+	deb=$work/${p}_${version}_$arch.deb
+	[ -f "$deb" ] || fail "$p was not built"
+	echo "  $(basename "$deb"): $(dpkg-deb -f "$deb" Depends)"
+	dpkg-deb -x "$deb" "$root"
+done
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+libdir=$root/usr/lib/$multiarch
+
+# 3. What is installed, and what is not.
+for f in "$libdir/libcep.so.0" usr/include/cep/cep.h usr/include/cep/version.h \
+	 usr/bin/cepdump usr/share/man/man7/libcep.7.gz usr/share/man/man1/cepdump.1.gz \
+	 usr/share/man/man3/cep_cm_connect.3.gz usr/share/doc/libcep-dev/examples/hello_channel.c; do
+	case $f in /*) ;; *) f=$root/$f ;; esac
+	[ -e "$f" ] || fail "${f#"$root"} is not in any package"
+done
+for f in cep-storm cep-bench cep-stress; do
+	[ ! -e "$root/usr/bin/$f" ] || fail "$f is installed (demos need -Dinstall_demos=true)"
+done
+dpkg-deb -f "$work/libcep0_${version}_$arch.deb" Depends | grep -q liburcu ||
+	fail "libcep0 does not depend on liburcu"
+
+# 4. pkg-config from the scratch root: libcep's own flags only.
+export PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR="$libdir/pkgconfig"
+export PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1 PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
+cflags=$(pkg-config --cflags libcep)
+libs=$(pkg-config --libs libcep)
+echo "pkg-config --cflags libcep: $cflags"
+echo "pkg-config --libs libcep: $libs"
+[ "$(echo $cflags)" = "-I$root/usr/include" ] || fail "Cflags carry more than libcep's -I: $cflags"
+[ "$(pkg-config --modversion libcep)" = "$version" ] || fail "libcep.pc version"
+
+# 5. The quick start, built from the packaged examples against the root
+# only (-MD proves every <cep/...> header came from it) and run against the
+# packaged library.
+mkdir -p "$work/qs"
+for ex in hello_callback hello_channel; do
+	# shellcheck disable=SC2086
+	cc -std=c11 -Wall -Wextra -Werror -pedantic -MD -MF "$work/qs/$ex.d" $cflags \
+		"$root/usr/share/doc/libcep-dev/examples/$ex.c" $libs -o "$work/qs/$ex" ||
+		fail "$ex does not build against the packages"
+	if tr ' \\' '\n\n' <"$work/qs/$ex.d" | grep '/cep/' | grep -v "^$root/"; then
+		fail "$ex used libcep headers from outside the scratch root (above)"
+	fi
+	LD_LIBRARY_PATH=$libdir ldd "$work/qs/$ex" | grep -q "libcep.so.0 => $libdir/" ||
+		fail "$ex does not load the packaged libcep.so.0"
+	LD_LIBRARY_PATH=$libdir "$work/qs/$ex" >"$work/qs/$ex.out" 2>&1 ||
+		{ cat "$work/qs/$ex.out" >&2; fail "$ex failed against the packages"; }
+	echo "$ex: $(tail -1 "$work/qs/$ex.out")"
+done
+
+# 6. man cep_cm_connect, from the packaged pages.
+export MANPATH="$root/usr/share/man" MANWIDTH=80 LC_ALL=C.UTF-8
+page=$(man -w cep_cm_connect) || fail "man -w cep_cm_connect"
+case $page in "$root"/*) ;; *) fail "man cep_cm_connect found $page, not the package's" ;; esac
+man cep_cm_connect 2>&1 | grep -q 'int cep_cm_connect(struct cep_cm_id \*id' ||
+	fail "man cep_cm_connect does not show its synopsis"
+man 7 libcep | grep -q 'THREADING MODEL' || fail "man 7 libcep"
+man 1 cepdump | grep -q -- '--flow' || fail "man 1 cepdump"
+echo "man cep_cm_connect: $page -> $(man cep_cm_connect | head -1 | tr -s ' ')"
+
+# 7. The packaged tool runs.
+"$root/usr/bin/cepdump" --help >/dev/null || fail "cepdump --help"
+echo "packages OK"

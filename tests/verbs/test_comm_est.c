@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The verbs glue's path for IBV_EVENT_COMM_EST (cep_cm_qp_event): the
+ * passive QP received the peer's first packet but the RTU never arrived
+ * (the active side here never sends it: manual_rtu). Handing the QP's
+ * async event to the CM establishes the passive id, as the kernel's
+ * ib_cm_notify(IB_EVENT_COMM_EST) does: no REP retry, no REJ "timeout".
+ * No device needed: the event names the QP by its number.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include <cep/clock.h>
+#include <cep/cm.h>
+#include <cep/fabric.h>
+#include <cep/verbs.h>
+
+#include "../common/check.h"
+
+#define QA 0x1111
+#define QB 0x2222
+#define SID 0x77ull
+
+static atomic_int est_b, rep_a, rej_a, rep_err_b;
+static struct cep_cm_id *_Atomic passive;
+
+static int on_b(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	if (ev->type == CEP_CM_EV_REQ_RECEIVED) {
+		struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = QB };
+
+		CHECK_EQ(cep_cm_accept(id, &ap), 0);
+		atomic_store(&passive, id);
+	} else if (ev->type == CEP_CM_EV_ESTABLISHED) {
+		atomic_fetch_add(&est_b, 1);
+	} else if (ev->type == CEP_CM_EV_REP_ERROR) {
+		atomic_fetch_add(&rep_err_b, 1);
+	}
+	return 0;
+}
+
+static int on_a(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	(void)id;
+	if (ev->type == CEP_CM_EV_REP_RECEIVED)
+		atomic_fetch_add(&rep_a, 1); /* manual_rtu: never answered */
+	else if (ev->type == CEP_CM_EV_REJ_RECEIVED)
+		atomic_fetch_add(&rej_a, 1);
+	return 0;
+}
+
+int main(void)
+{
+	struct cep_clock *clk;
+	struct cep_fabric_attr fa = { .size = sizeof(fa), .seed = 1 };
+	struct cep_fabric *fab;
+	struct cep_transport *ta, *tb;
+	struct cep_cm *a, *b;
+	struct cep_cm_id *ida, *listener;
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = on_a };
+	struct cep_cm_id_attr ib = { .size = sizeof(ib), .handler = on_b };
+	struct cep_cm_conn_param p;
+
+	CHECK_EQ(cep_clock_create(0, &clk), 0);
+	fa.clock = clk;
+	CHECK_EQ(cep_fabric_create(&fa, &fab), 0);
+	for (int k = 0; k < 2; k++) {
+		struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = 0x100 + (uint64_t)k,
+						   .lid = (uint16_t)(k + 1), .port_num = 1,
+						   .link_layer = CEP_FABRIC_LINK_IB };
+		struct cep_cm_attr ca = { .size = sizeof(ca), .workers = 2, .clock = clk };
+
+		CHECK_EQ(cep_fabric_port_create(fab, &pa, k ? &tb : &ta), 0);
+		ca.transport = k ? tb : ta;
+		CHECK_EQ(cep_cm_create(&ca, k ? &b : &a), 0);
+	}
+	CHECK_EQ(cep_cm_qp_register(a, QA), 0);
+	CHECK_EQ(cep_cm_qp_register(b, QB), 0);
+	CHECK_EQ(cep_cm_create_id(b, &ib, &listener), 0);
+	CHECK_EQ(cep_cm_listen(listener, SID, ~0ull), 0);
+	CHECK_EQ(cep_cm_create_id(a, &ia, &ida), 0);
+	memset(&p, 0, sizeof(p));
+	p.size = sizeof(p);
+	p.service_id = SID;
+	p.qpn = QA;
+	p.remote_cm_response_timeout = 14;
+	p.local_cm_response_timeout = 14; /* B retries its REP every 68 ms */
+	p.packet_life_time = 8;
+	p.max_cm_retries = 3;
+	p.manual_rtu = 1;
+	p.primary.local_lid = 1;
+	p.primary.remote_lid = 2;
+	p.primary.subnet_local = 1;
+	CHECK_EQ(cep_cm_connect(ida, &p), 0);
+	CHECK_EQ(cep_clock_quiesce(clk, 5000), 0);
+	CHECK_EQ(atomic_load(&rep_a), 1);
+	CHECK(atomic_load(&passive) != NULL);
+	CHECK_EQ(cep_cm_id_state(atomic_load(&passive)), CEP_CM_REP_SENT);
+
+	/* The passive QP's async event, as ibv_get_async_event() gives it. */
+	struct ibv_qp qp;
+	struct ibv_async_event ev;
+
+	memset(&qp, 0, sizeof(qp));
+	memset(&ev, 0, sizeof(ev));
+	qp.qp_num = QB;
+	ev.element.qp = &qp;
+	ev.event_type = IBV_EVENT_COMM_EST;
+	CHECK_EQ(cep_cm_qp_event(b, &ev), 0);
+	CHECK_EQ(cep_clock_quiesce(clk, 5000), 0);
+	CHECK_EQ(cep_cm_id_state(atomic_load(&passive)), CEP_CM_ESTABLISHED);
+	CHECK_EQ(atomic_load(&est_b), 1);
+	/* other QPs, other events */
+	qp.qp_num = 0x3333;
+	CHECK_EQ(cep_cm_qp_event(b, &ev), -ENOENT);
+	ev.event_type = IBV_EVENT_QP_FATAL;
+	CHECK_EQ(cep_cm_qp_event(b, &ev), -EOPNOTSUPP);
+	CHECK_EQ(cep_cm_qp_event(NULL, &ev), -EINVAL);
+	/* past every REP retry: nothing more, no REJ to A */
+	for (int i = 0; i < 10; i++) {
+		CHECK_EQ(cep_clock_advance_ns(clk, 70000000ull), 0);
+		CHECK_EQ(cep_clock_quiesce(clk, 5000), 0);
+	}
+	CHECK_EQ(atomic_load(&rep_err_b), 0);
+	CHECK_EQ(atomic_load(&rej_a), 0);
+	CHECK_EQ(atomic_load(&rep_a), 1);
+	CHECK_EQ(cep_cm_id_state(atomic_load(&passive)), CEP_CM_ESTABLISHED);
+
+	CHECK_EQ(cep_cm_destroy(a), 0);
+	CHECK_EQ(cep_cm_destroy(b), 0);
+	ta->ops->destroy(ta);
+	tb->ops->destroy(tb);
+	CHECK_EQ(cep_fabric_destroy(fab), 0);
+	CHECK_EQ(cep_clock_destroy(clk), 0);
+	return check_done("cm-comm-est-verbs");
+}
