@@ -11,6 +11,7 @@
  *                               QP to RTR and RTS and the RTU sent
  *   REP received, no QP      -> CONNECT_RESPONSE (rdma_establish sends RTU)
  *   RTU received             -> ESTABLISHED (passive)
+ *   rdma_notify(COMM_EST)    -> ESTABLISHED (passive, before the RTU)
  *   REJ received             -> REJECTED, status = reason, QP to ERR
  *   REQ/REP/SIDR_REQ timeout -> UNREACHABLE, status -ETIMEDOUT
  *   DREQ or DREP received    -> DISCONNECTED (once); DREQ timeout: -ETIMEDOUT
@@ -583,10 +584,12 @@ RCM_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	ret = -rcm_qp_error(r->id.qp);
 	if (ret)
 		goto out;
-	/* Start the disconnect, or answer the peer's (kernel rdma_disconnect:
-	 * DREQ, else DREP, and 0 either way). */
-	if (r->id.qp_type != IBV_QPT_UD && cep_cm_disconnect(r->cep, NULL, 0))
-		cep_cm_drep(r->cep, NULL, 0);
+	/* Start the disconnect, or answer the peer's DREQ with a DREP: both
+	 * are cep_cm_disconnect's (0 also when already disconnecting). Its
+	 * -EINVAL before the connection is up is ignored, as the kernel's
+	 * rdma_disconnect ignores ib_send_cm_dreq's and ib_send_cm_drep's. */
+	if (r->id.qp_type != IBV_QPT_UD)
+		(void)cep_cm_disconnect(r->cep, NULL, 0);
 out:
 	pthread_mutex_unlock(&r->mtx);
 	return ret ? rcm_err(-ret) : rcm_complete(r);
@@ -595,19 +598,22 @@ out:
 RCM_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
 	struct rcm_id *r;
-	enum cep_cm_state st;
+	int ret;
 
 	if (!id)
 		return rcm_err(EINVAL);
 	r = rcm_id_of(id);
+	/* The kernel's rdma_notify -> ib_cm_notify: COMM_EST establishes a
+	 * passive connection whose RTU has not come (ESTABLISHED follows as
+	 * an event; a later RTU is a duplicate); PATH_MIG needs alternate
+	 * paths, which RoCE has not. */
 	if (event != IBV_EVENT_COMM_EST)
 		return rcm_err(event == IBV_EVENT_PATH_MIG ? ENOSYS : EINVAL);
 	pthread_mutex_lock(&r->mtx);
-	st = r->cep ? cep_cm_id_state(r->cep) : CEP_CM_IDLE;
+	ret = r->cep && r->id.qp_type != IBV_QPT_UD ? cep_cm_notify_established(r->cep) :
+						       -EINVAL;
 	pthread_mutex_unlock(&r->mtx);
-	if (st == CEP_CM_REP_SENT || st == CEP_CM_MRA_REP_RCVD)
-		return rcm_err(ENOSYS); /* needs libcep's ib_cm_notify (issue 10 item 10) */
-	return rcm_err(st == CEP_CM_ESTABLISHED ? EISCONN : EINVAL);
+	return ret ? rcm_err(-ret) : 0;
 }
 
 /* ---- libcep events -> rdma_cm events -------------------------------------- */
@@ -811,6 +817,7 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 		break;
 	}
 	case CEP_CM_EV_RTU_RECEIVED:
+	case CEP_CM_EV_ESTABLISHED: /* rdma_notify(COMM_EST): passive only (manual_rtu) */
 		e = rcm_event_new(r, RDMA_CM_EVENT_ESTABLISHED, 0);
 		break;
 	case CEP_CM_EV_REJ_RECEIVED:

@@ -9,14 +9,17 @@
  *
  *   rdmacm-probe SELF_IPV4 PEER_IPV4
  *   rdmacm-probe SELF_IPV4 PEER_IPV4 reject-server|reject-client
+ *   rdmacm-probe SELF_IPV4 PEER_IPV4 notify-server|notify-client
  *
  * The first form needs no peer process: nothing there connects; its exit
  * is 0 unless a call needed to go on failed (the comparison is the test).
  * The second is one rejected connection with private data both ways
  * (rdma_reject): the server prints the request's private data and rejects
  * with its own, the client prints the REJECTED event; each exits 0 only if
- * it saw what the other sent. CEP_RDMACM_READY or the kernel's listener
- * tells the client when to start.
+ * it saw what the other sent. The third is one connection established by
+ * rdma_notify(IBV_EVENT_COMM_EST) before its RTU (notify_pair). For both
+ * pairs CEP_RDMACM_READY or the kernel's listener tells the client when to
+ * start.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -281,6 +284,114 @@ static int reject_pair(int server)
 	return ok ? 0 : 1;
 }
 
+#define NOTIFY_PORT 7481
+
+/* The next event on @ch within @ms, printed as "LABEL: TYPE status N"; NULL
+ * (printed "none") if none came. */
+static struct rdma_cm_event *wait_event(const char *label, struct rdma_event_channel *ch, int ms)
+{
+	struct pollfd pf = { .fd = ch->fd, .events = POLLIN };
+	struct rdma_cm_event *ev;
+
+	if (poll(&pf, 1, ms) != 1 || rdma_get_cm_event(ch, &ev)) {
+		printf("%s: none\n", label);
+		return NULL;
+	}
+	printf("%s: %s status %d\n", label, rdma_event_str(ev->event), ev->status);
+	return ev;
+}
+
+/* One connection established by rdma_notify(IBV_EVENT_COMM_EST) before its
+ * RTU (the kernel's ib_cm_notify, cm_establish): the client's id has no QP,
+ * so its RTU leaves only when it calls rdma_establish, 3 s after the
+ * CONNECT_RESPONSE. The server, right after rdma_accept: rdma_notify -> 0,
+ * ESTABLISHED; rdma_notify again -> EISCONN; the late RTU is a duplicate
+ * (no second ESTABLISHED), so its next event is the client's DISCONNECTED. */
+static int notify_pair(int server)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_conn_param p = { .responder_resources = 1, .initiator_depth = 1,
+				     .retry_count = 7, .rnr_retry_count = 7 };
+	struct ibv_qp_init_attr qa = { .cap = { 1, 1, 1, 1, 0 }, .qp_type = IBV_QPT_RC };
+	struct sockaddr_in a = sin4(server ? self_ip : peer_ip, NOTIFY_PORT);
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	int ok = 0;
+
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		return 1;
+	if (server) {
+		struct rdma_cm_id *c;
+
+		if (rdma_bind_addr(id, (struct sockaddr *)&a) || rdma_listen(id, 1) ||
+		    rdma_get_cm_event(ch, &ev))
+			return 1;
+		printf("server: %s\n", rdma_event_str(ev->event));
+		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
+			return 1;
+		c = ev->id;
+		rdma_ack_cm_event(ev);
+		if (rdma_create_qp(c, NULL, &qa) || R("server accept", rdma_accept(c, &p)))
+			return 1;
+		ok = R("server notify", rdma_notify(c, IBV_EVENT_COMM_EST)) == 0;
+		ev = wait_event("server event", ch, 2000);
+		ok = ok && ev && ev->event == RDMA_CM_EVENT_ESTABLISHED;
+		if (ev)
+			rdma_ack_cm_event(ev);
+		ok = R("server notify again", rdma_notify(c, IBV_EVENT_COMM_EST)) == -1 &&
+		     errno == EISCONN && ok;
+		ev = wait_event("server event", ch, 30000);
+		ok = ok && ev && ev->event == RDMA_CM_EVENT_DISCONNECTED;
+		if (ev)
+			rdma_ack_cm_event(ev);
+		R("server disconnect", rdma_disconnect(c));
+		rdma_destroy_qp(c);
+		rdma_destroy_id(c);
+	} else {
+		struct ibv_pd *pd = NULL;
+		struct ibv_cq *cq = NULL;
+		struct ibv_qp *qp = NULL;
+
+		if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) ||
+		    rdma_get_cm_event(ch, &ev))
+			return 1;
+		rdma_ack_cm_event(ev);
+		if (rdma_resolve_route(id, 2000) || rdma_get_cm_event(ch, &ev))
+			return 1;
+		rdma_ack_cm_event(ev);
+		/* The application's own QP, not the id's: rdma_connect leaves
+		 * the RTU to rdma_establish. */
+		pd = ibv_alloc_pd(id->verbs);
+		cq = ibv_create_cq(id->verbs, 2, NULL, NULL, 0);
+		qa.send_cq = qa.recv_cq = cq;
+		qp = pd && cq ? ibv_create_qp(pd, &qa) : NULL;
+		if (!qp)
+			return 1;
+		p.qp_num = qp->qp_num;
+		if (R("client connect", rdma_connect(id, &p)))
+			return 1;
+		ev = wait_event("client event", ch, 30000);
+		ok = ev && ev->event == RDMA_CM_EVENT_CONNECT_RESPONSE;
+		if (ev)
+			rdma_ack_cm_event(ev);
+		sleep(3);
+		ok = R("client establish", rdma_establish(id)) == 0 && ok;
+		sleep(1);
+		ok = R("client disconnect", rdma_disconnect(id)) == 0 && ok;
+		ev = wait_event("client event", ch, 30000);
+		ok = ok && ev && ev->event == RDMA_CM_EVENT_DISCONNECTED;
+		if (ev)
+			rdma_ack_cm_event(ev);
+		ibv_destroy_qp(qp);
+		ibv_destroy_cq(cq);
+		ibv_dealloc_pd(pd);
+	}
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	printf("%s: %s\n", server ? "server" : "client", ok ? "ok" : "FAILED");
+	return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch, *ch2;
@@ -293,13 +404,15 @@ int main(int argc, char **argv)
 	uint8_t tos = 32, u8 = 14;
 
 	if (argc != 3 && argc != 4) {
-		fprintf(stderr, "usage: %s SELF_IPV4 PEER_IPV4 [reject-server|reject-client]\n",
+		fprintf(stderr, "usage: %s SELF_IPV4 PEER_IPV4 [reject-server|reject-client|notify-server|notify-client]\n",
 			argv[0]);
 		return 2;
 	}
 	self_ip = argv[1];
 	peer_ip = argv[2];
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 4 && !strncmp(argv[3], "notify-", 7))
+		return notify_pair(!strcmp(argv[3], "notify-server"));
 	if (argc == 4)
 		return reject_pair(!strcmp(argv[3], "reject-server"));
 

@@ -11,7 +11,9 @@
 #   kclient  a serves on libcep, b connects on the kernel CM
 # At the start of kserver both guests run rdmacm-probe (b on the kernel, a
 # on libcep) and a compares the two outputs line by line; "reject" is
-# rdmacm-probe's rejected connection (rdma_reject, private data both ways).
+# rdmacm-probe's rejected connection (rdma_reject, private data both ways),
+# "notify" its connection established by rdma_notify(IBV_EVENT_COMM_EST)
+# before the RTU (rdma_establish 3 s later).
 # Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
 # [cmtime connections].
 # Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
@@ -22,8 +24,8 @@ set -u
 wrap=$1
 probe=$2
 phases=${3:-"libcep kserver kclient"}
-progs=${4:-"rping rpingq rping6 ucmatose udaddy rdmaserver cmtime reject"}
-[ "$probe" = - ] && progs=$(echo "$progs" | sed 's/reject//')
+progs=${4:-"rping rpingq rping6 ucmatose udaddy rdmaserver cmtime reject notify"}
+[ "$probe" = - ] && progs=$(echo "$progs" | sed 's/reject//; s/notify//')
 cmtime_n=${5:-100}
 # cmtime: one RC QP and two completion channels per connection.
 ulimit -n 65536 2>/dev/null || true
@@ -53,6 +55,7 @@ server_cmd() {
 	rdmaserver) echo "rdma_server";;
 	cmtime) echo "cmtime";;
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-server";;
+	notify) echo "$probe $GB_IP $GB_PEER_IP notify-server";;
 	esac
 }
 
@@ -66,11 +69,12 @@ client_cmd() {
 	rdmaserver) echo "rdma_client -s $GB_PEER_IP";;
 	cmtime) echo "cmtime -s $GB_PEER_IP -c $cmtime_n";;
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-client";;
+	notify) echo "$probe $GB_IP $GB_PEER_IP notify-client";;
 	esac
 }
 
 port_of() {
-	case $1 in rping*|udaddy) echo 7174;; reject) echo 7480;; *) echo 7471;; esac
+	case $1 in rping*|udaddy) echo 7174;; reject) echo 7480;; notify) echo 7481;; *) echo 7471;; esac
 }
 
 # check ROLE PROG OUTPUT RC: the program's own verdict.
@@ -96,6 +100,8 @@ check() {
 	server-cmtime) [ "$(n 'error\|failure\|failing')" = 0 ] || ok=0;;
 	server-reject) [ "$(n '^server: ok$')" = 1 ] || ok=0;;
 	client-reject) [ "$(n '^client: ok$')" = 1 ] || ok=0;;
+	server-notify) [ "$(n '^server: ok$')" = 1 ] || ok=0;;
+	client-notify) [ "$(n '^client: ok$')" = 1 ] || ok=0;;
 	esac
 	if [ $ok = 1 ]; then
 		echo "PASS $role $prog (exit $rc)"
