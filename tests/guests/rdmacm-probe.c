@@ -220,6 +220,20 @@ static void probe_getaddrinfo(void)
 #define HELLO "hello from the client"
 #define NO "no thanks"
 
+/* A client's address and route to @a, each event taken; 0 or -1. */
+static int resolve(struct rdma_cm_id *id, struct rdma_event_channel *ch, struct sockaddr_in *a)
+{
+	struct rdma_cm_event *ev;
+
+	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)a, 2000) || rdma_get_cm_event(ch, &ev))
+		return -1;
+	rdma_ack_cm_event(ev);
+	if (rdma_resolve_route(id, 2000) || rdma_get_cm_event(ch, &ev))
+		return -1;
+	rdma_ack_cm_event(ev);
+	return 0;
+}
+
 /* One connection request, rejected with private data. */
 static int reject_pair(int server)
 {
@@ -257,13 +271,8 @@ static int reject_pair(int server)
 					     .retry_count = 7, .rnr_retry_count = 7 };
 		struct ibv_qp_init_attr qa = { .cap = { 1, 1, 1, 1, 0 }, .qp_type = IBV_QPT_RC };
 
-		if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) ||
-		    rdma_get_cm_event(ch, &ev))
+		if (resolve(id, ch, &a))
 			return 1;
-		rdma_ack_cm_event(ev);
-		if (rdma_resolve_route(id, 2000) || rdma_get_cm_event(ch, &ev))
-			return 1;
-		rdma_ack_cm_event(ev);
 		if (rdma_create_qp(id, NULL, &qa) || rdma_connect(id, &p) ||
 		    rdma_get_cm_event(ch, &ev))
 			return 1;
@@ -352,13 +361,8 @@ static int notify_pair(int server)
 		struct ibv_cq *cq = NULL;
 		struct ibv_qp *qp = NULL;
 
-		if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) ||
-		    rdma_get_cm_event(ch, &ev))
+		if (resolve(id, ch, &a))
 			return 1;
-		rdma_ack_cm_event(ev);
-		if (rdma_resolve_route(id, 2000) || rdma_get_cm_event(ch, &ev))
-			return 1;
-		rdma_ack_cm_event(ev);
 		/* The application's own QP, not the id's: rdma_connect leaves
 		 * the RTU to rdma_establish. */
 		pd = ibv_alloc_pd(id->verbs);
