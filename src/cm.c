@@ -430,8 +430,10 @@ void cm_enter_timewait(struct cep_cm_id *id)
 	cm_set_state(id, CEP_CM_TIMEWAIT);
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
-	/* twice the path's ACK timeout: every packet of the connection dies */
-	cm_set_timer(id, TK_TIMEWAIT, 2 * cm_ms(id->path_timeout));
+	/* The path's ACK timeout (2 x packet life + the peer's ACK delay,
+	 * clamped): every packet of the connection has died by then. The
+	 * kernel's cm_enter_timewait waits the same (av.timeout). */
+	cm_set_timer(id, TK_TIMEWAIT, cm_ms(id->path_timeout));
 }
 
 /* Lock held: ESTABLISHED -> DREQ_SENT. */
