@@ -147,7 +147,14 @@ static int req_path_bad(struct cep_cm *cm, unsigned w, const struct cep_req *rq,
 		r.u.rej.ari[0] = (uint8_t)(port->lid >> 8);
 		r.u.rej.ari[1] = (uint8_t)port->lid;
 		r.u.rej.reject_info_length = 2;
-	} else if (port->link_layer == 2 && memcmp(pp->remote_gid, port->gid, 16)) {
+	} else if (port->link_layer == 2 && memcmp(pp->remote_gid, port->gid, 16) &&
+		   !(from->grh_present && from->gid_index != port->gid_index)) {
+		/* A RoCE port has a GID per IP address. A REQ that arrived on
+		 * another of them (umad reports the local GID index a MAD was
+		 * addressed to) passed the NIC's address filter, and this CM
+		 * knows the value of its own GID only: it is checked against
+		 * that one alone (the kernel's cm_init_av_by_path accepts any
+		 * GID of the port; librdmacm on libcep serves IPv4 and IPv6). */
 		r.u.rej.reason = CEP_REJ_INVALID_GID;
 		memcpy(r.u.rej.ari, port->gid, 16);
 		r.u.rej.reject_info_length = 16;
