@@ -430,8 +430,10 @@ void cm_enter_timewait(struct cep_cm_id *id)
 	cm_set_state(id, CEP_CM_TIMEWAIT);
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
-	/* twice the path's ACK timeout: every packet of the connection dies */
-	cm_set_timer(id, TK_TIMEWAIT, 2 * cm_ms(id->path_timeout));
+	/* The path's ACK timeout (2 x packet life + the peer's ACK delay,
+	 * clamped): every packet of the connection has died by then. The
+	 * kernel's cm_enter_timewait waits the same (av.timeout). */
+	cm_set_timer(id, TK_TIMEWAIT, cm_ms(id->path_timeout));
 }
 
 /* Lock held: ESTABLISHED -> DREQ_SENT. */
@@ -1192,6 +1194,12 @@ static void drop_user_refs(struct cep_cm *cm)
 			id->flags |= F_USER_GONE;
 			if (id->listener)
 				half_open_end(id);
+			/* No DESTROYED will be acked: the id stops using its
+			 * channel now, or the channel stays -EBUSY for ever. */
+			if (user && (id->flags & F_CHANNEL_USER)) {
+				id->flags &= (uint8_t)~F_CHANNEL_USER;
+				atomic_fetch_sub(&id->channel->users, 1);
+			}
 			pthread_mutex_unlock(&id->lock);
 			if (user)
 				cm_id_put(id);

@@ -118,13 +118,16 @@ void cm_listener_release(struct cep_cm_id *lid)
 }
 
 /* The REQ's primary path must lead to this port, as the kernel's
- * cm_init_av_by_path requires: its remote port LID (IB, subnet local) and
- * GID (RoCE) must be ours, its MTU at most ours. Else REJ with the
- * acceptable value in the ARI (IBTA table 109): 13 our LID, 12 our GID
- * (the one this CM sends from: libcep serves one GID per port), 26 our
- * active MTU in the high nibble. 1 if rejected. */
+ * cm_init_av_by_path requires: its P_Key ours (the port's P_Key at index
+ * 0, membership bit aside: libcep serves one partition per port), its
+ * remote port LID (IB, subnet local) and GID (RoCE) ours, its MTU at most
+ * ours. Else REJ with the acceptable value in the ARI (IBTA table 109): 12
+ * our GID for the P_Key (as the kernel) and the GID (the one this CM sends
+ * from: one GID per port), 13 our LID, 26 our active MTU in the high
+ * nibble. Like every REJ of a REQ that leaves no id behind, it names no
+ * local comm ID (0, as the kernel's cm_issue_rej). 1 if rejected. */
 static int req_path_bad(struct cep_cm *cm, unsigned w, const struct cep_req *rq,
-			const struct cep_mad_addr *from, uint64_t tid, uint32_t local)
+			const struct cep_mad_addr *from, uint64_t tid)
 {
 	const struct cep_port_info *port = &cm->port;
 	const struct cep_path *pp = &rq->primary;
@@ -132,13 +135,26 @@ static int req_path_bad(struct cep_cm *cm, unsigned w, const struct cep_req *rq,
 	struct cep_msg r;
 
 	cep_msg_init(&r, CEP_MSG_REJ, tid);
-	if (port->link_layer == 1 && pp->subnet_local && pp->remote_lid != port->lid &&
+	if (port->pkey && ((rq->partition_key ^ port->pkey) & 0x7fff)) {
+		/* not our partition: the kernel's P_Key lookup in
+		 * cm_init_av_by_path fails and it rejects with 12 too */
+		r.u.rej.reason = CEP_REJ_INVALID_GID;
+		memcpy(r.u.rej.ari, port->gid, 16);
+		r.u.rej.reject_info_length = 16;
+	} else if (port->link_layer == 1 && pp->subnet_local && pp->remote_lid != port->lid &&
 	    pp->remote_lid != 0xffff) { /* permissive: routed, the kernel's workaround */
 		r.u.rej.reason = CEP_REJ_INVALID_LID;
 		r.u.rej.ari[0] = (uint8_t)(port->lid >> 8);
 		r.u.rej.ari[1] = (uint8_t)port->lid;
 		r.u.rej.reject_info_length = 2;
-	} else if (port->link_layer == 2 && memcmp(pp->remote_gid, port->gid, 16)) {
+	} else if (port->link_layer == 2 && memcmp(pp->remote_gid, port->gid, 16) &&
+		   !(from->grh_present && from->gid_index != port->gid_index)) {
+		/* A RoCE port has a GID per IP address. A REQ that arrived on
+		 * another of them (umad reports the local GID index a MAD was
+		 * addressed to) passed the NIC's address filter, and this CM
+		 * knows the value of its own GID only: it is checked against
+		 * that one alone (the kernel's cm_init_av_by_path accepts any
+		 * GID of the port; librdmacm on libcep serves IPv4 and IPv6). */
 		r.u.rej.reason = CEP_REJ_INVALID_GID;
 		memcpy(r.u.rej.ari, port->gid, 16);
 		r.u.rej.reject_info_length = 16;
@@ -150,7 +166,6 @@ static int req_path_bad(struct cep_cm *cm, unsigned w, const struct cep_req *rq,
 	} else {
 		return 0;
 	}
-	r.u.rej.local_comm_id = local;
 	r.u.rej.remote_comm_id = rq->local_comm_id;
 	r.u.rej.message_rejected = CEP_MSG_CODE_REQ;
 	cm_send_raw(cm, w, &r, &to, NULL);
@@ -195,7 +210,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	 * nobody listens for its service any more. */
 	ret = cep_insert_remote_qpn(id->cep, rq->local_qpn, rq->local_ca_guid, &existing);
 	if (ret) {
-		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
+		cm_reply_rej(cm, w, from, m->hdr.tid, 0, rq->local_comm_id,
 			  ret == -EEXIST ? CEP_REJ_STALE_CONN : CEP_REJ_NO_RESOURCES,
 			  CEP_MSG_CODE_REQ);
 		cm_discard_id(id);
@@ -206,13 +221,13 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	if (cep_lookup_listener(cm->table, rq->service_id, &lcep)) {
-		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
+		cm_reply_rej(cm, w, from, m->hdr.tid, 0, rq->local_comm_id,
 			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
 		cm_discard_id(id);
 		return;
 	}
 	lid = cep_context(lcep);
-	if (req_path_bad(cm, w, rq, from, m->hdr.tid, cep_local_comm_id(id->cep))) {
+	if (req_path_bad(cm, w, rq, from, m->hdr.tid)) {
 		cm_discard_id(id);
 		cep_put(lcep);
 		return;
@@ -227,7 +242,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	if (ret) {
-		cm_reply_rej(cm, w, from, m->hdr.tid, cep_local_comm_id(id->cep), rq->local_comm_id,
+		cm_reply_rej(cm, w, from, m->hdr.tid, 0, rq->local_comm_id,
 			  CEP_REJ_INVALID_SERVICE_ID, CEP_MSG_CODE_REQ);
 		cm_discard_id(id);
 		cep_put(lcep);
@@ -375,7 +390,7 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->remote_qpn = rp->local_qpn;
 	id->remote_ca_guid = rp->local_ca_guid;
 	/* The path's ACK timeout now includes the peer's ACK delay (kernel
-	 * cm_rep_handler): timewait is twice it. */
+	 * cm_rep_handler): timewait lasts one of it. */
 	id->path_timeout = cep_qp_ack_timeout((uint8_t)cm_peer_t(rp->target_ack_delay),
 					      id->pkt_life);
 	cm_free_retry(id);
@@ -860,7 +875,9 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	 * address vector's timeout is packet life + 1) */
 	id->path_timeout = (uint8_t)(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);
 	id->max_retries = id->retries_left = p->max_cm_retries;
-	id->flags = (uint8_t)((id->flags & ~F_MANUAL_RTU) | (p->manual_rtu ? F_MANUAL_RTU : 0));
+	id->flags = (uint8_t)((id->flags & ~(F_MANUAL_RTU | F_MANUAL_DREP)) |
+			      (p->manual_rtu ? F_MANUAL_RTU : 0) |
+			      (p->manual_drep ? F_MANUAL_DREP : 0));
 	ret = cm_send_msg(id, &m, 1);
 	if (ret) {
 		cep_unbind(id->cep);

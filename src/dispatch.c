@@ -52,6 +52,7 @@ struct worker {
 	_Atomic uint64_t done;             /* items out (quiesce) */
 	_Atomic int in_timers;             /* firing timers now (quiesce) */
 	_Atomic uint64_t st_mads, st_works, st_timers, st_sleeps;
+	_Atomic uint64_t st_armed;         /* wheel.armed after the last item */
 	pthread_mutex_t mtx;
 	pthread_cond_t cv;
 	int wake;                          /* under mtx */
@@ -142,6 +143,15 @@ void cep_dispatch_post_work(struct cep_dispatch *d, unsigned wi, struct cep_work
 	wake_worker(w);
 }
 
+/* Worker: publish the wheel's armed count for cep_dispatch_stats before
+ * the item that changed it counts as done, so it is exact once quiesce
+ * returns. Relaxed: a monitoring figure; quiesce's acquire of done orders
+ * it for a reader that quiesced first. */
+static void note_armed(struct worker *w)
+{
+	atomic_store_explicit(&w->st_armed, w->wheel.armed, memory_order_relaxed);
+}
+
 static size_t drain_ring(struct worker *w, size_t budget)
 {
 	size_t n = 0;
@@ -159,6 +169,7 @@ static size_t drain_ring(struct worker *w, size_t budget)
 		n++;
 	}
 	if (n) {
+		note_armed(w); /* once per batch, before the batch counts as done */
 		/* release: the batch's processing before quiesce sees it done */
 		atomic_fetch_add_explicit(&w->done, n, memory_order_release);
 		atomic_fetch_add_explicit(&w->st_mads, n, memory_order_relaxed);
@@ -185,6 +196,7 @@ static size_t drain_works(struct worker *w)
 
 		/* The node may be re-posted by fn (or after it): read next first. */
 		rev->fn(rev);
+		note_armed(w);
 		rev = next;
 		n++;
 		atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
@@ -206,6 +218,7 @@ static size_t run_wheel(struct worker *w)
 	 * timers it covers, not neither. */
 	atomic_store_explicit(&w->in_timers, 1, memory_order_seq_cst);
 	f = cep_wheel_run(&w->wheel, w->now);
+	note_armed(w);
 	atomic_store_explicit(&w->in_timers, 0, memory_order_seq_cst);
 	if (f)
 		atomic_fetch_add_explicit(&w->st_timers, f, memory_order_relaxed);
@@ -523,5 +536,6 @@ void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st)
 		st->full += atomic_load_explicit(&w->st_full, memory_order_relaxed);
 		st->timers += atomic_load_explicit(&w->st_timers, memory_order_relaxed);
 		st->sleeps += atomic_load_explicit(&w->st_sleeps, memory_order_relaxed);
+		st->armed += atomic_load_explicit(&w->st_armed, memory_order_relaxed);
 	}
 }

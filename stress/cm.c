@@ -85,6 +85,8 @@ struct cm_run {
 
 static struct cm_run *cur; /* the running scenario, for callbacks */
 
+void (*stress_cm_observer)(struct cep_cm *a, struct cep_cm *b);
+
 static struct ticket *ticket_new(struct cm_run *r, int side)
 {
 	unsigned i = atomic_fetch_add(&r->nt, 1);
@@ -726,6 +728,8 @@ static int run_cm(const char *name, const struct stress_opts *o, const struct mi
 		stress_fail(name, "listen");
 		return -1;
 	}
+	if (stress_cm_observer)
+		stress_cm_observer(r->a, r->b);
 	end = stress_now() + o->duration;
 	do {
 		uint64_t req_before = atomic_load(&r->raw_req_received);
@@ -773,6 +777,8 @@ static int run_cm(const char *name, const struct stress_opts *o, const struct mi
 		       (uint64_t)r->rejected, (uint64_t)r->timeouts, (uint64_t)r->req_received,
 		       (uint64_t)r->accepts_failed, (uint64_t)r->qp_destroys,
 		       (uint64_t)r->id_destroys);
+	if (stress_cm_observer)
+		stress_cm_observer(NULL, NULL);
 	if (cep_cm_destroy_id_sync(r->listener))
 		stress_fail(name, "listener destroy");
 	if (cep_cm_destroy(r->a) || cep_cm_destroy(r->b)) {

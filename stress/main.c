@@ -5,7 +5,6 @@
  * invariant was violated (sanitizer reports end the process on their own).
  * Usage: cep-stress [--threads N] [--duration S] [--seed X] [--keep-going] [--list] [names...]
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,48 +14,11 @@
 
 #include "stress.h"
 
-static atomic_int failures;
-static _Atomic uint64_t progress;
 static double watchdog_s = 60;
-static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void stress_fail(const char *scenario, const char *fmt, ...)
-{
-	va_list ap;
-
-	/* Print the first few only; count them all. */
-	if (atomic_fetch_add(&failures, 1) >= 20)
-		return;
-	pthread_mutex_lock(&fail_lock);
-	fprintf(stderr, "VIOLATION [%s]: ", scenario);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	pthread_mutex_unlock(&fail_lock);
-}
-
-int stress_failures(void)
-{
-	return atomic_load(&failures);
-}
-
-double stress_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-void stress_progress(void)
-{
-	atomic_fetch_add_explicit(&progress, 1, memory_order_relaxed);
-}
 
 static void *watchdog(void *arg)
 {
-	uint64_t last = atomic_load(&progress);
+	uint64_t last = stress_progress_count();
 	double since = stress_now();
 
 	(void)arg;
@@ -65,7 +27,7 @@ static void *watchdog(void *arg)
 		uint64_t now;
 
 		nanosleep(&ts, NULL);
-		now = atomic_load(&progress);
+		now = stress_progress_count();
 		if (now != last) {
 			last = now;
 			since = stress_now();

@@ -2,7 +2,8 @@
 /*
  * cep-stress: scenarios that race libcep's concurrent paths, each checked
  * by the core's invariant checker at quiescent points. A scenario reports
- * violations through stress_fail(); the program exits non-zero on any.
+ * violations through stress_fail() (report.c); the program exits non-zero
+ * on any.
  */
 #ifndef CEP_STRESS_H
 #define CEP_STRESS_H
@@ -47,6 +48,14 @@ double stress_now(void);
  * progress for too long (a livelock, or an index corrupted by a planted
  * bug looping inside liburcu, where no sanitizer looks). */
 void stress_progress(void);
+/* How many times stress_progress() was called (the watchdog's view). */
+uint64_t stress_progress_count(void);
+
+/* Called by a CM scenario with its two nodes once they are up, and with
+ * NULLs before it destroys them (from the scenario's thread). NULL: none.
+ * The soak (stress/soak) samples the nodes' counters in between. */
+struct cep_cm;
+extern void (*stress_cm_observer)(struct cep_cm *a, struct cep_cm *b);
 
 /* Scenario sets, defined by the files that implement them. */
 extern const struct scenario stress_core_scenarios[];

@@ -12,6 +12,7 @@
 #include <cep/table.h>
 #include <cep/wire.h>
 #include <cep/transport.h>
+#include <cep/clock.h>
 #include <cep/cm.h>
 #include <cep/qp.h>
 #include <cep/fabric.h>

@@ -333,6 +333,11 @@ struct cep_cm_conn_param {
 	uint8_t flow_control;               /* end-to-end flow control bit of the
 					       REQ (1: this CA implements it);
 					       read when @size covers it, else 1 */
+	uint8_t manual_drep;                /* 1: after DREQ_RECEIVED the
+					       application answers (cep_cm_drep
+					       or cep_cm_disconnect), as on the
+					       passive side; read when @size
+					       covers it, else 0 */
 };
 
 /* Active side: bind @p->qpn to this id, send REQ (IDLE -> REQ_SENT), arm

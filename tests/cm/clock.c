@@ -90,9 +90,13 @@ int main(void)
 		atomic_store(&jobs[w].quiesce_rc, 1);
 		cep_dispatch_post_work(d, w, &jobs[w].work);
 	}
+	struct cep_dispatch_stats ds;
+
 	CHECK_EQ(cep_clock_quiesce(clk, 5000), 0);
 	for (unsigned w = 0; w < 2; w++)
 		CHECK_EQ(atomic_load(&jobs[w].quiesce_rc), -EDEADLK); /* from a worker */
+	cep_dispatch_stats(d, &ds);
+	CHECK_EQ(ds.armed, 2);
 	CHECK_EQ(cep_clock_advance_ns(clk, 4 * MS), 0);
 	CHECK_EQ(cep_dispatch_quiesce(d, 5000), 0);
 	for (unsigned w = 0; w < 2; w++)
@@ -101,6 +105,8 @@ int main(void)
 	CHECK_EQ(cep_dispatch_quiesce(d, 5000), 0);      /* the tick is an item */
 	for (unsigned w = 0; w < 2; w++)
 		CHECK_EQ(atomic_load(&jobs[w].fired), 1);    /* due: fired, on its worker */
+	cep_dispatch_stats(d, &ds);
+	CHECK_EQ(ds.armed, 0);
 	CHECK_EQ(cep_clock_advance_ns(clk, 3600000 * MS), 0); /* an hour: nothing more */
 	CHECK_EQ(cep_clock_quiesce(clk, 5000), 0);
 	for (unsigned w = 0; w < 2; w++)

@@ -577,4 +577,27 @@ static void teardown_all(void)
 	CHECK_EQ(cep_clock_destroy(clk), 0);
 }
 
+/* A test program of named cases: no argument lists the names, one runs
+ * that case; the exit code is check_done()'s (2: usage or unknown name). */
+struct named_test {
+	const char *name;
+	void (*fn)(void);
+};
+
+static inline int run_named_test(int argc, char **argv, const struct named_test *t, size_t n)
+{
+	if (argc != 2) {
+		for (size_t i = 0; i < n; i++)
+			printf("%s\n", t[i].name);
+		return argc == 1 ? 0 : 2;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(argv[1], t[i].name)) {
+			t[i].fn();
+			return check_done(argv[1]);
+		}
+	fprintf(stderr, "unknown test %s\n", argv[1]);
+	return 2;
+}
+
 #endif /* CEP_TEST_CM_HARNESS_H */

@@ -252,10 +252,7 @@ static void t_listener_destroy_sidr(void)
 	listener_race(1);
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} tests[] = {
+static const struct named_test tests[] = {
 	{ "events-after-destroy", t_events_after_destroy },
 	{ "events-after-destroy-channel", t_events_after_destroy_channel },
 	{ "listener-destroy-req", t_listener_destroy_req },
@@ -264,16 +261,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
-			printf("%s\n", tests[i].name);
-		return argc == 1 ? 0 : 2;
-	}
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
-		if (!strcmp(argv[1], tests[i].name)) {
-			tests[i].fn();
-			return check_done(argv[1]);
-		}
-	fprintf(stderr, "unknown test %s\n", argv[1]);
-	return 2;
+	return run_named_test(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -6,6 +6,10 @@
  * cannot resolve to a local GID with IB_CM_REJ_INVALID_GID and that ARI);
  * a path MTU above the port's active MTU gets REJ 26 with the acceptable
  * MTU (IBTA table 109: 4 bits, the high nibble of the ARI's first byte);
+ * a REQ for another partition (P_Key 0x1234, the port's is 0xffff) gets
+ * REJ 12 with our GID too (the kernel's P_Key lookup in cm_init_av_by_path
+ * fails; conformance scenario passive-req-unknown-pkey); every one of
+ * these REJs names local comm ID 0, as the kernel's (no id survives);
  * a good REQ is delivered.
  */
 #include <errno.h>
@@ -85,7 +89,7 @@ int main(void)
 	CHECK_EQ(cep_cm_listen(l, 0x42, ~0ull), 0);
 	gid_of(to.gid, 0xb);
 
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < 4; k++) {
 		cep_msg_init(&m, CEP_MSG_REQ, 0x100 + (uint64_t)k);
 		m.u.req.local_comm_id = 0x7f60 + (uint32_t)k;
 		m.u.req.service_id = 0x42;
@@ -105,6 +109,8 @@ int main(void)
 			m.u.req.primary.remote_gid[15] ^= 0x55; /* not B's GID */
 		else if (k == 1)
 			m.u.req.path_mtu = 5;               /* 4096 > 1024 */
+		else if (k == 2)
+			m.u.req.partition_key = 0x1234;     /* not our partition */
 		CHECK_EQ(cep_msg_encode(&m, mad), 0);
 		CHECK_EQ(tc->ops->send(tc, mad, sizeof(mad), &to), 0);
 		CHECK_EQ(cep_clock_quiesce(clk, 5000), 0);
@@ -113,13 +119,22 @@ int main(void)
 			CHECK_EQ(last_rej.u.rej.reason, CEP_REJ_INVALID_GID);
 			CHECK_EQ(last_rej.u.rej.reject_info_length, 16);
 			CHECK(!memcmp(last_rej.u.rej.ari, pi.gid, 16));
+			CHECK_EQ(last_rej.u.rej.local_comm_id, 0);
 		} else if (k == 1) {
 			CHECK_EQ(atomic_load(&rejs), 2);
 			CHECK_EQ(last_rej.u.rej.reason, CEP_REJ_INVALID_MTU);
 			CHECK_EQ(last_rej.u.rej.reject_info_length, 1);
 			CHECK_EQ(last_rej.u.rej.ari[0], 3 << 4);
+			CHECK_EQ(last_rej.u.rej.local_comm_id, 0);
+		} else if (k == 2) {
+			CHECK_EQ(atomic_load(&rejs), 3);
+			CHECK_EQ(last_rej.u.rej.reason, CEP_REJ_INVALID_GID);
+			CHECK_EQ(last_rej.u.rej.reject_info_length, 16);
+			CHECK(!memcmp(last_rej.u.rej.ari, pi.gid, 16));
+			CHECK_EQ(last_rej.u.rej.local_comm_id, 0);
+			CHECK_EQ(last_rej.u.rej.remote_comm_id, 0x7f62);
 		} else {
-			CHECK_EQ(atomic_load(&rejs), 2);
+			CHECK_EQ(atomic_load(&rejs), 3);
 		}
 	}
 	CHECK_EQ(atomic_load(&reqs), 1);

@@ -62,9 +62,10 @@ static void t_establish(void)
 	CHECK(pd_eq(last_ev(&B, CEP_CM_EV_DREQ_RECEIVED), "bye"));
 	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_TIMEWAIT);
-	/* timewait: 2 x the path's ACK timeout (packet life 8, no CA ACK
-	 * delay: exponent 9, 2.1 ms rounded up to 3 ms) = 6 ms */
-	advance_ms(5);
+	/* timewait: the path's ACK timeout (packet life 8, no CA ACK
+	 * delay: exponent 9, 2.1 ms rounded up to 3 ms), as the kernel's
+	 * cm_enter_timewait */
+	advance_ms(2);
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, NULL), 0);
 	advance_ms(1);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
@@ -486,6 +487,9 @@ static void t_stale_conn(void)
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x5501);
+	/* no id survives the refusal: local comm ID 0, as the kernel's
+	 * cm_issue_rej (conformance: passive-stale-req) */
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.local_comm_id, 0);
 	CHECK(raw_wait(CEP_MSG_DREQ, 1));
 	CHECK_EQ(raw_last(CEP_MSG_DREQ).u.dreq.local_comm_id, bc);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_SENT);
@@ -1249,8 +1253,18 @@ static void t_stale_no_listener(void)
 	raw_send(&m, LID_B);
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.local_comm_id, 0);
 	CHECK(raw_wait(CEP_MSG_DREQ, 1));
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_DREQ_SENT);
+	/* no listener, nothing stale: REJ 8, local comm ID 0 (kernel
+	 * cm_issue_rej; conformance: passive-no-listener) */
+	raw_req(&m, 0x7702, 0x905);
+	m.u.req.service_id = SID + 9;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 2));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_INVALID_SERVICE_ID);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x7702);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.local_comm_id, 0);
 	teardown_all();
 }
 
@@ -1281,7 +1295,7 @@ static void t_timer_inputs(void)
 	/* max(14 + 1, 15) plus one as they are within one: 16 */
 	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.primary.local_ack_timeout, 16);
 	/* C answers with target ACK delay 20: A's ACK timeout becomes 20 and
-	 * its timewait 2 x 4.096 us x 2^20 = 8590 ms */
+	 * its timewait 4.096 us x 2^20 = 4295 ms (kernel cm_enter_timewait) */
 	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
 	m.u.rep.local_comm_id = 0x7800;
 	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
@@ -1297,7 +1311,7 @@ static void t_timer_inputs(void)
 	m.u.drep.remote_comm_id = cep_cm_id_local_comm_id(a);
 	raw_send(&m, LID_A);
 	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
-	advance_ms(8589);
+	advance_ms(4294);
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, NULL), 0);
 	advance_ms(1);
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
@@ -1324,7 +1338,7 @@ static void t_timer_inputs(void)
 	raw_dreq(0x7801, bc, 0x101);
 	CHECK(raw_wait(CEP_MSG_DREP, 1));
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
-	advance_ms(2 * 34360 - 1);
+	advance_ms(34360 - 1);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
 	advance_ms(1);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
@@ -1619,6 +1633,55 @@ static void t_disconnect_crossed(void)
 	conn_param(&p, 0x100, LID_A, LID_C);
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), -EINVAL);
+	CHECK_EQ(cep_cm_destroy_id(a), 0);
+	/* An active id may leave the DREP to the application too, as an
+	 * rdma_cm one always does (its DREP is rdma_disconnect's; conformance
+	 * active-disconnect-in-dreq-rcvd, active-dreq-crossing-dreq). */
+	struct cep_msg m;
+
+	for (int crossing = 0; crossing < 2; crossing++) {
+		uint32_t cid = 0x7e10 + (uint32_t)crossing;
+		uint32_t qpn = 0x10c + (uint32_t)crossing;
+
+		a = make_id(&A);
+		conn_param(&p, qpn, LID_A, LID_C);
+		p.manual_drep = 1;
+		CHECK_EQ(cep_cm_connect(a, &p), 0);
+		CHECK(raw_wait(CEP_MSG_REQ, crossing + 1));
+		cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
+		m.u.rep.local_comm_id = cid;
+		m.u.rep.remote_comm_id = cep_cm_id_local_comm_id(a);
+		m.u.rep.local_qpn = 0x920 + (uint32_t)crossing;
+		m.u.rep.local_ca_guid = GUID_C;
+		raw_send(&m, LID_A);
+		CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, crossing + 1));
+		if (crossing) { /* our DREQ and the peer's cross */
+			CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+			CHECK(raw_wait(CEP_MSG_DREQ, 1));
+		}
+		cep_msg_init(&m, CEP_MSG_DREQ, 0x77 + (uint64_t)crossing);
+		m.u.dreq.local_comm_id = cid;
+		m.u.dreq.remote_comm_id = cep_cm_id_local_comm_id(a);
+		m.u.dreq.remote_qpn_eecn = qpn;
+		raw_send(&m, LID_A);
+		CHECK(wait_ev(&A, CEP_CM_EV_DREQ_RECEIVED, crossing + 1));
+		settle();
+		CHECK_EQ(raw_count(CEP_MSG_DREP), 1 + crossing); /* none from A */
+		CHECK_EQ(cep_cm_id_state(a), CEP_CM_DREQ_RCVD);
+		if (!crossing) {
+			CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+			CHECK(raw_wait(CEP_MSG_DREP, 2));
+			CHECK_EQ(raw_last(CEP_MSG_DREP).hdr.tid, 0x77);
+		} else { /* the peer's DREP for our DREQ ends it, unanswered */
+			cep_msg_init(&m, CEP_MSG_DREP, raw_last(CEP_MSG_DREQ).hdr.tid);
+			m.u.drep.local_comm_id = cid;
+			m.u.drep.remote_comm_id = cep_cm_id_local_comm_id(a);
+			raw_send(&m, LID_A);
+			CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+			CHECK_EQ(raw_count(CEP_MSG_DREP), 2);
+		}
+		CHECK_EQ(cep_cm_id_state(a), CEP_CM_TIMEWAIT);
+	}
 	teardown_all();
 }
 
@@ -1831,7 +1894,22 @@ static void t_req_path_lid(void)
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_INVALID_LID);
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reject_info_length, 2);
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.ari[1], LID_B);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.local_comm_id, 0);
 	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 0);
+	/* another partition: REJ 12 (kernel cm_init_av_by_path) */
+	raw_req(&m, 0x7f51, 0x901);
+	m.u.req.partition_key = 0x1234;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 2));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_INVALID_GID);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reject_info_length, 16);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.local_comm_id, 0);
+	/* the same partition with the other membership bit: accepted */
+	raw_req(&m, 0x7f52, 0x902);
+	m.u.req.partition_key = 0x7fff;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 2);
 	teardown_all();
 }
 

@@ -1496,7 +1496,8 @@ static void c_passive_lost_rtu(void)
 	}
 	qd = dq.qp->qp_num;
 	lab_add(qpns, &nqpns, qd, "QD");
-	o.lcto = 18;   /* REP retried after ~1.1 s */
+	o.lcto = 19;   /* REP retried after ~2.1 s: time for the data and
+			  the notify in a slow guest */
 	o.retries = 1;
 	o.psn = 0x2222;
 	h = p_connect(new_pid(), qd, &o, 0, &req, &rep);
@@ -1512,7 +1513,7 @@ static void c_passive_lost_rtu(void)
 	if (wait_ev("recv", h, e0, 3000) >= 0)
 		app("notify", h);
 	act("no RTU");
-	settle(2600);
+	settle(4700);  /* past the retry and the timeout (2 x 2.1 s) */
 	cleanup();
 }
 
@@ -1644,8 +1645,13 @@ static void c_active_lifecycle(void)
 		act("DREP");
 		e0 = nevs;
 		xmit(&m);
-		t_drep = ctl_now_ms();
-		wait_ev("disconnected", h, e0, 3000);
+		/* timewait began when the target took the DREP: measure from
+		 * its DISCONNECTED, as passive-timewait does from the DREP it
+		 * sent, not from our send (a slow guest's way to the CM would
+		 * count, ~0.5 s under TCG) */
+		int i = wait_ev("disconnected", h, e0, 3000);
+
+		t_drep = i >= 0 ? evs[i].t : 0;
 	}
 
 	scenario("active-dup-rep-in-timewait");

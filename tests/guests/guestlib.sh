@@ -55,3 +55,15 @@ gb_rxe_up() {
 
 # gb_gid IDX: this guest's GID at index IDX on rxe0 port 1.
 gb_gid() { cat "/sys/class/infiniband/rxe0/ports/1/gids/$1"; }
+
+# gb_wait_cm_listen PORT [PID] [SECONDS]: wait until the kernel's rdma_cm
+# listens on PORT (its cm_id in `rdma resource`); fails early when process
+# PID has exited, or at the deadline (default 60 s).
+gb_wait_cm_listen() {
+	local end=$(( $(date +%s) + ${3:-60} ))
+	until rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN.*:$1"; do
+		if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then return 1; fi
+		[ "$(date +%s)" -ge "$end" ] && return 1
+		sleep 0.02
+	done
+}

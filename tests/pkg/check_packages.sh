@@ -1,11 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# The packages as a user gets them: build libcep0, libcep-dev and cep-utils
-# with dpkg-buildpackage (debian/, meson -Dtests=false), unpack them into a
+# The packages as a user gets them: build libcep0, libcep-dev, cep-utils
+# and cep-rdmacm with dpkg-buildpackage (debian/, meson -Dtests=false), unpack them into a
 # scratch root (dpkg-deb -x, nothing installed on this machine), and from
 # that root only: build the quick-start examples the package ships with
 # pkg-config (PKG_CONFIG_SYSROOT_DIR), run them against the packaged
-# libcep.so.0, open `man cep_cm_connect`, run cepdump.
+# libcep.so.0, open `man cep_cm_connect`, run cepdump, and load an
+# unmodified librdmacm program (rping) on the packaged private
+# librdmacm.so.1 through the packaged cep-rdmacm.
 # Usage: check_packages.sh SOURCE_ROOT WORK_DIR PROJECT_VERSION
 set -eu
 src=$1 work=$2 version=$3
@@ -36,7 +38,7 @@ if ! (cd "$work/src" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" \
 fi
 echo "packages built in $(($(date +%s) - start)) s:"
 arch=$(dpkg --print-architecture)
-for p in libcep0 libcep-dev cep-utils; do
+for p in libcep0 libcep-dev cep-utils cep-rdmacm; do
 	deb=$work/${p}_${version}_$arch.deb
 	[ -f "$deb" ] || fail "$p was not built"
 	echo "  $(basename "$deb"): $(dpkg-deb -f "$deb" Depends)"
@@ -48,7 +50,8 @@ libdir=$root/usr/lib/$multiarch
 # 3. What is installed, and what is not.
 for f in "$libdir/libcep.so.0" usr/include/cep/cep.h usr/include/cep/version.h \
 	 usr/bin/cepdump usr/share/man/man7/libcep.7.gz usr/share/man/man1/cepdump.1.gz \
-	 usr/share/man/man3/cep_cm_connect.3.gz usr/share/doc/libcep-dev/examples/hello_channel.c; do
+	 usr/share/man/man3/cep_cm_connect.3.gz usr/share/doc/libcep-dev/examples/hello_channel.c \
+	 "$libdir/libcep/librdmacm.so.1" usr/bin/cep-rdmacm usr/share/man/man1/cep-rdmacm.1.gz; do
 	case $f in /*) ;; *) f=$root/$f ;; esac
 	[ -e "$f" ] || fail "${f#"$root"} is not in any package"
 done
@@ -57,6 +60,16 @@ for f in cep-storm cep-bench cep-stress; do
 done
 dpkg-deb -f "$work/libcep0_${version}_$arch.deb" Depends | grep -q liburcu ||
 	fail "libcep0 does not depend on liburcu"
+
+# librdmacm on libcep stays out of the loader's path (it must never shadow
+# the system's librdmacm) and out of the shlibs database.
+for f in "$libdir/librdmacm.so.1" "$libdir/librdmacm.so" "$libdir/libcep/librdmacm.so"; do
+	[ ! -e "$f" ] || fail "${f#"$root"} is installed (the private librdmacm belongs in libcep/ only)"
+done
+dpkg-deb -I "$work/cep-rdmacm_${version}_$arch.deb" shlibs >/dev/null 2>&1 &&
+	fail "cep-rdmacm declares shlibs for its private librdmacm.so.1"
+dpkg-deb -f "$work/cep-rdmacm_${version}_$arch.deb" Depends | grep -q libibumad ||
+	fail "cep-rdmacm does not depend on libibumad"
 
 # 4. pkg-config from the scratch root: libcep's own flags only.
 export PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR="$libdir/pkgconfig"
@@ -99,4 +112,25 @@ echo "man cep_cm_connect: $page -> $(man cep_cm_connect | head -1 | tr -s ' ')"
 
 # 7. The packaged tool runs.
 "$root/usr/bin/cepdump" --help >/dev/null || fail "cepdump --help"
+# 8. librdmacm on libcep: the packaged wrapper names the installed private
+# directory; pointed at the root's copy (CEP_RDMACM_LIBDIR), it makes an
+# unmodified rdma_cm program (rdmacm-utils' rping, when installed here)
+# load the packaged librdmacm.so.1, every symbol version resolved.
+[ "$("$root/usr/bin/cep-rdmacm" --libdir)" = "/usr/lib/$multiarch/libcep" ] ||
+	fail "cep-rdmacm --libdir: $("$root/usr/bin/cep-rdmacm" --libdir)"
+objdump -p "$libdir/libcep/librdmacm.so.1" | grep -q 'SONAME *librdmacm.so.1$' ||
+	fail "the packaged librdmacm.so.1 has no SONAME librdmacm.so.1"
+man 1 cep-rdmacm | grep -q -- '--libdir' || fail "man 1 cep-rdmacm"
+if [ -x /usr/bin/rping ]; then
+	CEP_RDMACM_LIBDIR=$libdir/libcep LD_BIND_NOW=1 LD_LIBRARY_PATH=$libdir \
+		"$root/usr/bin/cep-rdmacm" ldd -r /usr/bin/rping >"$work/rping.ldd" 2>&1 ||
+		{ cat "$work/rping.ldd" >&2; fail "ldd -r rping through cep-rdmacm"; }
+	grep -q "librdmacm.so.1 => $libdir/libcep/librdmacm.so.1" "$work/rping.ldd" ||
+		{ cat "$work/rping.ldd" >&2; fail "rping does not load the packaged librdmacm.so.1"; }
+	! grep -q 'not found\|undefined symbol\|version .* not found' "$work/rping.ldd" ||
+		{ cat "$work/rping.ldd" >&2; fail "rping does not resolve against the packaged librdmacm.so.1"; }
+	echo "cep-rdmacm rping: $(grep librdmacm "$work/rping.ldd" | tr -s ' \t' ' ')"
+else
+	echo "cep-rdmacm: rping not installed here (rdmacm-utils): the load check is skipped"
+fi
 echo "packages OK"

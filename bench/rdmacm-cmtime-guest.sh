@@ -1,0 +1,84 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Guest script of bench/rdmacm-cmtime.sh: Debian's cmtime, unmodified, on
+# libcep's librdmacm.so.1 and on the kernel's rdma_cm, alternately (for
+# each round and count: libcep with no kernel CM loaded, then ib_cm,
+# iw_cm, rdma_cm, rdma_ucm loaded and unloaded again). a runs the client,
+# b the server; a first times the verbs calls of a connection alone
+# (rdmacm-verbs-cost). Args: cep-rdmacm wrapper, rdmacm-verbs-cost, rounds,
+# counts. Prints
+# "BENCH <cm> n=<n> r=<round>: <line>" for every line of the client's
+# output, and for each guest its CPU time by kind over the run (ticks of
+# /proc/stat: where the time went) and the cmtime process's CPU time.
+set -u
+. "$GB_LIB"
+wrap=$1
+cost=$2
+rounds=$3
+shift 3
+counts=$*
+ulimit -n 1048576 2>/dev/null || ulimit -n 65536
+gb_rxe_up || exit 1
+[ "$GB_NAME" = a ] && "$cost" rxe0 "$GB_PEER_IP" 200
+kernel_cm() { # load | unload
+	if [ "$1" = load ]; then
+		modprobe -a ib_cm iw_cm rdma_cm rdma_ucm
+	else
+		modprobe -r rdma_ucm rdma_cm iw_cm ib_cm
+	fi
+}
+cpu() { awk '/^cpu / { print $2 + $3, $4, $7 + $8, $5 + $6 }' /proc/stat; }
+cpu_delta() { # before after -> "user U system S irq I idle D"
+	set -- $1 $2
+	echo "user $(($5 - $1)) system $(($6 - $2)) irq+softirq $(($7 - $3)) idle $(($8 - $4))"
+}
+rc=0
+r=1
+while [ $r -le "$rounds" ]; do
+for n in $counts; do
+	for cm in libcep kernel; do
+		w=$wrap
+		if [ $cm = kernel ]; then
+			w=
+			kernel_cm load || { echo "modprobe failed"; exit 1; }
+		fi
+		tag=$cm-$n-$r
+		pre="BENCH $cm n=$n r=$r:"
+		if [ "$GB_NAME" = b ]; then
+			c0=$(cpu)
+			CEP_RDMACM_READY=$GB_SHARE/b.ready-$tag timeout 3000 $w cmtime \
+				>/tmp/server-$tag.out 2>&1 &
+			pid=$!
+			if [ $cm = kernel ]; then
+				gb_wait_cm_listen 7471 $pid 600 || echo "no kernel listener"
+				gb_signal ready-$tag
+			fi
+			gb_wait done-$tag 3000 || rc=1
+			echo "$pre server guest cpu $(cpu_delta "$c0" "$(cpu)") (ticks)"
+			# The server never exits by itself: its CPU time, then stop it.
+			c=$(pgrep -x cmtime | head -n1)
+			[ -n "$c" ] && echo "$pre server cpu $(awk '{ printf "user %.2f s system %.2f s", $14 / 100, $15 / 100 }' /proc/$c/stat)"
+			kill $pid 2>/dev/null
+			wait $pid
+			grep -i "error\|fail" /tmp/server-$tag.out | sed "s/^/$pre server: /"
+		else
+			gb_wait ready-$tag 600 || { rc=1; continue; }
+			c0=$(cpu)
+			CEP_RDMACM_STATS=1 /usr/bin/time -f "client cpu user %U s system %S s wall %e s maxrss %M KiB" \
+				timeout 3000 $w cmtime -s "$GB_PEER_IP" -c "$n" >/tmp/client-$tag.out 2>&1 ||
+				{ echo "$pre cmtime exit $?"; rc=1; }
+			echo "$pre client guest cpu $(cpu_delta "$c0" "$(cpu)") (ticks)"
+			sed "s/^/$pre /" /tmp/client-$tag.out
+			gb_signal done-$tag
+		fi
+		if [ $cm = kernel ]; then
+			# both guests unload only once both processes are gone
+			gb_signal unloading-$tag
+			gb_wait unloading-$tag 600
+			kernel_cm unload || { echo "rmmod failed"; rc=1; }
+		fi
+	done
+done
+r=$((r + 1))
+done
+exit $rc

@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * librdmacm on libcep, devices: every RDMA device opened once per process
+ * (as librdmacm's ucma_init), IP address -> (device, port, GID index)
+ * through the RoCE v2 GID table, and one libcep CM per port over libibumad,
+ * opened on first use and stopped when the process exits.
+ *
+ * Guarantees: rcm.lock guards initialisation and each port's lazy fields;
+ * a port's CM pointer is published with release order once the CM runs,
+ * so readers that find it non-NULL need no lock.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cep/umad.h>
+
+#include "rdmacm.h"
+
+struct rcm_global rcm = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int init_dev(struct rcm_dev *d, struct ibv_device *dev)
+{
+	d->verbs = ibv_open_device(dev);
+	if (!d->verbs)
+		return -ENODEV;
+	if (ibv_query_device(d->verbs, &d->attr)) {
+		ibv_close_device(d->verbs);
+		d->verbs = NULL;
+		return -ENODEV;
+	}
+	d->nports = d->attr.phys_port_cnt;
+	d->ports = calloc(d->nports ? d->nports : 1, sizeof(*d->ports));
+	if (!d->ports)
+		return -ENOMEM;
+	for (unsigned i = 0; i < d->nports; i++) {
+		struct rcm_port *p = &d->ports[i];
+		struct ibv_port_attr pa;
+
+		p->dev = d;
+		p->port_num = (uint8_t)(i + 1);
+		p->link_layer = ibv_query_port(d->verbs, p->port_num, &pa) ?
+				IBV_LINK_LAYER_UNSPECIFIED : pa.link_layer;
+		pthread_mutex_init(&p->svc_mtx, NULL);
+		pthread_mutex_init(&p->qpn_mtx, NULL);
+	}
+	return 0;
+}
+
+int rcm_init(void)
+{
+	struct ibv_device **list;
+	int n = 0, ret = 0;
+
+	pthread_mutex_lock(&rcm.lock);
+	if (rcm.inited) {
+		ret = rcm.init_err;
+		goto out;
+	}
+	list = ibv_get_device_list(&n);
+	if (!list || n <= 0) {
+		ret = -ENODEV;
+	} else {
+		rcm.devs = calloc((size_t)n, sizeof(*rcm.devs));
+		if (!rcm.devs)
+			ret = -ENOMEM;
+		for (int i = 0; !ret && i < n; i++)
+			if (init_dev(&rcm.devs[rcm.ndevs], list[i]) == 0)
+				rcm.ndevs++;
+		if (!ret && rcm.ndevs == 0)
+			ret = -ENODEV;
+	}
+	if (list)
+		ibv_free_device_list(list);
+	rcm.inited = 1;
+	rcm.init_err = ret;
+out:
+	pthread_mutex_unlock(&rcm.lock);
+	return ret;
+}
+
+unsigned rcm_port_count(void)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < rcm.ndevs; i++)
+		n += rcm.devs[i].nports;
+	return n;
+}
+
+struct rcm_port *rcm_port_at(unsigned i)
+{
+	for (unsigned d = 0; d < rcm.ndevs; d++) {
+		if (i < rcm.devs[d].nports)
+			return &rcm.devs[d].ports[i];
+		i -= rcm.devs[d].nports;
+	}
+	return NULL;
+}
+
+void rcm_addr_gid(const struct sockaddr *a, uint8_t gid[16])
+{
+	memset(gid, 0, 16);
+	if (a->sa_family == AF_INET) {
+		gid[10] = gid[11] = 0xff;
+		memcpy(gid + 12, &((const struct sockaddr_in *)(const void *)a)->sin_addr, 4);
+	} else if (a->sa_family == AF_INET6) {
+		memcpy(gid, &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr, 16);
+	}
+}
+
+/* Refill @dev's GID table cache. Caller holds rcm.lock. */
+static void gid_cache_fill(struct rcm_dev *dev)
+{
+	size_t max = 0;
+	ssize_t n;
+
+	for (unsigned i = 0; i < dev->nports; i++) {
+		struct ibv_port_attr pa;
+
+		if (ibv_query_port(dev->verbs, (uint8_t)(i + 1), &pa) == 0)
+			max += (size_t)pa.gid_tbl_len;
+	}
+	free(dev->gids);
+	dev->gids = max ? calloc(max, sizeof(*dev->gids)) : NULL;
+	n = dev->gids ? ibv_query_gid_table(dev->verbs, dev->gids, max, 0) : 0;
+	dev->ngids = n > 0 ? (size_t)n : 0;
+}
+
+/* Caller holds rcm.lock. */
+static int gid_cache_find(const uint8_t want[16], struct rcm_port **port, uint8_t *gid_index)
+{
+	for (unsigned d = 0; d < rcm.ndevs; d++) {
+		struct rcm_dev *dev = &rcm.devs[d];
+
+		for (size_t i = 0; i < dev->ngids; i++) {
+			const struct ibv_gid_entry *e = &dev->gids[i];
+
+			if (e->gid_type != IBV_GID_TYPE_ROCE_V2 || memcmp(e->gid.raw, want, 16) ||
+			    e->port_num < 1 || e->port_num > dev->nports)
+				continue;
+			*port = &dev->ports[e->port_num - 1];
+			*gid_index = (uint8_t)e->gid_index;
+			return 0;
+		}
+	}
+	return -EADDRNOTAVAIL;
+}
+
+int rcm_find_addr(const struct sockaddr *addr, struct rcm_port **port, uint8_t *gid_index)
+{
+	uint8_t want[16];
+	int ret;
+
+	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
+		return -EAFNOSUPPORT;
+	rcm_addr_gid(addr, want);
+	pthread_mutex_lock(&rcm.lock);
+	ret = gid_cache_find(want, port, gid_index);
+	if (ret) {
+		/* GIDs follow the netdevs' addresses: read the tables again. */
+		for (unsigned d = 0; d < rcm.ndevs; d++)
+			gid_cache_fill(&rcm.devs[d]);
+		ret = gid_cache_find(want, port, gid_index);
+	}
+	pthread_mutex_unlock(&rcm.lock);
+	return ret;
+}
+
+struct ibv_pd *rcm_dev_pd(struct rcm_dev *d)
+{
+	struct ibv_pd *pd;
+
+	pthread_mutex_lock(&rcm.lock);
+	if (!d->pd)
+		d->pd = ibv_alloc_pd(d->verbs);
+	pd = d->pd;
+	pthread_mutex_unlock(&rcm.lock);
+	return pd;
+}
+
+int rcm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src)
+{
+	socklen_t len = sizeof(*src);
+	int fd, ret = 0;
+
+	/* A connected UDP socket asks the routing table; nothing is sent. */
+	fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, dst, (socklen_t)rcm_addr_len(dst)) ||
+	    getsockname(fd, (struct sockaddr *)src, &len))
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+static void say_busy(const struct rcm_port *p, int err)
+{
+	static atomic_int said;
+
+	if (atomic_exchange(&said, 1))
+		return;
+	if (err == -EBUSY)
+		fprintf(stderr, "librdmacm (libcep): %s port %u: the connection manager class "
+			"is already registered on this port, by another process using libcep's "
+			"librdmacm or by the kernel's ib_cm module. libcep runs the CM inside the "
+			"application: one process per port, and only while ib_cm is not loaded "
+			"(docs/rdmacm.md).\n", ibv_get_device_name(p->dev->verbs->device),
+			p->port_num);
+	else
+		fprintf(stderr, "librdmacm (libcep): %s port %u: cannot open the port's CM "
+			"(libibumad): %s\n", ibv_get_device_name(p->dev->verbs->device),
+			p->port_num, strerror(-err));
+}
+
+static unsigned env_unsigned(const char *name, unsigned dflt)
+{
+	const char *s = getenv(name);
+
+	return s && *s ? (unsigned)strtoul(s, NULL, 10) : dflt;
+}
+
+int rcm_port_cm(struct rcm_port *p, struct cep_cm **out)
+{
+	struct cep_umad_attr ua = { .size = sizeof(ua), .gid_index = CEP_UMAD_GID_AUTO };
+	struct cep_cm_attr ca = { .size = sizeof(ca) };
+	struct cep_transport *t = NULL;
+	struct cep_cm *cm;
+	int ret;
+
+	/* Acquire: pairs with the release store below (CM fully started). */
+	cm = atomic_load_explicit(&p->cm, memory_order_acquire);
+	if (cm) {
+		*out = cm;
+		return 0;
+	}
+	pthread_mutex_lock(&rcm.lock);
+	cm = atomic_load_explicit(&p->cm, memory_order_relaxed);
+	if (cm) {
+		pthread_mutex_unlock(&rcm.lock);
+		*out = cm;
+		return 0;
+	}
+	if (p->link_layer != IBV_LINK_LAYER_ETHERNET) {
+		ret = -EPROTONOSUPPORT; /* RoCE only: no IPoIB address resolution */
+		goto out;
+	}
+	ua.dev_name = ibv_get_device_name(p->dev->verbs->device);
+	ua.port_num = p->port_num;
+	ret = cep_umad_open(&ua, &t);
+	if (ret) {
+		say_busy(p, ret);
+		goto out;
+	}
+	ret = t->ops->query_port(t, &p->info);
+	if (ret)
+		goto fail;
+	ca.transport = t;
+	ca.workers = env_unsigned("CEP_RDMACM_WORKERS", 0);
+	ca.table_size = env_unsigned("CEP_RDMACM_TABLE_SIZE", 0);
+	ca.mra_service_timeout = RCM_MRA_TIMEOUT;
+	ca.auto_mra = 1;
+	ret = cep_cm_create(&ca, &cm);
+	if (ret)
+		goto fail;
+	p->t = t;
+	/* Release: the CM and p->info are complete before anyone sees cm. */
+	atomic_store_explicit(&p->cm, cm, memory_order_release);
+	*out = cm;
+	goto out;
+fail:
+	t->ops->destroy(t);
+out:
+	p->open_err = ret;
+	pthread_mutex_unlock(&rcm.lock);
+	return ret;
+}
+
+void rcm_port_info(const struct rcm_id *r, struct cep_port_info *out)
+{
+	const struct rcm_port *p = r->port;
+
+	*out = p->info;
+	out->gid_index = r->sgid_index;
+	memcpy(out->gid, r->id.route.addr.addr.ibaddr.sgid.raw, 16);
+}
+
+/* CEP_RDMACM_STATS=1: the port CM's counters on stderr at exit (where a
+ * run's time went: retries, duplicates, drops, umad errors). */
+static void print_stats(struct rcm_port *p, struct cep_cm *cm)
+{
+	struct cep_cm_stats st = { .size = sizeof(st) };
+	struct cep_umad_stats us;
+	const char *name = ibv_get_device_name(p->dev->verbs->device);
+
+	if (cep_cm_get_stats(cm, &st))
+		return;
+	fprintf(stderr, "librdmacm (libcep) %s/%u: MADs sent", name, p->port_num);
+	for (int t = 0; t < CEP_MSG_COUNT; t++)
+		if (st.sent[t])
+			fprintf(stderr, " %s %" PRIu64, cep_msg_name((enum cep_msg_type)t), st.sent[t]);
+	fprintf(stderr, "; received");
+	for (int t = 0; t < CEP_MSG_COUNT; t++)
+		if (st.received[t])
+			fprintf(stderr, " %s %" PRIu64, cep_msg_name((enum cep_msg_type)t),
+				st.received[t]);
+	fprintf(stderr, "; retries %" PRIu64 " timeouts %" PRIu64 " duplicates %" PRIu64
+		" send errors %" PRIu64, st.retries, st.timeouts, st.duplicates, st.send_errors);
+	for (int d = 0; d < CEP_CM_DROP_COUNT; d++)
+		if (st.drops[d])
+			fprintf(stderr, " drop %s %" PRIu64, cep_cm_drop_name((unsigned)d), st.drops[d]);
+	if (cep_umad_get_stats(p->t, &us) == 0)
+		fprintf(stderr, "; umad sent %" PRIu64 " send errors %" PRIu64 " received %" PRIu64
+			" receive errors %" PRIu64, us.sent, us.send_errors, us.received,
+			us.recv_errors);
+	fprintf(stderr, "\n");
+}
+
+/*
+ * At exit: stop every CM (transport thread and workers) before liburcu's
+ * own destructor runs (it runs after ours: liburcu is loaded first), so no
+ * libcep thread touches RCU state that is being torn down. Application
+ * threads still blocked in rdma_get_cm_event stay blocked; exit ends them.
+ */
+__attribute__((destructor)) static void rcm_fini(void)
+{
+	for (unsigned d = 0; d < rcm.ndevs; d++) {
+		for (unsigned i = 0; i < rcm.devs[d].nports; i++) {
+			struct rcm_port *p = &rcm.devs[d].ports[i];
+			struct cep_cm *cm = atomic_exchange(&p->cm, NULL);
+
+			if (!cm)
+				continue;
+			if (getenv("CEP_RDMACM_STATS"))
+				print_stats(p, cm);
+			cep_cm_destroy(cm);
+			p->t->ops->destroy(p->t);
+		}
+	}
+}

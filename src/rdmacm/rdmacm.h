@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * librdmacm on libcep: private declarations. The library implements the
+ * API of <rdma/rdma_cma.h> (librdmacm 44, Debian 12) with libcep's CM over
+ * libibumad, one CM per RDMA port, inside the application's process.
+ *
+ * Guarantees: the structures the application sees (rdma_cm_id,
+ * rdma_event_channel, rdma_cm_event) are the real header's, embedded in
+ * private ones. Locks nest in one order only: a listener's rcm_id.mtx ->
+ * a new id's rcm_id.mtx -> rcm.lock (devices, port numbers) or
+ * rcm_channel.mtx; rcm_service.mtx and rcm_port.svc_mtx are taken alone.
+ * libcep calls may be made with any of them held: libcep never calls back
+ * into this library while it holds its own locks (cep/cm.h). See
+ * docs/rdmacm.md.
+ */
+#ifndef RCM_RDMACM_H
+#define RCM_RDMACM_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <cep/cm.h>
+#include <cep/qp.h>
+#include <cep/transport.h>
+
+/* The one way a symbol leaves librdmacm.so.1 (librdmacm.map versions it). */
+#define RCM_EXPORT __attribute__((visibility("default")))
+
+/* librdmacm's convention: -1 and errno. */
+static inline int rcm_err(int e)
+{
+	errno = e;
+	return -1;
+}
+
+#define RCM_CONTAINER(ptr, type, member) \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* rdma_cm's CM timers: response timeout exponent 20 (~4.3 s), 15 retries,
+ * RoCE packet life time exponent 18 (kernel cma.c CMA_* constants). */
+#define RCM_CM_RESPONSE_TIMEOUT 20
+#define RCM_MAX_CM_RETRIES      15
+#define RCM_ROCE_PACKET_LIFE    18
+#define RCM_MRA_TIMEOUT         24
+#define RCM_DEFAULT_BACKLOG     1024 /* ucma's max_backlog */
+#define RCM_PDATA_MAX           256  /* RDMA_MAX_PRIVATE_DATA */
+#define RCM_PORT_LOW            32768 /* ephemeral ports: ip_local_port_range */
+#define RCM_PORT_HIGH           60999
+
+/* ---- devices and ports --------------------------------------------------- */
+
+struct rcm_service;
+
+/* One port of an RDMA device and, once needed, its libcep CM over umad.
+ * Fields below "lazily" are written once under rcm.lock. */
+struct rcm_port {
+	struct rcm_dev *dev;
+	uint8_t port_num;
+	uint8_t link_layer;            /* IBV_LINK_LAYER_* at init */
+	/* lazily: */
+	struct cep_transport *t;
+	_Atomic(struct cep_cm *) cm;   /* published after the CM started */
+	struct cep_port_info info;     /* query_port at open */
+	int open_err;                  /* sticky: the open failed with -errno */
+	pthread_mutex_t svc_mtx;       /* services list */
+	struct rcm_service *services;  /* never freed: see rcm_service */
+	pthread_mutex_t qpn_mtx;       /* qpns (a leaf lock) */
+	struct rcm_qpn **qpns;         /* QPN -> the id that registered it */
+};
+
+#define RCM_QPN_BUCKETS 4096
+
+/* Which id registered a QPN with the port's CM. */
+struct rcm_qpn {
+	struct rcm_qpn *next;
+	uint32_t qpn;
+	struct rcm_id *owner;          /* not a reference: cleared at unregister */
+};
+
+struct rcm_dev {
+	struct ibv_context *verbs;
+	struct ibv_pd *pd;             /* the default PD ids hand out (rcm.lock) */
+	struct ibv_device_attr attr;
+	unsigned nports;
+	struct rcm_port *ports;        /* [nports], port_num = index + 1 */
+	struct ibv_gid_entry *gids;    /* GID table cache (rcm.lock), re-read */
+	size_t ngids;                  /* on a miss */
+};
+
+/* ---- contexts given to libcep (first member of both kinds) ------------- */
+
+enum rcm_kind { RCM_KIND_ID = 1, RCM_KIND_SERVICE = 2 };
+
+struct rcm_ctx {
+	enum rcm_kind kind;
+};
+
+/* One libcep listener: a service ID on one port, shared by every rdma_cm
+ * listener of that (port space, port) there. Kept for the life of the
+ * process once created (a REQ being delivered may still carry this
+ * context after its listener went: libcep issue 10 item 2), and reused
+ * when the service is listened on again. */
+struct rcm_service {
+	struct rcm_ctx hdr;
+	struct rcm_service *next;      /* port->services */
+	struct rcm_port *port;
+	uint64_t sid;
+	pthread_mutex_t mtx;           /* cep, listeners */
+	struct cep_cm_id *cep;         /* NULL while nobody listens */
+	struct rcm_id **listeners;     /* rdma_cm listeners (referenced) */
+	unsigned nlisteners, cap;
+};
+
+/* ---- event channels and events ------------------------------------------ */
+
+/* Work librdmacm does inside rdma_get_cm_event for some events. */
+enum rcm_work {
+	RCM_WORK_NONE,
+	RCM_WORK_REP,                  /* QP to RTR/RTS and RTU: ESTABLISHED */
+	RCM_WORK_QP_ERR,               /* REJECTED: QP to ERR */
+};
+
+struct rcm_event {
+	struct rdma_cm_event ev;       /* what the application sees */
+	enum rcm_work work;            /* done when the application takes it */
+	struct rcm_event *next;
+	struct rcm_id *owner;          /* whose events this one counts for: the
+					  listener for CONNECT_REQUEST (as
+					  librdmacm); holds a reference */
+	uint8_t pdata[RCM_PDATA_MAX];
+};
+
+/* A FIFO of events. The lock of whatever holds it guards it. */
+struct rcm_evq {
+	struct rcm_event *head, *tail;
+};
+
+static inline void rcm_evq_push(struct rcm_evq *q, struct rcm_event *e)
+{
+	e->next = NULL;
+	if (q->tail)
+		q->tail->next = e;
+	else
+		q->head = e;
+	q->tail = e;
+}
+
+static inline struct rcm_event *rcm_evq_pop(struct rcm_evq *q)
+{
+	struct rcm_event *e = q->head;
+
+	if (e) {
+		q->head = e->next;
+		if (!q->head)
+			q->tail = NULL;
+		e->next = NULL;
+	}
+	return e;
+}
+
+/* Take the whole queue (as a NULL-terminated list). */
+static inline struct rcm_event *rcm_evq_take(struct rcm_evq *q)
+{
+	struct rcm_event *e = q->head;
+
+	q->head = q->tail = NULL;
+	return e;
+}
+
+/* The fd is an eventfd that is readable exactly while events wait (its
+ * counter and the queue change together under mtx), so poll/epoll on it
+ * behaves as on librdmacm's character device. */
+struct rcm_channel {
+	struct rdma_event_channel ch;  /* ch.fd */
+	pthread_mutex_t mtx;
+	struct rcm_evq q;
+	int signaled;                  /* eventfd counter is 1 */
+};
+
+/* ---- ids ------------------------------------------------------------------ */
+
+/* rdma_cm's id states (kernel enum rdma_cm_state, the ones used here). */
+enum rcm_state {
+	RCM_IDLE, RCM_ADDR_BOUND, RCM_ADDR_RESOLVED, RCM_ROUTE_RESOLVED,
+	RCM_LISTEN, RCM_CONNECT, RCM_DISCONNECT,
+};
+
+struct rcm_id {
+	struct rcm_ctx hdr;            /* libcep context of cep */
+	struct rdma_cm_id id;          /* what the application sees */
+	pthread_mutex_t mtx;           /* everything below, and id.qp */
+	pthread_cond_t cond;           /* events_completed grew */
+	atomic_uint refs;              /* user, libcep id, queued events */
+	enum rcm_state state;
+	int destroying;                /* rdma_destroy_id began: no more events */
+	int sync;                      /* own private channel (rdma_create_ep) */
+	_Atomic unsigned events_reported; /* handed out by rdma_get_cm_event */
+	unsigned queued;               /* in its channel: that channel's mutex */
+	unsigned events_completed;     /* acked */
+	struct rcm_port *port;         /* NULL: not bound to a device yet */
+	uint8_t sgid_index;
+	uint8_t bound;                 /* in the port-number table */
+	uint8_t any_addr;              /* bound to the wildcard address */
+	uint8_t reuseaddr, afonly;     /* written under rcm.lock too */
+	uint8_t listening;             /* rcm.lock: in LISTEN for port checks */
+	uint8_t tos, tos_set, ack_timeout, ack_timeout_set;
+	uint8_t resp_res, init_depth;  /* rdma_cm's responder res./initiator depth */
+	uint8_t disconnected;          /* DISCONNECTED delivered */
+	uint8_t connect_error;         /* CONNECT_ERROR delivered: drop the rest */
+	uint8_t rep_bad;               /* the REP's QP parameters were unusable */
+	uint8_t cr_pending;            /* new passive id whose CONNECT_REQUEST
+					  the application has not taken yet */
+	struct rcm_evq held;           /* its events until then */
+	uint32_t seq;                  /* our starting PSN (rdma_cm's seq_num) */
+	struct cep_cm_id *cep;         /* the connection in libcep, or NULL */
+	struct cep_qp_params qpp;      /* INIT/RTR/RTS attributes */
+	uint8_t have_req;              /* passive: qpp holds the REQ's half */
+	uint32_t qpn_registered;       /* QPN registered with port's CM, 0 none */
+	struct rcm_id *bind_next;      /* port-number table chain */
+	/* listeners */
+	int backlog;                   /* CONNECT_REQUESTs queued at most */
+	int cr_queued;                 /* queued, not yet fetched */
+	struct rcm_evq deferred;       /* REQs past the backlog */
+	struct rcm_service **svcs;     /* services listened on */
+	unsigned nsvcs;
+	/* rdma_create_ep */
+	struct ibv_qp_init_attr *qp_init_attr;
+	uint8_t *connect_pdata;
+	size_t connect_len;
+};
+
+static inline struct rcm_id *rcm_id_of(struct rdma_cm_id *id)
+{
+	return RCM_CONTAINER(id, struct rcm_id, id);
+}
+
+static inline struct rcm_channel *rcm_channel_of(struct rdma_event_channel *ch)
+{
+	return RCM_CONTAINER(ch, struct rcm_channel, ch);
+}
+
+/* ---- device.c ---------------------------------------------------------- */
+
+/* Open the devices once (librdmacm's ucma_init). 0 or -errno (ENODEV
+ * when the machine has no RDMA device). Any thread. */
+int rcm_init(void);
+/* The port whose GID table holds @addr's RoCE v2 GID (IPv4-mapped or
+ * IPv6): 0 and *port, *gid_index, or -EADDRNOTAVAIL. Any thread. */
+int rcm_find_addr(const struct sockaddr *addr, struct rcm_port **port,
+		  uint8_t *gid_index);
+/* The source address the kernel's routing table picks towards @dst
+ * (port untouched). 0 or -errno. */
+int rcm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src);
+/* The port's CM, opening the transport and the CM on first use. 0 or
+ * -errno; -EBUSY (with one explanation on stderr) when another process or
+ * the kernel's ib_cm owns the CM class on that port. Takes rcm.lock. */
+int rcm_port_cm(struct rcm_port *port, struct cep_cm **out);
+/* Every port of every device, for wildcard listeners. */
+unsigned rcm_port_count(void);
+struct rcm_port *rcm_port_at(unsigned i);
+/* The device's default PD, allocated on first use. Takes rcm.lock. */
+struct ibv_pd *rcm_dev_pd(struct rcm_dev *d);
+/* Port information for @id's source GID (the QP glue's view). */
+void rcm_port_info(const struct rcm_id *id, struct cep_port_info *out);
+/* The libcep event handler shared by every id (conn.c). */
+int rcm_cep_handler(struct cep_cm_id *cid, const struct cep_cm_event *ev);
+
+extern struct rcm_global {
+	pthread_mutex_t lock;          /* init, ports' lazy fields, port numbers */
+	int inited, init_err;
+	struct rcm_dev *devs;
+	unsigned ndevs;
+	struct rcm_id **ports_tcp, **ports_udp; /* [65536] chains, lazily */
+} rcm;
+
+/* ---- channel.c --------------------------------------------------------- */
+
+struct rcm_channel *rcm_channel_new(void);
+void rcm_channel_free(struct rcm_channel *c);
+/* A zeroed event for @owner (takes a reference); NULL on no memory. */
+struct rcm_event *rcm_event_new(struct rcm_id *owner, enum rdma_cm_event_type type,
+				int status);
+/* Free an event that was never handed out (drops the owner reference;
+ * a CONNECT_REQUEST's new id is destroyed). */
+void rcm_event_drop(struct rcm_event *e);
+/* Queue @e on its owner's channel unless the owner is being destroyed
+ * (then it is dropped), or hold it while the owner's CONNECT_REQUEST has
+ * not been taken. Caller holds e->owner->mtx. */
+void rcm_push_locked(struct rcm_event *e);
+/* Queue a CONNECT_REQUEST for listener @e->owner, within its backlog;
+ * past it the event waits in the listener's deferred list. */
+void rcm_push_request(struct rcm_event *e);
+/* Remove @owner's queued events from @c; returns them as a list. */
+struct rcm_event *rcm_channel_take(struct rcm_channel *c, struct rcm_id *owner);
+/* Append a list of events to @c (rdma_migrate_id). */
+void rcm_channel_put(struct rcm_channel *c, struct rcm_event *list);
+/* Wait until every event handed out for @r was acked (r->mtx not held). */
+void rcm_wait_acked(struct rcm_id *r);
+/* Take the next event of a sync id's channel (librdmacm's ucma_complete):
+ * 0, or -1/errno from the event (ECONNREFUSED for REJECTED). */
+int rcm_complete(struct rcm_id *r);
+
+/* ---- id.c -------------------------------------------------------------- */
+
+void rcm_id_get(struct rcm_id *r);
+void rcm_id_put(struct rcm_id *r);
+/* A new id on @channel (NULL: a private one, sync). */
+struct rcm_id *rcm_id_new(struct rcm_channel *channel, void *context,
+			  enum rdma_port_space ps, enum ibv_qp_type qp_type);
+/* Give @r the source address @src on @port (gid index @gidx) and a port
+ * number (@src's, or an ephemeral one when 0). 0 or -errno. */
+int rcm_bind(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port,
+	     uint8_t gidx);
+/* Destroy an id nobody outside the library knows yet (a request that
+ * cannot be delivered): rejects its connection, frees it. */
+void rcm_id_abandon(struct rcm_id *r);
+/* The service ID of @r's source port. */
+uint64_t rcm_service_id(const struct rcm_id *r, int dst);
+int rcm_addr_any(const struct sockaddr *a);
+int rcm_addr_len(const struct sockaddr *a);
+uint16_t rcm_addr_port(const struct sockaddr *a);
+void rcm_addr_gid(const struct sockaddr *a, uint8_t gid[16]);
+
+/* ---- conn.c -------------------------------------------------------------- */
+
+/* Create the libcep id of @r on its port's CM. Caller holds r->mtx. */
+int rcm_cep_create(struct rcm_id *r);
+/* Register @qpn with @r's port CM (once per QPN). Caller holds r->mtx. */
+int rcm_qp_register(struct rcm_id *r, uint32_t qpn);
+/* Move a new QP to INIT (UD: to RTS) for @r and register an RC QP's
+ * number. Caller holds r->mtx. */
+int rcm_qp_init(struct rcm_id *r, struct ibv_qp *qp);
+void rcm_qp_unregister(struct rcm_id *r);
+/* Move @qp to ERR (librdmacm's ucma_modify_qp_err). */
+int rcm_qp_error(struct ibv_qp *qp);
+/* An event was taken by the application: do its work (librdmacm's
+ * rdma_get_cm_event processing). Application thread, no lock held. */
+void rcm_event_taken(struct rcm_event *e);
+/* Fill a path record for @r's route (RoCE). */
+void rcm_fill_path(struct rcm_id *r, struct ibv_sa_path_rec *p);
+
+#endif /* RCM_RDMACM_H */

@@ -1,0 +1,228 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Guest script: Debian's rdmacm-utils programs, unmodified, on libcep's
+# librdmacm.so.1 (docs/rdmacm.md), judged by their own success output and
+# exit status. Guest a always runs libcep (started through cep-rdmacm, no
+# ib_cm); guest b runs libcep in the first phase, then loads the kernel CM
+# (ib_cm, iw_cm, rdma_cm, rdma_ucm) and runs the same programs on Debian's
+# librdmacm:
+#   libcep   b serves, a connects, both on libcep
+#   kserver  b serves on the kernel CM, a connects on libcep
+#   kclient  a serves on libcep, b connects on the kernel CM
+# At the start of kserver both guests run rdmacm-probe (b on the kernel, a
+# on libcep) and a compares the two outputs line by line; "reject" is
+# rdmacm-probe's rejected connection (rdma_reject, private data both ways),
+# "notify" its connection established by rdma_notify(IBV_EVENT_COMM_EST)
+# before the RTU (rdma_establish 3 s later).
+# Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
+# [cmtime connections].
+# Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
+# LISTEN cm_id in `rdma resource`); each client its end. Exit 0 when every
+# run passed.
+set -u
+. "$GB_LIB"
+wrap=$1
+probe=$2
+phases=${3:-"libcep kserver kclient"}
+progs=${4:-"rping rpingq rping6 ucmatose udaddy rdmaserver cmtime reject notify"}
+[ "$probe" = - ] && progs=$(echo "$progs" | sed 's/reject//; s/notify//')
+cmtime_n=${5:-100}
+# cmtime: one RC QP and two completion channels per connection.
+ulimit -n 65536 2>/dev/null || true
+out=/tmp/rdmacm
+mkdir -p $out
+pass=0
+fail=0
+
+# IPv6 as well (rping6): a unique local address; rxe adds its RoCE v2 GID.
+n=1; [ "$GB_NAME" = b ] && n=2
+self6=fd77::$n
+peer6=fd77::$((3 - n))
+gb_rxe_up || exit 1
+ip -6 addr add $self6/64 dev eth0 nodad || exit 1
+until grep -qi "^fd77:0000:0000:0000:0000:0000:0000:000$n" \
+	/sys/class/infiniband/rxe0/ports/1/gids/* 2>/dev/null; do sleep 0.02; done
+echo "rxe0 up (no ib_cm): gid[1] $(gb_gid 1), $self6 in the GID table"
+gb_signal up
+
+server_cmd() {
+	case $1 in
+	rping) echo "rping -s -a $GB_IP -v -C 5";;
+	rpingq) echo "rping -s -a $GB_IP -v -C 5 -q";;
+	rping6) echo "rping -s -a $self6 -v -C 5";;
+	ucmatose) echo "ucmatose -c 4";;
+	udaddy) echo "udaddy -c 2";;
+	rdmaserver) echo "rdma_server";;
+	cmtime) echo "cmtime";;
+	reject) echo "$probe $GB_IP $GB_PEER_IP reject-server";;
+	notify) echo "$probe $GB_IP $GB_PEER_IP notify-server";;
+	esac
+}
+
+client_cmd() {
+	case $1 in
+	rping) echo "rping -c -a $GB_PEER_IP -v -C 5";;
+	rpingq) echo "rping -c -a $GB_PEER_IP -v -C 5 -q";;
+	rping6) echo "rping -c -a $peer6 -v -C 5";;
+	ucmatose) echo "ucmatose -s $GB_PEER_IP -c 4";;
+	udaddy) echo "udaddy -s $GB_PEER_IP -c 2";;
+	rdmaserver) echo "rdma_client -s $GB_PEER_IP";;
+	cmtime) echo "cmtime -s $GB_PEER_IP -c $cmtime_n";;
+	reject) echo "$probe $GB_IP $GB_PEER_IP reject-client";;
+	notify) echo "$probe $GB_IP $GB_PEER_IP notify-client";;
+	esac
+}
+
+port_of() {
+	case $1 in rping*|udaddy) echo 7174;; reject) echo 7480;; notify) echo 7481;; *) echo 7471;; esac
+}
+
+# check ROLE PROG OUTPUT RC: the program's own verdict.
+check() {
+	role=$1 prog=$2 f=$3 rc=$4
+	n() { grep -c "$1" "$f"; }
+	ok=1
+	case $role-$prog in
+	server-cmtime) ;; # runs until killed: judged by its output alone
+	*) [ "$rc" = 0 ] || ok=0;;
+	esac
+	case $role-$prog in
+	server-rping*) [ "$(n '^server ping data: rdma-ping-')" = 5 ] || ok=0;;
+	client-rping*) [ "$(n '^ping data: rdma-ping-')" = 5 ] || ok=0;;
+	*-ucmatose) { [ "$(n '^data transfers complete')" = 1 ] &&
+		[ "$(n '^return status 0$')" = 1 ]; } || ok=0;;
+	*-udaddy) { [ "$(n '^data transfers complete')" = 1 ] &&
+		[ "$(n '^return status 0$')" = 1 ]; } || ok=0;;
+	server-rdmaserver) [ "$(n '^rdma_server: end 0$')" = 1 ] || ok=0;;
+	client-rdmaserver) [ "$(n '^rdma_client: end 0$')" = 1 ] || ok=0;;
+	client-cmtime) { [ "$(n '^connect *:')" = 1 ] && [ "$(n '^disconnect *:')" = 1 ] &&
+		[ "$(n 'error\|failure\|failing')" = 0 ]; } || ok=0;;
+	server-cmtime) [ "$(n 'error\|failure\|failing')" = 0 ] || ok=0;;
+	server-reject) [ "$(n '^server: ok$')" = 1 ] || ok=0;;
+	client-reject) [ "$(n '^client: ok$')" = 1 ] || ok=0;;
+	server-notify) [ "$(n '^server: ok$')" = 1 ] || ok=0;;
+	client-notify) [ "$(n '^client: ok$')" = 1 ] || ok=0;;
+	esac
+	if [ $ok = 1 ]; then
+		echo "PASS $role $prog (exit $rc)"
+		pass=$((pass + 1))
+	else
+		echo "FAIL $role $prog (exit $rc)"
+		fail=$((fail + 1))
+	fi
+}
+
+# serve PHASE PROG [WRAPPER]: start the server, signal readiness, wait for
+# the client's end, then for the server (cmtime's never ends: stopped).
+serve() {
+	phase=$1 prog=$2 w=${3:-}
+	f=$out/$phase-$prog-server.out
+	flag=ready-$phase-$prog
+	rm -f "$GB_SHARE/$GB_NAME.$flag"
+	echo "== $phase: server $prog ($([ -n "$w" ] && echo libcep || echo kernel CM))"
+	CEP_RDMACM_READY=$GB_SHARE/$GB_NAME.$flag timeout 200 $w $(server_cmd "$prog") \
+		>"$f" 2>&1 &
+	pid=$!
+	if [ -z "$w" ]; then
+		gb_wait_cm_listen "$(port_of "$prog")" $pid || echo "no kernel listener"
+		gb_signal "$flag"
+	fi
+	gb_wait "done-$phase-$prog" 300 || true
+	if [ "$prog" = cmtime ]; then
+		kill $pid 2>/dev/null
+		wait $pid
+		rc=0
+	else
+		wait $pid
+		rc=$?
+	fi
+	cat "$f"
+	check server "$prog" "$f" $rc
+}
+
+# connect PHASE PROG [WRAPPER]: wait for the server, run the client.
+connect() {
+	phase=$1 prog=$2 w=${3:-}
+	f=$out/$phase-$prog-client.out
+	echo "== $phase: client $prog ($([ -n "$w" ] && echo libcep || echo kernel CM))"
+	if gb_wait "ready-$phase-$prog" 120; then
+		timeout 200 $w $(client_cmd "$prog") >"$f" 2>&1
+		rc=$?
+	else
+		echo "no server" >"$f"
+		rc=1
+	fi
+	gb_signal "done-$phase-$prog"
+	cat "$f"
+	check client "$prog" "$f" $rc
+}
+
+# busy LABEL: a libcep program on a port whose CM class is taken (by another
+# libcep process, or by ib_cm) must fail, saying why.
+busy() {
+	f=$out/busy-$1.out
+	timeout 30 $wrap rping -s -a $GB_IP -p 7998 >"$f" 2>&1
+	rc=$?
+	cat "$f"
+	if [ $rc != 0 ] && grep -q "already registered on this port" "$f" &&
+		grep -q "^rdma_bind_addr: Device or resource busy" "$f"; then
+		echo "PASS busy ($1): the second CM on the port is refused (exit $rc)"
+		pass=$((pass + 1))
+	else
+		echo "FAIL busy ($1) (exit $rc)"
+		fail=$((fail + 1))
+	fi
+}
+
+for phase in $phases; do
+	if [ "$phase" != libcep ] && [ "$GB_NAME" = b ] && [ ! -d /sys/module/ib_cm ]; then
+		modprobe -a ib_cm iw_cm rdma_cm rdma_ucm || { echo "modprobe kernel CM failed"; exit 1; }
+		echo "kernel CM loaded on b"
+	fi
+	t0=$(date +%s.%N)
+	if [ "$phase" = libcep ] && [ "$GB_NAME" = b ]; then
+		echo "== libcep: one CM per port"
+		CEP_RDMACM_READY=$out/holder.ready $wrap rping -s -a $GB_IP -p 7999 \
+			>$out/holder.out 2>&1 &
+		holder=$!
+		while [ ! -e $out/holder.ready ] && kill -0 $holder 2>/dev/null; do sleep 0.02; done
+		busy "another libcep process"
+		kill $holder
+		wait $holder
+	fi
+	if [ "$phase" = kserver ] && [ "$GB_NAME" = b ]; then
+		echo "== kserver: one CM per port"
+		busy "ib_cm loaded"
+	fi
+	if [ "$phase" = kserver ] && [ "$probe" != - ]; then
+		if [ "$GB_NAME" = b ]; then
+			# The kernel resolves the peer's address by ARP: a must be up.
+			gb_wait up 120
+			timeout 60 "$probe" "$GB_IP" "$GB_PEER_IP" >"$GB_SHARE/b.probe.out" 2>&1
+			gb_signal probe
+		else
+			timeout 60 "$wrap" "$probe" "$GB_IP" "$GB_PEER_IP" >$out/probe.out 2>&1
+			if gb_wait probe 120 && diff -u "$GB_SHARE/b.probe.out" $out/probe.out; then
+				echo "PASS probe: libcep answers as the kernel's rdma_cm" \
+					"($(grep -c . $out/probe.out) lines)"
+				pass=$((pass + 1))
+			else
+				echo "FAIL probe: libcep and the kernel's rdma_cm differ (- kernel, + libcep)"
+				fail=$((fail + 1))
+			fi
+		fi
+	fi
+	for prog in $progs; do
+		case $phase-$GB_NAME in
+		libcep-b) serve $phase $prog "$wrap";;
+		libcep-a|kserver-a) connect $phase $prog "$wrap";;
+		kserver-b) serve $phase $prog;;
+		kclient-a) serve $phase $prog "$wrap";;
+		kclient-b) connect $phase $prog;;
+		esac
+	done
+	echo "== $phase done in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }") s"
+done
+rdma statistic show link rxe0/1 2>/dev/null || true
+echo "rdmacm: $pass passed, $fail failed"
+[ $fail = 0 ] && [ $pass -gt 0 ]
