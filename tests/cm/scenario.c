@@ -914,13 +914,27 @@ static void t_channel(void)
 	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
 }
 
+/* A disconnects its @round-th connection; both sides leave timewait and B
+ * destroys its passive id. */
+static void disconnect_round(struct cep_cm_id *a, int round)
+{
+	struct cep_cm_id *b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, round));
+	advance_ms(10);
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, round));
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, round));
+	CHECK_EQ(cep_cm_destroy_id(b), 0);
+}
+
 /* An id connects again after its connection ended (TIMEWAIT_EXIT), as
  * the kernel lets an IDLE cm_id send a new REQ (ib_send_cm_req only
  * checks IB_CM_IDLE). Twice, and after a REJ too. */
 static void t_reconnect(void)
 {
 	struct cep_cm_conn_param p;
-	struct cep_cm_id *a, *b;
+	struct cep_cm_id *a;
 
 	setup(2, 0);
 	listen_on(&B, SID);
@@ -934,13 +948,7 @@ static void t_reconnect(void)
 		CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
 		CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
 		check_binding(&A, 0x100, cep_cm_id_local_comm_id(a));
-		b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
-		CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
-		CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, round));
-		advance_ms(10);
-		CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, round));
-		CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, round));
-		CHECK_EQ(cep_cm_destroy_id(b), 0);
+		disconnect_round(a, round);
 		CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
 	}
 	CHECK_EQ(stats_of(&A).rej_received[CEP_REJ_STALE_CONN], 0);
@@ -966,7 +974,7 @@ static void t_reconnect(void)
 static void t_reconnect_callback(void)
 {
 	struct cep_cm_conn_param p, wrong;
-	struct cep_cm_id *a, *b;
+	struct cep_cm_id *a;
 
 	setup(2, 0);
 	listen_on(&B, SID);
@@ -988,13 +996,7 @@ static void t_reconnect_callback(void)
 		A.pol.reconnect = NULL;
 		CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
 		check_binding(&A, 0x100, cep_cm_id_local_comm_id(a));
-		b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
-		CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
-		CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, round));
-		advance_ms(10);
-		CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, round));
-		CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, round));
-		CHECK_EQ(cep_cm_destroy_id(b), 0);
+		disconnect_round(a, round);
 	}
 	CHECK_EQ(atomic_load(&A.pol.reconnects), 2);
 	CHECK_EQ(atomic_load(&A.pol.reconnect_errors), 0);
