@@ -51,10 +51,7 @@ static void t_cm_destroy_after_qp_destroy(void)
 	struct cep_cm_conn_param p;
 	struct cep_cm_id *a;
 
-	setup(1, 0);
-	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
+	setup_accepting(1);
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
@@ -80,10 +77,7 @@ static void t_tid_echo(void)
 	struct cep_cm_id *b;
 	uint32_t bc;
 
-	setup(1, 0);
-	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
+	setup_accepting(1);
 	raw_req(&m, 0x5a00, 0x900);
 	raw_send(&m, LID_B);
 	CHECK(raw_wait(CEP_MSG_REP, 1));

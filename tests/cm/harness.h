@@ -378,6 +378,16 @@ static struct cep_cm_id *listen_on(struct node *n, uint64_t sid)
 	return l;
 }
 
+/* The common start: @workers per node, B listens on SID and accepts on
+ * its QPN 0x101. */
+static void setup_accepting(unsigned workers)
+{
+	setup(workers, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+}
+
 static void conn_param(struct cep_cm_conn_param *p, uint32_t qpn, uint16_t slid, uint16_t dlid)
 {
 	memset(p, 0, sizeof(*p));

@@ -18,10 +18,7 @@ static void t_establish(void)
 	struct cep_cm_id *a, *b;
 	static const char req_pd[] = "hello from A";
 
-	setup(2, 0);
-	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
+	setup_accepting(2);
 	B.pol.rep_pdata = "hello from B";
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
@@ -152,10 +149,7 @@ static void t_rej_rep(void)
 	struct cep_cm_conn_param p;
 	struct cep_cm_id *a;
 
-	setup(2, 0);
-	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
+	setup_accepting(2);
 	A.pol.reject_rep = 1;
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
@@ -242,10 +236,7 @@ static void t_mra_rep(void)
 	struct cep_cm_conn_param p;
 	struct cep_cm_id *a;
 
-	setup(2, 0);
-	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
+	setup_accepting(2);
 	A.pol.mra_rep = 1;
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
@@ -353,10 +344,7 @@ static void t_rep_timeout(void)
 {
 	struct cep_msg m;
 
-	setup(2, 0);
-	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
+	setup_accepting(2);
 	raw_req(&m, 0x5000, 0x900);
 	raw_send(&m, LID_B);
 	for (int i = 1; i <= 4; i++) { /* REP retried every 34 ms (timeout 13) */
@@ -936,10 +924,7 @@ static void t_reconnect(void)
 	struct cep_cm_conn_param p;
 	struct cep_cm_id *a;
 
-	setup(2, 0);
-	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
+	setup_accepting(2);
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
 	for (int round = 1; round <= 3; round++) {
@@ -976,10 +961,7 @@ static void t_reconnect_callback(void)
 	struct cep_cm_conn_param p, wrong;
 	struct cep_cm_id *a;
 
-	setup(2, 0);
-	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
+	setup_accepting(2);
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_B);
 	wrong = p;
@@ -1284,10 +1266,7 @@ static void t_timer_inputs(void)
 
 	ack_delay_of[0] = 15;
 	ack_delay_of[1] = 17;
-	setup(2, 0);
-	listen_on(&B, SID);
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x101;
+	setup_accepting(2);
 	a = make_id(&A);
 	conn_param(&p, 0x100, LID_A, LID_C);
 	p.packet_life_time = 14;
