@@ -326,6 +326,25 @@ static int cma_pdata(const struct rcm_id *r, const struct rdma_conn_param *param
 	return (int)n < 0 ? -EINVAL : (int)n; /* too long for the message: EINVAL (kernel) */
 }
 
+/* The RDMA read depths of @r from @p, librdmacm's way: RDMA_MAX_* (or no
+ * @p) means as much as the device allows - the connect side takes the
+ * device's maximum, the accept side (@from_req) keeps what the REQ
+ * offered, at most that. Caller holds r->mtx. */
+static void set_depths(struct rcm_id *r, const struct rdma_conn_param *p, int from_req)
+{
+	const struct ibv_device_attr *da = &r->port->dev->attr;
+	uint8_t imax = dev_max(da->max_qp_init_rd_atom), rmax = dev_max(da->max_qp_rd_atom);
+
+	if (p && p->initiator_depth != RDMA_MAX_INIT_DEPTH)
+		r->init_depth = p->initiator_depth;
+	else if (!from_req || r->init_depth > imax)
+		r->init_depth = imax;
+	if (p && p->responder_resources != RDMA_MAX_RESP_RES)
+		r->resp_res = p->responder_resources;
+	else if (!from_req || r->resp_res > rmax)
+		r->resp_res = rmax;
+}
+
 /* librdmacm's ucma_valid_param for the TCP port space. */
 static int valid_param(const struct rcm_id *r, const struct rdma_conn_param *p)
 {
@@ -415,7 +434,6 @@ static int connect_rc(struct rcm_id *r, const struct rdma_conn_param *param)
 
 RCM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
-	const struct ibv_device_attr *da;
 	struct rcm_id *r;
 	int ret;
 
@@ -434,11 +452,7 @@ RCM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
 		ret = -EINVAL;
 		goto out;
 	}
-	da = &r->port->dev->attr;
-	r->init_depth = conn_param && conn_param->initiator_depth != RDMA_MAX_INIT_DEPTH ?
-			conn_param->initiator_depth : dev_max(da->max_qp_init_rd_atom);
-	r->resp_res = conn_param && conn_param->responder_resources != RDMA_MAX_RESP_RES ?
-		      conn_param->responder_resources : dev_max(da->max_qp_rd_atom);
+	set_depths(r, conn_param, 0);
 	ret = rcm_cep_create(r);
 	if (ret)
 		goto out;
@@ -477,7 +491,6 @@ RCM_EXPORT int rdma_establish(struct rdma_cm_id *id)
 RCM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
 	struct cep_cm_accept_param acc = { .size = sizeof(acc) };
-	const struct ibv_device_attr *da;
 	struct rcm_id *r;
 	int ret;
 
@@ -497,19 +510,7 @@ RCM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
 		ret = -EINVAL;
 		goto out;
 	}
-	da = &r->port->dev->attr;
-	if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH) {
-		if (r->init_depth > dev_max(da->max_qp_init_rd_atom))
-			r->init_depth = dev_max(da->max_qp_init_rd_atom);
-	} else {
-		r->init_depth = conn_param->initiator_depth;
-	}
-	if (!conn_param || conn_param->responder_resources == RDMA_MAX_RESP_RES) {
-		if (r->resp_res > dev_max(da->max_qp_rd_atom))
-			r->resp_res = dev_max(da->max_qp_rd_atom);
-	} else {
-		r->resp_res = conn_param->responder_resources;
-	}
+	set_depths(r, conn_param, 1);
 	acc.qpn = r->id.qp ? r->id.qp->qp_num : conn_param->qp_num;
 	acc.private_data = conn_param ? conn_param->private_data : NULL;
 	acc.private_data_len = conn_param && conn_param->private_data ?
