@@ -318,6 +318,19 @@ static void raw_req(struct cep_msg *m, uint32_t comm_id, uint32_t qpn)
 	path_to(&m->u.req.primary, LID_C, LID_B);
 }
 
+/* C's REP (raw) to the last REQ C received: its TID and comm ID, our
+ * comm ID @comm_id and QPN @qpn. */
+static void raw_rep(struct cep_msg *m, uint32_t comm_id, uint32_t qpn)
+{
+	struct cep_msg q = raw_last(CEP_MSG_REQ);
+
+	cep_msg_init(m, CEP_MSG_REP, q.hdr.tid);
+	m->u.rep.local_comm_id = comm_id;
+	m->u.rep.remote_comm_id = q.u.req.local_comm_id;
+	m->u.rep.local_qpn = qpn;
+	m->u.rep.local_ca_guid = GUID_C;
+}
+
 static void node_init(struct node *n, uint64_t guid, uint16_t lid, unsigned workers, int auto_mra)
 {
 	struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = guid, .lid = lid,

@@ -1162,11 +1162,7 @@ static void t_rep_dup_remote_id(void)
 	conn_param(&p, 0x100, LID_A, LID_C);
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(raw_wait(CEP_MSG_REQ, 1));
-	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
-	m.u.rep.local_comm_id = 0x6000;
-	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
-	m.u.rep.local_qpn = 0x901;
-	m.u.rep.local_ca_guid = GUID_C;
+	raw_rep(&m, 0x6000, 0x901);
 	raw_send(&m, LID_A);
 	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
 	/* a second connection; its REP reuses the first one's comm ID */
@@ -1174,11 +1170,7 @@ static void t_rep_dup_remote_id(void)
 	conn_param(&p, 0x101, LID_A, LID_C);
 	CHECK_EQ(cep_cm_connect(a2, &p), 0);
 	CHECK(raw_wait(CEP_MSG_REQ, 2));
-	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
-	m.u.rep.local_comm_id = 0x6000;
-	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
-	m.u.rep.local_qpn = 0x902;
-	m.u.rep.local_ca_guid = GUID_C;
+	raw_rep(&m, 0x6000, 0x902);
 	raw_send(&m, LID_A);
 	settle();
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
@@ -1199,11 +1191,7 @@ static void t_rep_dup_remote_id(void)
 	conn_param(&p, 0x102, LID_A, LID_C);
 	CHECK_EQ(cep_cm_connect(a3, &p), 0);
 	CHECK(raw_wait(CEP_MSG_REQ, 3));
-	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
-	m.u.rep.local_comm_id = 0x6002;
-	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
-	m.u.rep.local_qpn = 0x901;
-	m.u.rep.local_ca_guid = GUID_C;
+	raw_rep(&m, 0x6002, 0x901);
 	raw_send(&m, LID_A);
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
 	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
@@ -1277,11 +1265,7 @@ static void t_timer_inputs(void)
 	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.primary.local_ack_timeout, 16);
 	/* C answers with target ACK delay 20: A's ACK timeout becomes 20 and
 	 * its timewait 4.096 us x 2^20 = 4295 ms (kernel cm_enter_timewait) */
-	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
-	m.u.rep.local_comm_id = 0x7800;
-	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
-	m.u.rep.local_qpn = 0x901;
-	m.u.rep.local_ca_guid = GUID_C;
+	raw_rep(&m, 0x7800, 0x901);
 	m.u.rep.target_ack_delay = 20;
 	raw_send(&m, LID_A);
 	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
@@ -1629,11 +1613,7 @@ static void t_disconnect_crossed(void)
 		p.manual_drep = 1;
 		CHECK_EQ(cep_cm_connect(a, &p), 0);
 		CHECK(raw_wait(CEP_MSG_REQ, crossing + 1));
-		cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
-		m.u.rep.local_comm_id = cid;
-		m.u.rep.remote_comm_id = cep_cm_id_local_comm_id(a);
-		m.u.rep.local_qpn = 0x920 + (uint32_t)crossing;
-		m.u.rep.local_ca_guid = GUID_C;
+		raw_rep(&m, cid, 0x920 + (uint32_t)crossing);
 		raw_send(&m, LID_A);
 		CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, crossing + 1));
 		if (crossing) { /* our DREQ and the peer's cross */
@@ -1718,11 +1698,7 @@ static void t_dup_rep_mra_ids(void)
 	p.manual_rtu = 1;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(raw_wait(CEP_MSG_REQ, 1));
-	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
-	m.u.rep.local_comm_id = 0x7f10;
-	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
-	m.u.rep.local_qpn = 0x901;
-	m.u.rep.local_ca_guid = GUID_C;
+	raw_rep(&m, 0x7f10, 0x901);
 	raw_send(&m, LID_A);
 	CHECK(raw_wait(CEP_MSG_MRA, 1));
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_MRA_REP_SENT);
@@ -1781,11 +1757,7 @@ static void t_resend_pdata(void)
 	p.manual_rtu = 1;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(raw_wait(CEP_MSG_REQ, 1));
-	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
-	m.u.rep.local_comm_id = 0x7f21;
-	m.u.rep.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
-	m.u.rep.local_qpn = 0x901;
-	m.u.rep.local_ca_guid = GUID_C;
+	raw_rep(&m, 0x7f21, 0x901);
 	raw_send(&m, LID_A);
 	CHECK(wait_ev(&A, CEP_CM_EV_REP_RECEIVED, 1));
 	CHECK_EQ(cep_cm_rtu(a, "rtu-pd", 7), 0);
