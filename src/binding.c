@@ -13,7 +13,10 @@
  * - every transition is one CAS or XCHG (seq_cst). A bind completes with
  *   CAS BINDING -> LINKED after its word CAS; a destroy that took the link
  *   first makes that CAS fail and the binder undoes its word, so the word
- *   never keeps a destroyed CEP's cid.
+ *   never keeps a destroyed CEP's cid;
+ * - a LINKED link carries the QP record it bound (cep.qp_rec, with a
+ *   reference on the record), so whoever takes the link away clears the
+ *   word it set without looking the QPN up: the release cannot miss.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -40,6 +43,28 @@ void cep_qp_free_rcu(struct rcu_head *head)
 	cep_rcu_callback_end();
 }
 
+/* Read side held (the record was found in the index): a reference unless
+ * the record is already on its way to call_rcu (the race: an unregister
+ * dropping the index's reference while a bind found the record). */
+static bool qp_get_unless_zero(struct cep_qp *qp)
+{
+	uint32_t r = atomic_load(&qp->refs);
+
+	do {
+		if (r == 0)
+			return false;
+	} while (!atomic_compare_exchange_weak(&qp->refs, &r, r + 1));
+	return true;
+}
+
+void cep_qp_put(struct cep_qp *qp)
+{
+	/* seq_cst: every use of the record by this holder happens before the
+	 * free that the last put starts. */
+	if (atomic_fetch_sub(&qp->refs, 1) == 1)
+		cep_call_rcu(&qp->rcu, qp, cep_qp_free_rcu);
+}
+
 static bool is_cid(uint32_t b)
 {
 	return b != CEP_BINDING_INVALID && b != CEP_BINDING_RESERVED;
@@ -59,6 +84,7 @@ CEP_EXPORT int cep_qp_register(struct cep_table *t, uint32_t qpn)
 	qp->key.a = qpn;
 	qp->table = t;
 	atomic_init(&qp->binding, CEP_BINDING_INVALID);
+	atomic_init(&qp->refs, 1); /* the index's */
 	cep_rcu_read_lock();
 	ret = cep_index_insert(t->qps, cep_hash_qpn(t, qpn), &qp->key, &got);
 	cep_rcu_read_unlock();
@@ -111,7 +137,9 @@ CEP_EXPORT int cep_bind(struct cep *cep, uint32_t qpn)
 	CEP_YIELD();
 	cep_rcu_read_lock();
 	qp = cep_qp_find(t, qpn);
-	if (!qp) {
+	/* The link's reference on the record, before the word names us: a
+	 * record whose count is zero is being freed (unregistered). */
+	if (!qp || !qp_get_unless_zero(qp)) {
 		cep_rcu_read_unlock();
 #ifdef CEP_PLANTED_BUG_C
 		cep_get(cep);
@@ -120,6 +148,7 @@ CEP_EXPORT int cep_bind(struct cep *cep, uint32_t qpn)
 		CEP_STAT_INC(t, bind_fail);
 		return -ENOENT;
 	}
+	cep_rcu_read_unlock(); /* the reference keeps the record */
 #ifdef CEP_PLANTED_BUG_A
 	/* Planted bug (a): load then store, the race IBAL had. */
 	old = atomic_load(&qp->binding);
@@ -138,7 +167,7 @@ CEP_EXPORT int cep_bind(struct cep *cep, uint32_t qpn)
 	cep_get(cep);
 #endif
 	if (!ok) {
-		cep_rcu_read_unlock();
+		cep_qp_put(qp);
 		link_rollback(cep, qpn);
 		CEP_STAT_INC(t, bind_fail);
 		if (old == CEP_BINDING_RESERVED) {
@@ -149,31 +178,35 @@ CEP_EXPORT int cep_bind(struct cep *cep, uint32_t qpn)
 		}
 		return -EISCONN;
 	}
-	/* BINDING -> LINKED. Only cep_destroy() can have moved it (to DEAD):
-	 * it may have missed our cid in the word, so undo it ourselves. */
+	/* BINDING -> LINKED, with the record for whoever releases the link
+	 * (written while BINDING makes the field ours; the seq_cst CAS
+	 * publishes it to the RMW that later takes LINKED away). Only
+	 * cep_destroy() can have moved the link (to DEAD): it does not touch
+	 * the word of a BINDING link, so undo it ourselves. */
+	cep->qp_rec = qp;
 	link = CEP_LINK_BINDING | qpn;
 	if (!atomic_compare_exchange_strong(&cep->qp_link, &link, CEP_LINK_LINKED | qpn)) {
 		uint32_t c = cid;
 
+		cep->qp_rec = NULL;
 		atomic_compare_exchange_strong(&qp->binding, &c, CEP_BINDING_INVALID);
-		cep_rcu_read_unlock();
+		cep_qp_put(qp);
 		CEP_STAT_INC(t, bind_fail);
 		return -ESTALE;
 	}
-	cep_rcu_read_unlock();
 	CEP_STAT_INC(t, bound);
 	return 0;
 }
 
-void cep_binding_release(struct cep_table *t, uint32_t qpn, uint32_t cid)
+void cep_binding_release(struct cep *cep)
 {
-	struct cep_qp *qp = cep_qp_find(t, qpn);
-	uint32_t c = cid;
+	struct cep_qp *qp = cep->qp_rec;
+	uint32_t c = (uint32_t)cep->comm_key.a;
 
-	/* cid -> INVALID; fails harmlessly if RESERVED (QP dying) or if the
-	 * bind that set the link never reached its CAS. */
-	if (qp)
-		atomic_compare_exchange_strong(&qp->binding, &c, CEP_BINDING_INVALID);
+	cep->qp_rec = NULL;
+	/* cid -> INVALID; fails harmlessly if RESERVED (QP dying). */
+	atomic_compare_exchange_strong(&qp->binding, &c, CEP_BINDING_INVALID);
+	cep_qp_put(qp);
 }
 
 CEP_EXPORT int cep_unbind(struct cep *cep)
@@ -185,13 +218,12 @@ CEP_EXPORT int cep_unbind(struct cep *cep)
 	l = atomic_load(&cep->qp_link);
 	if (CEP_LINK_KIND(l) != CEP_LINK_LINKED)
 		return -ENOENT; /* BINDING is the binder's, not ours to undo */
-	/* Take the link: then the binding's reference is ours to drop. */
+	/* Take the link: then the binding's reference, and the record, are
+	 * ours to release. */
 	if (!atomic_compare_exchange_strong(&cep->qp_link, &l, CEP_LINK_UNLINKED))
 		return -ENOENT;
 	CEP_YIELD();
-	cep_rcu_read_lock();
-	cep_binding_release(cep->table, CEP_LINK_QPN(l), (uint32_t)cep->comm_key.a);
-	cep_rcu_read_unlock();
+	cep_binding_release(cep);
 	cep_put(cep);
 	return 0;
 }
@@ -263,7 +295,7 @@ CEP_EXPORT int cep_qp_unregister(struct cep_table *t, uint32_t qpn)
 		return -ENOENT; /* a concurrent unregister won */
 	CEP_STAT_INC(t, qps_removed);
 	cep_index_maintain(t->qps);
-	cep_call_rcu(&qp->rcu, qp, cep_qp_free_rcu);
+	cep_qp_put(qp); /* the index's; a CEP still linked keeps the record */
 	return 0;
 }
 

@@ -23,6 +23,7 @@
 #ifndef CEP_INDEX_H
 #define CEP_INDEX_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -94,6 +95,31 @@ struct cep_index {
 };
 
 extern const struct cep_index_ops cep_index_lfht_ops;
+
+/*
+ * Tests only (tests/table/index_probe.c): when set, both implementations
+ * call it from inside a lookup, each time the lookup compares its key with
+ * an entry (ck_rhs's compare callback, rculfhash's match function), before
+ * the comparison. That is a point between the implementation's own loads,
+ * where a test performs writer operations (insert, remove, displacement,
+ * grow, shrink) to prove that a key present throughout is still found.
+ * NULL in every other program; relaxed: it is set before the lookups it
+ * serves, on the same thread.
+ */
+typedef void (*cep_index_probe_fn)(const struct cep_ikey *stored, const struct cep_ikey *key);
+extern _Atomic(cep_index_probe_fn) cep_index_probe_hook;
+
+static inline void cep_index_probe(const struct cep_ikey *stored, const struct cep_ikey *key)
+{
+	cep_index_probe_fn f = atomic_load_explicit(&cep_index_probe_hook, memory_order_relaxed);
+
+	if (__builtin_expect(f != NULL, 0))
+		f(stored, key);
+}
+
+/* Tests only: resize an rculfhash index to @buckets now (synchronous; a
+ * shrink waits for a grace period, so never from inside a read side). */
+void cep_index_lfht_resize(struct cep_index *ix, size_t buckets);
 extern const struct cep_index_ops cep_index_ck_ops;
 
 static inline struct cep_ikey *cep_index_lookup(struct cep_index *ix, uint64_t h,

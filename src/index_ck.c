@@ -2,12 +2,29 @@
 /*
  * Index on ConcurrencyKit ck_rhs (robin hood open addressing, SPMC): a set
  * of pointers to the entries' key structs, split in shards by the hash's
- * top bits. Readers are lock-free (ck_rhs_get under the RCU read lock: it
- * retries while a writer moves entries of the same generation group);
- * writers of one shard are serialised by the shard's mutex (ck_rhs allows
- * one writer at a time). A map replaced by a grow, and a whole set replaced
- * by a shrink, are freed through call_rcu (ck_malloc's free with defer), so
- * a reader probing the old map never touches freed memory.
+ * top bits. Writers of one shard are serialised by the shard's mutex
+ * (ck_rhs allows one writer at a time). A map replaced by a grow, and a
+ * whole set replaced by a shrink, are freed through call_rcu (ck_malloc's
+ * free with defer), so a reader probing the old map never touches freed
+ * memory.
+ *
+ * A lookup never misses a key that is present throughout it. ck_rhs_get
+ * alone does not promise that: it validates its probe with a generation
+ * counter indexed by the full hash, while writers that move entries bump
+ * the one of the entry's home slot, so in a map of fewer than 1,024 slots a
+ * reader can walk past its key while a delete shifts it back, see no
+ * change, and report a miss (docs/concurrency.md "Why a miss is real", with
+ * a reproducer on ck's public API). libcep therefore trusts only ck's
+ * sequential correctness and its SPMC safety (a get that races a writer
+ * returns an entry that compares equal, or NULL, and touches only memory
+ * our deferred frees keep valid), and certifies every miss itself: each
+ * shard has a sequence count that its writer makes odd before it changes
+ * the set (put, remove with its backward shift, displacement, grow,
+ * shrink) and even after. A hit is always an answer; a miss is an answer
+ * only when the count was even before the get and unchanged after it (no
+ * writer ran); otherwise the get is retried, and after a few tries it is
+ * asked under the shard's lock, where the set holds still. Hits stay
+ * lock-free; a miss waits at most for the writers of its own shard.
  *
  * Ordering: ck_rhs publishes with its own store fences, which TSan cannot
  * see (inline assembly in libck, itself uninstrumented); so every entry is
@@ -28,6 +45,7 @@
 
 #include "index.h"
 #include "rcu.h"
+#include "yield.h"
 #include "slab.h"
 
 #ifndef CEP_CK_LOAD_PCT
@@ -147,6 +165,10 @@ struct ck_shard {
 	size_t slots;                   /* under lock: the set's capacity */
 	_Atomic size_t count;           /* written under lock, read relaxed anywhere */
 	_Atomic size_t slots_seen;      /* slots, for readers outside the lock */
+	/* Odd while the shard's writer changes its set (under lock); a
+	 * reader's miss counts only if it saw the same even value before and
+	 * after its probe (the race: an entry shifted back past the probe). */
+	_Atomic unsigned seq;
 } __attribute__((aligned(64)));
 
 struct ck_index {
@@ -213,6 +235,8 @@ static bool ck_compare_cb(const void *stored, const void *key)
 {
 	const struct cep_ikey *s = untag(stored);
 
+	cep_index_probe(s, untag(key)); /* tests: writers between ck's loads */
+	CEP_YIELD(); /* stress builds: a reader paused mid-probe */
 	if (((uintptr_t)stored ^ (uintptr_t)key) & ~ADDR_MASK)
 		return false; /* different hashes: no need to read the entry */
 	cep_tsan_acquire(s); /* pairs with the release before the put */
@@ -315,6 +339,7 @@ static int ck_create(const struct cep_index_attr *a, struct cep_index **out)
 		sh->slots = per;
 		atomic_init(&sh->slots_seen, per);
 		atomic_init(&sh->count, 0);
+		atomic_init(&sh->seq, 0);
 		atomic_init(&sh->set, s);
 	}
 	*out = &ix->base;
@@ -335,14 +360,64 @@ static void ck_destroy(struct cep_index *base)
 	free(ix);
 }
 
-static struct cep_ikey *ck_lookup(struct cep_index *base, uint64_t h, const struct cep_ikey *k)
+/* Under the shard's lock, around every change of its set. Writer side of
+ * the sequence count: odd, then (release fence) the set's stores, then
+ * even with release, so a reader whose probe saw any of those stores sees
+ * the count moved (the race: a miss reported while an entry moved). */
+static void shard_write_begin(struct ck_shard *sh)
 {
-	struct ck_index *ix = (struct ck_index *)base;
-	struct cep_ikey *e = untag(ck_rhs_get(&shard_set(shard_of(ix, h))->rhs, (unsigned long)h,
-					      tagged(k, h)));
+	atomic_store_explicit(&sh->seq, atomic_load_explicit(&sh->seq, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static void shard_write_end(struct ck_shard *sh)
+{
+	atomic_store_explicit(&sh->seq, atomic_load_explicit(&sh->seq, memory_order_relaxed) + 1,
+			      memory_order_release);
+}
+
+/* Optimistic probes before a miss is asked under the lock: each failed
+ * one means a writer of this shard made progress meanwhile. */
+#define LOOKUP_TRIES 4
+
+static struct cep_ikey *set_get(struct ck_set *s, uint64_t h, const struct cep_ikey *k)
+{
+	struct cep_ikey *e = untag(ck_rhs_get(&s->rhs, (unsigned long)h, tagged(k, h)));
 
 	if (e)
 		cep_tsan_acquire(e);
+	return e;
+}
+
+/* Read side held; any thread; never called with the shard's lock held.
+ * An entry whose key equals @k, or NULL if @k was absent at some instant
+ * of the call (the contract in index.h; the argument above). */
+static struct cep_ikey *ck_lookup(struct cep_index *base, uint64_t h, const struct cep_ikey *k)
+{
+	struct ck_index *ix = (struct ck_index *)base;
+	struct ck_shard *sh = shard_of(ix, h);
+	struct cep_ikey *e;
+
+	for (int i = 0; i < LOOKUP_TRIES; i++) {
+		/* acquire: a set published by a shrink, and every store of the
+		 * writes that ended before this value, are seen by the probe. */
+		unsigned s0 = atomic_load_explicit(&sh->seq, memory_order_acquire);
+
+		e = set_get(shard_set(sh), h, k);
+		if (e)
+			return e; /* compared equal: present when its slot was read */
+		/* The probe's loads before the second read of the count: a
+		 * writer whose stores the probe saw (or missed because they
+		 * moved the key) has made the count differ. */
+		atomic_thread_fence(memory_order_acquire);
+		if (!(s0 & 1) && atomic_load_explicit(&sh->seq, memory_order_relaxed) == s0)
+			return NULL; /* no writer ran during the probe: a real miss */
+	}
+	/* Writers kept changing this shard: ask where the set holds still. */
+	pthread_mutex_lock(&sh->lock);
+	e = set_get(atomic_load_explicit(&sh->set, memory_order_relaxed), h, k);
+	pthread_mutex_unlock(&sh->lock);
 	return e;
 }
 
@@ -382,6 +457,7 @@ static int ck_insert(struct cep_index *base, uint64_t h, struct cep_ikey *k,
 		map = s->rhs.map;
 		cep_tsan_release(k); /* publication: the entry's fields before readers */
 		rehash_limit(sh->slots * 2); /* put may grow, shard_grow grows x2 */
+		shard_write_begin(sh); /* the put may displace entries; the grow swaps maps */
 		if (!ck_rhs_put_unique(&s->rhs, (unsigned long)h, tagged(k, h))) {
 			ret = -ENOMEM; /* no duplicate (checked above): the grow failed */
 		} else {
@@ -390,6 +466,7 @@ static int ck_insert(struct cep_index *base, uint64_t h, struct cep_ikey *k,
 					      memory_order_relaxed);
 			shard_grow(sh, s, map);
 		}
+		shard_write_end(sh);
 	}
 	pthread_mutex_unlock(&sh->lock);
 	return ret;
@@ -446,13 +523,16 @@ static int ck_remove(struct cep_index *base, uint64_t h, struct cep_ikey *k)
 	s = atomic_load_explicit(&sh->set, memory_order_relaxed);
 	rehash_limit(sh->slots); /* a shrink rebuilds smaller */
 	/* Remove @k itself, never another entry with an equal key. */
-	if (untag(ck_rhs_get(&s->rhs, (unsigned long)h, tagged(k, h))) == k &&
-	    untag(ck_rhs_remove(&s->rhs, (unsigned long)h, tagged(k, h))) == k) {
-		atomic_store_explicit(&sh->count,
-				      atomic_load_explicit(&sh->count, memory_order_relaxed) - 1,
-				      memory_order_relaxed);
-		shard_shrink(ix, sh, s);
-		ret = 0;
+	if (untag(ck_rhs_get(&s->rhs, (unsigned long)h, tagged(k, h))) == k) {
+		shard_write_begin(sh); /* backward shift, then maybe a new set */
+		if (untag(ck_rhs_remove(&s->rhs, (unsigned long)h, tagged(k, h))) == k) {
+			atomic_store_explicit(&sh->count,
+					      atomic_load_explicit(&sh->count, memory_order_relaxed) - 1,
+					      memory_order_relaxed);
+			shard_shrink(ix, sh, s);
+			ret = 0;
+		}
+		shard_write_end(sh);
 	}
 	pthread_mutex_unlock(&sh->lock);
 	return ret;

@@ -22,6 +22,7 @@
 
 #include "index.h"
 #include "rcu.h"
+#include "yield.h"
 
 #define CNT_SHARDS 16
 #define CHECK_EVERY 64 /* writes per thread and index between resize checks */
@@ -75,6 +76,8 @@ static int lfht_match(struct cds_lfht_node *n, const void *key)
 	const struct lfht_match_key *mk = key;
 	struct cep_ikey *k = node_key(mk->ix, n);
 
+	cep_index_probe(k, mk->k); /* tests: writers between liburcu's loads */
+	CEP_YIELD(); /* stress builds: a reader paused mid-walk */
 	cep_tsan_acquire(k); /* pairs with the release before cds_lfht_add_unique */
 	return cep_ikey_eq(k, mk->k);
 }
@@ -203,6 +206,14 @@ static void lfht_maintain(struct cep_index *base)
 	cds_lfht_resize(ix->ht, want);
 	atomic_store_explicit(&ix->buckets, want, memory_order_relaxed);
 	atomic_store_explicit(&ix->resizing, 0, memory_order_relaxed);
+}
+
+void cep_index_lfht_resize(struct cep_index *base, size_t buckets)
+{
+	struct lfht_index *ix = (struct lfht_index *)base;
+
+	cds_lfht_resize(ix->ht, buckets);
+	atomic_store_explicit(&ix->buckets, buckets, memory_order_relaxed);
 }
 
 static int lfht_for_each(struct cep_index *base, void (*fn)(struct cep_ikey *k, void *ctx),

@@ -25,6 +25,9 @@
 
 #include "table_internal.h"
 
+/* index.h: tests only, NULL otherwise. */
+_Atomic(cep_index_probe_fn) cep_index_probe_hook;
+
 /* ---- helpers ----------------------------------------------------------- */
 
 uint64_t cep_hash64(uint64_t seed, uint64_t key)
@@ -630,12 +633,12 @@ CEP_EXPORT int cep_destroy(struct cep *cep)
 	 * binding's reference. A bind caught in BINDING sees DEAD when it
 	 * tries to complete, and undoes its word. */
 	link = atomic_exchange(&cep->qp_link, CEP_LINK_DEAD);
-	if (CEP_LINK_KIND(link) == CEP_LINK_LINKED || CEP_LINK_KIND(link) == CEP_LINK_BINDING) {
-		cep_rcu_read_lock();
-		cep_binding_release(t, CEP_LINK_QPN(link), (uint32_t)cep->comm_key.a);
-		cep_rcu_read_unlock();
+	if (CEP_LINK_KIND(link) == CEP_LINK_LINKED)
+		cep_binding_release(cep); /* the word, through the link's own record */
+	/* BINDING: the binder's CAS to LINKED fails on DEAD and it undoes its
+	 * own word with the record it holds. */
+	if (CEP_LINK_KIND(link) == CEP_LINK_LINKED || CEP_LINK_KIND(link) == CEP_LINK_BINDING)
 		cep_put(cep); /* the binding's reference */
-	}
 	CEP_YIELD();
 
 	for (int idx = 0; idx < IDX_NKEYS; idx++) {
@@ -809,7 +812,7 @@ static void unregister_one(struct cep_ikey *k, void *ctx)
 	struct cep_qp *qp = caa_container_of(k, struct cep_qp, key);
 
 	if (cep_index_remove(t->qps, cep_hash_qpn(t, (uint32_t)k->a), k) == 0)
-		cep_call_rcu(&qp->rcu, qp, cep_qp_free_rcu);
+		cep_qp_put(qp); /* the index's reference */
 }
 
 CEP_EXPORT int cep_table_destroy(struct cep_table *t)
@@ -940,9 +943,15 @@ static void check_cep(struct cep_ikey *ck, void *arg)
 		violation(o, "cep %#x refcount %u below its holders; ", id,
 			  atomic_load(&cep->refcnt));
 	if (CEP_LINK_KIND(l) == CEP_LINK_LINKED) {
-		struct cep_qp *qp = cep_qp_find(t, CEP_LINK_QPN(l));
+		struct cep_qp *qp = cep->qp_rec;
 		uint32_t b = qp ? atomic_load(&qp->binding) : CEP_BINDING_RESERVED;
 
+		if (!qp || (uint32_t)qp->key.a != CEP_LINK_QPN(l))
+			violation(o, "cep %#x linked to qpn %#x holds the record of %#x; ", id,
+				  CEP_LINK_QPN(l), qp ? (uint32_t)qp->key.a : 0u);
+		else if (atomic_load(&qp->refs) < 1)
+			violation(o, "cep %#x linked to qpn %#x whose record is being freed; ",
+				  id, CEP_LINK_QPN(l));
 		if (b != id && b != CEP_BINDING_RESERVED)
 			violation(o, "cep %#x linked to qpn %#x whose binding is %#x; ", id,
 				  CEP_LINK_QPN(l), b);

@@ -77,12 +77,22 @@ struct cep {
 	/* Written by the slot's owner (CLAIMED) before PRESENT, read by whoever
 	 * takes PRESENT away: ordered by key_state's RMWs. */
 	struct cep_kentry *key[IDX_NKEYS];
+	/* The QP record of a LINKED link, with a reference of its own: written
+	 * by the binder before its CAS BINDING -> LINKED, read and cleared by
+	 * whoever takes LINKED away (ordered by those RMWs on qp_link), so a
+	 * release never looks the QPN up again (a lookup it cannot afford to
+	 * have miss: the word would keep a destroyed CEP's cid). */
+	struct cep_qp *qp_rec;
 	struct rcu_head rcu;
 };
 
 struct cep_qp {
 	struct cep_ikey key;         /* .a: qpn; const */
 	_Atomic uint32_t binding;    /* INVALID / RESERVED / cid */
+	/* One for the QPN index (dropped at unregister), one per CEP link
+	 * that names this record (cep.qp_rec); the last put frees it through
+	 * call_rcu. Taken only if not zero, under the read lock. */
+	_Atomic uint32_t refs;
 	struct cep_table *table;     /* const */
 	struct rcu_head rcu;
 };
@@ -131,9 +141,15 @@ struct cep_stat_shard *cep_stat_shard(struct cep_table *t);
 
 uint64_t cep_hash64(uint64_t seed, uint64_t key);
 
-/* binding.c: called by cep_destroy() after it won DESTROYING and took the
- * link: clear the QP's word if it still holds our cid. In a read side. */
-void cep_binding_release(struct cep_table *t, uint32_t qpn, uint32_t cid);
+/* binding.c: called by whoever took a LINKED link away from @cep
+ * (cep_destroy, cep_unbind): clear the word of the QP record the link
+ * named if it still holds our cid, and drop the link's reference on the
+ * record. Any thread; no lock; the record is the CEP's own (no lookup). */
+void cep_binding_release(struct cep *cep);
+
+/* binding.c: a QP record's references (see cep_qp.refs). put: the last
+ * one frees it after a grace period. Any thread. */
+void cep_qp_put(struct cep_qp *qp);
 
 /* table.c: call @fn on every CEP of the comm-ID index, with a reference
  * held and inside a read-side section (@fn must not wait for a grace

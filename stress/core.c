@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include <cep/table.h>
 
@@ -285,10 +286,189 @@ static int table_churn(const struct stress_opts *o)
 	return run_threads("table-churn", o, churn_thread, 0xc4a);
 }
 
+/*
+ * present-keys: keys that stay in the table the whole run are looked up
+ * again and again while other threads insert and remove other keys of the
+ * same indexes, in the default configuration (default table size and
+ * index, so every shard stays small); every single lookup is checked, not
+ * only at quiescent points: a miss of a present key is the race that left
+ * a destroyed CEP's CID in a binding word (issue 17).
+ */
+enum { PRESENT = 200, CHURN = 64 };
+
+struct present_run {
+	struct cep_table *t;
+	struct cep *cep[PRESENT];
+	uint32_t id[PRESENT];
+	atomic_bool stop;
+	_Atomic uint64_t lookups, writes, misses;
+};
+
+struct present_thread {
+	pthread_t th;
+	struct present_run *run;
+	int id;
+	bool writer;
+	uint64_t rng;
+};
+
+#define PRESENT_QPN(i) (0x10000u + (uint32_t)(i))
+#define PRESENT_GUID 0x5eed0000cafe0000ull
+
+static void present_miss(struct present_run *r, const char *what, uint32_t key)
+{
+	/* Report the first few; count all. */
+	if (atomic_fetch_add(&r->misses, 1) < 5)
+		stress_fail("present-keys", "%s %#x present throughout, lookup missed it", what, key);
+}
+
+static void *present_thread(void *arg)
+{
+	struct present_thread *pt = arg;
+	struct present_run *r = pt->run;
+	struct cep *mine[CHURN] = { 0 };
+	uint32_t qpn_base = 0x20000u + (uint32_t)pt->id * CHURN;
+	bool qp_on[CHURN] = { 0 };
+	uint64_t n = 0;
+
+	while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+		uint64_t x = stress_rand(&pt->rng);
+		unsigned i = (unsigned)(x % PRESENT);
+
+		if (pt->writer) {
+			unsigned j = (unsigned)(x >> 32) % CHURN;
+
+			if ((x >> 20) & 1) {
+				if (!mine[j]) {
+					if (cep_create(r->t, NULL, &mine[j]) == 0)
+						cep_insert_remote_id(mine[j], (uint32_t)(x >> 40),
+								     PRESENT_GUID + 1 + (uint64_t)pt->id, NULL);
+				} else {
+					cep_destroy(mine[j]);
+					cep_put(mine[j]);
+					mine[j] = NULL;
+				}
+			} else if (!qp_on[j]) {
+				qp_on[j] = cep_qp_register(r->t, qpn_base + j) == 0;
+			} else {
+				cep_qp_destroy_begin(r->t, qpn_base + j, NULL);
+				if (cep_qp_unregister(r->t, qpn_base + j))
+					stress_fail("present-keys", "unregister of a churned QPN failed");
+				qp_on[j] = false;
+			}
+			n++;
+		} else {
+			struct cep *c;
+			uint32_t b;
+
+			if (cep_lookup_comm_id(r->t, r->id[i], &c))
+				present_miss(r, "comm ID", r->id[i]);
+			else {
+				if (c != r->cep[i])
+					stress_fail("present-keys", "comm ID %#x found another CEP", r->id[i]);
+				cep_put(c);
+			}
+			if (cep_qp_binding(r->t, PRESENT_QPN(i), &b))
+				present_miss(r, "QPN", PRESENT_QPN(i));
+			if (cep_lookup_remote_id(r->t, (uint32_t)i, PRESENT_GUID, &c))
+				present_miss(r, "remote ID", i);
+			else
+				cep_put(c);
+			n += 3;
+		}
+	}
+	for (unsigned j = 0; j < CHURN; j++) {
+		if (mine[j]) {
+			cep_destroy(mine[j]);
+			cep_put(mine[j]);
+		}
+		if (qp_on[j]) {
+			cep_qp_destroy_begin(r->t, qpn_base + j, NULL);
+			cep_qp_unregister(r->t, qpn_base + j);
+		}
+	}
+	atomic_fetch_add(pt->writer ? &r->writes : &r->lookups, n);
+	return NULL;
+}
+
+/* One run on a table of @index (CEP_TABLE_INDEX_DEFAULT: the default
+ * configuration, attr NULL) for @duration seconds. */
+static int present_keys_on(const struct stress_opts *o, int index, double duration)
+{
+	struct cep_table_attr a = { .size = sizeof(a), .index = index };
+	struct present_run r = { 0 };
+	int nth = o->threads < 2 ? 2 : o->threads;
+	struct present_thread *th = calloc((size_t)nth, sizeof(*th));
+	double end;
+	int ret = 0;
+
+	if (!th || cep_table_create(index == CEP_TABLE_INDEX_DEFAULT ? NULL : &a, &r.t)) {
+		free(th);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < PRESENT; i++) {
+		if (cep_create(r.t, NULL, &r.cep[i]) || cep_qp_register(r.t, PRESENT_QPN(i)) ||
+		    cep_insert_remote_id(r.cep[i], (uint32_t)i, PRESENT_GUID, NULL)) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		r.id[i] = cep_local_comm_id(r.cep[i]);
+	}
+	/* Half the threads look up, half write (at least one of each). */
+	for (int i = 0; i < nth; i++) {
+		th[i].run = &r;
+		th[i].id = i;
+		th[i].writer = i % 2 == 1;
+		th[i].rng = o->seed ^ 0x9e5e ^ ((uint64_t)i << 48);
+		pthread_create(&th[i].th, NULL, present_thread, &th[i]);
+	}
+	end = stress_now() + duration;
+	while (stress_now() < end && (stress_failures() == 0 || o->keep_going)) {
+		struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+		stress_progress();
+	}
+	atomic_store(&r.stop, true);
+	for (int i = 0; i < nth; i++)
+		pthread_join(th[i].th, NULL);
+	check_quiescent(&(struct core_run){ .name = "present-keys", .t = r.t }, "at the end");
+	if (o->verbose || r.misses)
+		printf("  present-keys (%s): %" PRIu64 " lookups of present keys, %" PRIu64
+		       " missed; %" PRIu64 " writes of other keys\n",
+		       index == CEP_TABLE_INDEX_DEFAULT ? "default index" : "rculfhash",
+		       (uint64_t)r.lookups, (uint64_t)r.misses, (uint64_t)r.writes);
+out:
+	for (int i = 0; i < PRESENT; i++) {
+		if (r.cep[i]) {
+			cep_destroy(r.cep[i]);
+			cep_put(r.cep[i]);
+		}
+		cep_qp_destroy_begin(r.t, PRESENT_QPN(i), NULL);
+		cep_qp_unregister(r.t, PRESENT_QPN(i));
+	}
+	if (cep_table_destroy(r.t))
+		stress_fail("present-keys", "table destroy found CEPs still referenced");
+	free(th);
+	return ret;
+}
+
+/* The default configuration for most of the time, then rculfhash. */
+static int present_keys(const struct stress_opts *o)
+{
+	int ret = present_keys_on(o, CEP_TABLE_INDEX_DEFAULT, o->duration * 2 / 3);
+
+	if (ret == 0 && (stress_failures() == 0 || o->keep_going))
+		ret = present_keys_on(o, CEP_TABLE_INDEX_RCULFHASH, o->duration / 3);
+	return ret;
+}
+
 const struct scenario stress_core_scenarios[] = {
 	{ "bind-vs-destroy", "bind fresh CEPs while the same QPs are destroyed (seed races 1, 2)",
 	  bind_vs_destroy },
 	{ "table-churn", "create/key/lookup/destroy over a working set that resizes the indexes",
 	  table_churn },
+	{ "present-keys", "keys present throughout are never missed while other keys churn "
+	  "(default table; every lookup checked)", present_keys },
 };
 const int stress_core_count = sizeof(stress_core_scenarios) / sizeof(stress_core_scenarios[0]);

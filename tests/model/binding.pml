@@ -201,9 +201,14 @@ inline destroy(c, r) {
 			printf("p%d: XCHG cep%d qp_link %e -> DEAD\n", _pid, c, dold)
 		}
 		if
-		:: dold == LINKED || dold == BINDING ->
+		:: dold == LINKED ->
+			/* the link's own QP record: no lookup (issue 17) */
 			cas_binding_to_invalid(c);
 			put(c) /* the binding's reference */
+		:: dold == BINDING ->
+			/* the binder's CAS to LINKED fails on DEAD and it undoes
+			 * its own word: only the reference is ours */
+			put(c)
 		:: else
 		fi;
 		atomic {
