@@ -545,11 +545,22 @@ int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev)
 	return 1;
 }
 
+/* cep_cm_stats.ids counts an id until it is destroyed, not until its
+ * memory goes a grace period later. Lock held, or the last reference. */
+static void cm_uncount(struct cep_cm_id *id)
+{
+	if (!(id->flags & F_UNCOUNTED)) {
+		id->flags |= F_UNCOUNTED;
+		atomic_fetch_sub_explicit(&id->cm->ids, 1, memory_order_relaxed);
+	}
+}
+
 void cm_maybe_post_destroyed(struct cep_cm_id *id)
 {
 	if ((id->flags & (F_USER_GONE | F_DESTROYED_POSTED)) == F_USER_GONE &&
 	    id->lis.req_inflight == 0) {
 		id->flags |= F_DESTROYED_POSTED;
+		cm_uncount(id);
 		cm_post_bits(id, W_DESTROYED);
 	}
 }
@@ -715,6 +726,7 @@ void cm_discard_id(struct cep_cm_id *id)
 		atomic_fetch_sub(&id->channel->users, 1);
 	}
 	cep_destroy(id->cep);
+	cm_uncount(id);
 	pthread_mutex_unlock(&id->lock);
 	cm_id_put(id);
 }
@@ -730,7 +742,7 @@ static void id_release(struct cep *cep, void *ctx)
 		return;
 	atomic_fetch_sub_explicit(&id->cm->ws[id->worker].states[id->state], 1,
 				  memory_order_relaxed);
-	atomic_fetch_sub_explicit(&id->cm->ids, 1, memory_order_relaxed);
+	cm_uncount(id);
 	struct cm_idlist *l = &id->cm->idl[id->worker];
 
 	pthread_mutex_lock(&l->mtx);

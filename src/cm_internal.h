@@ -102,6 +102,7 @@ enum {
 	F_MANUAL_DREP = 1u << 3,
 	F_CHANNEL_USER = 1u << 4, /* counted in channel->users */
 	F_DESTROYED_POSTED = 1u << 5, /* W_DESTROYED queued (once) */
+	F_UNCOUNTED = 1u << 6,   /* no longer in cm->ids: destroyed */
 };
 
 /* id->timer_kind (lock) */

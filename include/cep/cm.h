@@ -28,6 +28,19 @@
  *   callbacks use in DESTROYED, not before.
  * - struct cep_cm_event taken from a channel: until cep_cm_ack_event().
  * - struct cep_cm_channel: until cep_cm_channel_destroy() returns 0.
+ *
+ * Errors: each function's comment lists every negative errno it returns,
+ * and its man page the same list (tests/api/check_errors.py). A call the
+ * id's state does not allow (connect on an id that is not IDLE, accept on
+ * one that holds no REQ, listen twice) is -EINVAL, as the kernel's ib_cm
+ * (ib_send_cm_req, ib_send_cm_rep) and rdma_cm (rdma_connect, rdma_accept,
+ * rdma_listen) answer it: the same code as a NULL or out-of-range
+ * argument; cep_cm_id_state() tells the two apart. Where the kernel has a
+ * code of its own, so does libcep: -EISCONN from
+ * cep_cm_notify_established() on an ESTABLISHED id (ib_cm_notify), and,
+ * from connect and accept, the binding's -EISCONN (the QP is connected
+ * already) and -ESHUTDOWN (the QP is being destroyed); -EALREADY for a
+ * second destroy.
  */
 #ifndef CEP_CM_H
 #define CEP_CM_H
@@ -192,7 +205,8 @@ struct cep_cm_attr {
 };
 
 /* Create a CM context on @attr->transport and start its workers.
- * 0, -EINVAL, -ENOMEM, or the transport's start() error. */
+ * 0, -EINVAL (NULL, bad attr), -ENOMEM, -EIO (no random seed for the comm
+ * IDs), or the error of the transport's query_port() or start(). */
 CEP_EXPORT int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out);
 
 /* Stop the transport and the workers, destroy every id left (without
@@ -200,7 +214,7 @@ CEP_EXPORT int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out
  * already ended (QP destroyed, timewait over), and free the context.
  * Callers must have stopped using ids and acked every event taken from a
  * channel (an unacked event holds its id: -EBUSY, and that id leaks).
- * 0, -EDEADLK from a CM callback, -EBUSY. */
+ * 0, -EINVAL (not a live context), -EDEADLK from a CM callback, -EBUSY. */
 CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
 
 /* The core table of this context (for cep_table_check/stats). */
@@ -209,11 +223,14 @@ CEP_EXPORT unsigned cep_cm_workers(const struct cep_cm *cm);
 /* The port's CA GUID (host order) as queried at create. */
 CEP_EXPORT uint64_t cep_cm_ca_guid(const struct cep_cm *cm);
 
-/* Register / destroy an application QP (its binding word). Destroy
- * reserves the binding; a connection bound to it is torn down (DREQ if
- * established, then timewait), then the QPN is forgotten. 0 or the table's
- * errors. Any thread except CM callbacks for destroy. */
+/* Register an application QP (its binding word, INVALID). 0, -EINVAL
+ * (NULL, @qpn > 0xffffff), -EEXIST (registered already), -ENOMEM. Any
+ * thread. */
 CEP_EXPORT int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn);
+/* Destroy an application QP: reserves the binding; a connection bound to
+ * it is torn down (DREQ if established, then timewait), then the QPN is
+ * forgotten. 0, -EINVAL (NULL), -ENOENT (not registered). Any thread
+ * except CM callbacks. */
 CEP_EXPORT int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn);
 
 /* Block until no MAD is queued, no work is pending and no timer is firing
@@ -222,18 +239,24 @@ CEP_EXPORT int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn);
  * timer due at the clock's time when this is called has fired, and what
  * it did on this context (MADs sent, events delivered) is done; MADs it
  * sent to another context are that context's (see cep_clock_quiesce()).
- * Not from a callback (-EDEADLK). */
+ * Before cep_table_check() on cep_cm_table(): a running CM holds
+ * references for work in flight, which the check would report as leaks.
+ * 0, -EINVAL (NULL), -ETIMEDOUT, -EDEADLK (from a callback). */
 CEP_EXPORT int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms);
 
 /* ---- event channels ---------------------------------------------------- */
 
+/* 0, -EINVAL (NULL), -ENOMEM, -EMFILE or -ENFILE (eventfd(2): too many
+ * open files). */
 CEP_EXPORT int cep_cm_channel_create(struct cep_cm_channel **out);
-/* -EBUSY while events are queued or ids still use the channel. */
+/* 0, -EINVAL (NULL), -EBUSY while events are queued or ids still use the
+ * channel. */
 CEP_EXPORT int cep_cm_channel_destroy(struct cep_cm_channel *ch);
-/* Readable (EPOLLIN) while at least one event waits. */
+/* The file descriptor, readable (EPOLLIN) while at least one event
+ * waits, or -EINVAL (NULL). */
 CEP_EXPORT int cep_cm_channel_fd(const struct cep_cm_channel *ch);
-/* Take the oldest event: 0, -EAGAIN (none). The event and its id stay
- * valid until cep_cm_ack_event(). Any thread. */
+/* Take the oldest event: 0, -EINVAL (NULL), -EAGAIN (none). The event and
+ * its id stay valid until cep_cm_ack_event(). Any thread. */
 CEP_EXPORT int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event **out);
 CEP_EXPORT void cep_cm_ack_event(struct cep_cm_event *ev);
 
@@ -246,7 +269,9 @@ struct cep_cm_id_attr {
 	void *context;
 };
 
-/* Create an IDLE id. 0, -EINVAL, -ENOMEM. Any thread. */
+/* Create an IDLE id. 0, -EINVAL (NULL, bad attr, not exactly one of
+ * handler and channel), -ESHUTDOWN (the context is being destroyed),
+ * -ENOMEM, -EAGAIN (no free comm ID found: cep_create()). Any thread. */
 CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr,
 				struct cep_cm_id **out);
 
@@ -254,7 +279,8 @@ CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *
  * DREQ when established, DREP when a DREQ waits; timewait continues
  * without the user), then delivers DESTROYED as the id's last event; the
  * pointer is dead after that event returns (callback) or is acked
- * (channel). 0, -EALREADY. Any thread, also from a callback.
+ * (channel). 0, -EINVAL (NULL), -EALREADY (destroy called before). Any
+ * thread, also from a callback.
  *
  * Once it has returned, no event of @id but DESTROYED reaches the user:
  * events still queued on a channel are dropped, and, called from a thread
@@ -269,7 +295,8 @@ CEP_EXPORT int cep_cm_destroy_id(struct cep_cm_id *id);
 /* As cep_cm_destroy_id() and wait (bounded: -ETIMEDOUT after 10 s, logged)
  * for DESTROYED to have been handled (callback ids only: a channel id's
  * DESTROYED must be acked by the caller, so this returns -EINVAL).
- * -EDEADLK from inside a CM callback. */
+ * 0, -EINVAL (NULL, channel id), -EALREADY, -EDEADLK from inside a CM
+ * callback, -ENOMEM, -ETIMEDOUT. */
 CEP_EXPORT int cep_cm_destroy_id_sync(struct cep_cm_id *id);
 
 CEP_EXPORT uint32_t cep_cm_id_local_comm_id(const struct cep_cm_id *id);
@@ -282,14 +309,16 @@ CEP_EXPORT enum cep_cm_lap_state cep_cm_id_lap_state(struct cep_cm_id *id);
 CEP_EXPORT struct cep *cep_cm_id_cep(const struct cep_cm_id *id);
 
 /* Listen (IDLE -> LISTEN) on service IDs matching (service_id & mask).
- * 0, -EINVAL (state, mask 0), -EADDRINUSE (same key listened on).
+ * 0, -EINVAL (NULL, mask 0, or the id is not IDLE: a listener already, or
+ * connected), -EADDRINUSE (same key listened on), -ENOMEM.
  * The backlog is the context's default (cep_cm_attr.listen_backlog). */
 CEP_EXPORT int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask);
 /* As cep_cm_listen() with @backlog half-open passive ids at most (0: the
  * context's default). A passive id counts from its REQ (or SIDR_REQ)
  * until it is established, rejected, timed out or destroyed; an
  * unanswered one expires once the requester has given up (REQ_ERROR /
- * SIDR_REQ_ERROR, status -ETIMEDOUT). */
+ * SIDR_REQ_ERROR, status -ETIMEDOUT). Returns as cep_cm_listen(): 0,
+ * -EINVAL, -EADDRINUSE, -ENOMEM. */
 CEP_EXPORT int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id,
 				     uint64_t mask, unsigned backlog);
 
@@ -341,8 +370,11 @@ struct cep_cm_conn_param {
 };
 
 /* Active side: bind @p->qpn to this id, send REQ (IDLE -> REQ_SENT), arm
- * the retry timer. 0, -EINVAL (state or parameters), -EMSGSIZE (private
- * data), and cep_bind()'s errors (-ENOENT, -ESHUTDOWN, -EISCONN...).
+ * the retry timer. 0; -EINVAL (NULL, bad parameters, or the id is not
+ * IDLE: connecting or connected already, a listener, being destroyed);
+ * -EMSGSIZE (private data); -ERANGE (a path field wider than its wire
+ * field); -ENOMEM; cep_bind()'s -ENOENT (QPN not registered), -ESHUTDOWN
+ * (QP being destroyed), -EISCONN (QP bound to another connection).
  * An id may connect again once it is IDLE (after TIMEWAIT_EXIT, a REJ or
  * a timeout); such a connect first waits for one RCU grace period. */
 CEP_EXPORT int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p);
@@ -367,11 +399,13 @@ struct cep_cm_accept_param {
 };
 
 /* Passive side: bind, send REP (REQ_RCVD/MRA_REQ_SENT -> REP_SENT).
- * 0, -EINVAL (state), -EMSGSIZE, bind errors. */
+ * 0; -EINVAL (NULL, bad parameters, or no REQ to answer: IDLE, accepted
+ * already, a listener); -EMSGSIZE; -ENOMEM; cep_bind()'s -ENOENT,
+ * -ESHUTDOWN, -EISCONN. */
 CEP_EXPORT int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p);
 /* Active side after REP_RECEIVED with manual_rtu: send RTU -> ESTABLISHED
  * (no ESTABLISHED event follows: the caller knows). Also from MRA_REP_SENT.
- * 0, -EINVAL (state), -EMSGSIZE. */
+ * 0, -EINVAL (NULL, or no REP to answer), -EMSGSIZE. */
 CEP_EXPORT int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len);
 /* The connection is up although no RTU came: the QP bound to @id has
  * received the peer's first packet (IBV_EVENT_COMM_EST; cep_cm_qp_event()
@@ -384,8 +418,8 @@ CEP_EXPORT int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len);
  * thread, also from a callback. */
 CEP_EXPORT int cep_cm_notify_established(struct cep_cm_id *id);
 /* Send REJ in any connecting state (and REP_RCVD), with reason, ARI and
- * private data. 0, -EINVAL (state, reason 0 or > CEP_REJ_REASON_MAX),
- * -EMSGSIZE. Before the peer answered our REQ (REQ_SENT, MRA_REQ_RCVD) it
+ * private data. 0, -EINVAL (NULL, state, reason 0 or >
+ * CEP_REJ_REASON_MAX), -EMSGSIZE (private data or ARI too long). Before the peer answered our REQ (REQ_SENT, MRA_REQ_RCVD) it
  * can match only a REJ "timeout" carrying our CA GUID in the ARI (we do
  * not know its comm ID yet): that is what is sent there,
  * with @pdata; @reason and @ari are not. After a REP of ours (REP_SENT,
@@ -393,7 +427,8 @@ CEP_EXPORT int cep_cm_notify_established(struct cep_cm_id *id);
 CEP_EXPORT int cep_cm_reject(struct cep_cm_id *id, unsigned reason,
 			     const void *ari, size_t ari_len,
 			     const void *pdata, size_t len);
-/* Send MRA for the REQ, REP or LAP being processed. */
+/* Send MRA for the REQ, REP or LAP being processed. 0, -EINVAL (NULL, or
+ * nothing to MRA in this state), -EMSGSIZE. */
 CEP_EXPORT int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout,
 			  const void *pdata, size_t len);
 /* End a connection, as librdmacm's rdma_disconnect: ESTABLISHED ->
@@ -404,14 +439,18 @@ CEP_EXPORT int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout,
  * special case. -EINVAL while not yet established (use cep_cm_reject) or
  * IDLE; -EMSGSIZE (@len > CEP_DREQ_PRIVATE_DATA_SIZE). Any thread. */
 CEP_EXPORT int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len);
-/* DREQ_RCVD -> TIMEWAIT (DREP). */
+/* DREQ_RCVD -> TIMEWAIT (DREP). 0, -EINVAL (NULL, no DREQ waiting),
+ * -EMSGSIZE. */
 CEP_EXPORT int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len);
 /* ESTABLISHED, LAP_IDLE: send LAP for @alt -> LAP_SENT. A response
- * timeout of 0 is CEP_CM_DEFAULT_RESPONSE_TIMEOUT. */
+ * timeout of 0 is CEP_CM_DEFAULT_RESPONSE_TIMEOUT. 0, -EINVAL (NULL,
+ * state), -EMSGSIZE, -ERANGE (a path field wider than its wire field),
+ * -ENOMEM. */
 CEP_EXPORT int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 			  uint8_t remote_cm_response_timeout,
 			  const void *pdata, size_t len);
-/* LAP_RCVD / MRA_LAP_SENT: send APR with @status -> LAP_IDLE. */
+/* LAP_RCVD / MRA_LAP_SENT: send APR with @status -> LAP_IDLE. 0, -EINVAL
+ * (NULL, state, @status > 13), -EMSGSIZE. */
 CEP_EXPORT int cep_cm_apr(struct cep_cm_id *id, unsigned status,
 			  const void *info, size_t info_len,
 			  const void *pdata, size_t len);
@@ -427,9 +466,11 @@ struct cep_cm_sidr_param {
 	size_t private_data_len;        /* <= CEP_SIDR_REQ_PRIVATE_DATA_SIZE */
 	const struct cep_mad_addr *peer; /* required */
 };
-/* IDLE -> SIDR_REQ_SENT. */
+/* IDLE -> SIDR_REQ_SENT. 0, -EINVAL (NULL, no peer, state), -EMSGSIZE,
+ * -ENOMEM. */
 CEP_EXPORT int cep_cm_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p);
-/* SIDR_REQ_RCVD -> IDLE, sending SIDR_REP. */
+/* SIDR_REQ_RCVD -> IDLE, sending SIDR_REP. 0, -EINVAL (NULL, state,
+ * @status > 5), -EMSGSIZE. */
 CEP_EXPORT int cep_cm_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn,
 			       uint32_t qkey, const void *pdata, size_t len);
 
@@ -447,10 +488,16 @@ struct cep_cm_stats {
 	uint64_t rej_received[CEP_REJ_REASON_MAX + 1];
 	uint64_t send_errors;                   /* transport send() failures */
 	uint64_t events[CEP_CM_EVENT_COUNT];
-	int64_t states[CEP_CM_STATE_COUNT];     /* ids per state now */
-	uint64_t ids;                           /* ids alive (memory) */
+	int64_t states[CEP_CM_STATE_COUNT];     /* ids per state now, destroyed
+						   ones included until their
+						   memory is freed (timewait
+						   goes on after DESTROYED) */
+	uint64_t ids;                           /* ids created and not yet
+						   destroyed: one leaves when
+						   its DESTROYED is posted */
 };
-/* Sum of per-worker counters (each read atomically). Any thread. */
+/* Sum of per-worker counters (each read atomically). 0, -EINVAL (NULL,
+ * @st->size too small). Any thread. */
 CEP_EXPORT int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st);
 
 /* Conversion used for every CM timer: 4.096 us * 2^t, in microseconds. */

@@ -48,12 +48,13 @@ CEP_EXPORT int cep_fabric_create(const struct cep_fabric_attr *attr,
 				 struct cep_fabric **out);
 
 /* Destroy a fabric: stops its delivery thread and frees MADs still held
- * (they are not delivered). -EBUSY (and nothing changes) while any port
- * exists. Callers must have stopped every other use of @f; must not be
+ * (they are not delivered). 0, -EINVAL (NULL), -EBUSY (and nothing
+ * changes) while any port exists. Callers must have stopped every other use of @f; must not be
  * called from a receive function. */
 CEP_EXPORT int cep_fabric_destroy(struct cep_fabric *f);
 
-/* The seed in use (the one given, or the one derived from the clock). */
+/* The seed in use (the one given, or the one derived from the clock).
+ * 0 or -EINVAL (NULL). */
 CEP_EXPORT int cep_fabric_get_seed(const struct cep_fabric *f, uint64_t *out);
 
 #define CEP_FABRIC_LINK_IB   1 /* LID routed; lid in 0x0001..0xbfff */
@@ -78,12 +79,17 @@ struct cep_fabric_port_attr {
  * (gid_index 0, pkey 0xffff, active_mtu 4096 on IB and 1024 on RoCE,
  * ca_ack_delay as given).
  * MADs routed to a port that is not started, or stopped, are dropped and
- * counted (dropped_stopped). 0, -EINVAL (bad attr), -EEXIST (LID or GID
- * already used by another port of @f), -ENOSPC (max_ports reached).
- * Serialised with other port creations/destructions by a fabric mutex;
- * any thread, also concurrently with sends.
- *
- * Port operations (contracts):
+ * counted (dropped_stopped). 0, -EINVAL (NULL, bad attr), -EEXIST (LID or
+ * GID already used by another port of @f), -ENOSPC (max_ports reached),
+ * -ENOMEM. Serialised with other port creations/destructions by a fabric
+ * mutex; any thread, also concurrently with sends. The port's operations
+ * follow the contracts below.
+ */
+CEP_EXPORT int cep_fabric_port_create(struct cep_fabric *f,
+				      const struct cep_fabric_port_attr *attr,
+				      struct cep_transport **out);
+
+/* Port operations of a fabric port (contracts):
  * - send(to): routes by LID when to->lid != 0, else by to->gid, to a port
  *   of the same link layer (else counted no_route; send still returns 0,
  *   as the wire would). The receiver gets from = {sender's LID and GID,
@@ -106,9 +112,6 @@ struct cep_fabric_port_attr {
  *   from inside this port's own fn, and not concurrently with this port's
  *   send() or start().
  */
-CEP_EXPORT int cep_fabric_port_create(struct cep_fabric *f,
-				      const struct cep_fabric_port_attr *attr,
-				      struct cep_transport **out);
 
 /* Faults, applied per send in this order: loss (the MAD is dropped);
  * duplicate (a second copy is delivered too); delay (each copy waits a
@@ -171,7 +174,8 @@ CEP_EXPORT int cep_fabric_stats(struct cep_fabric *f, struct cep_fabric_stats *o
 /* Wait until the fabric holds no MAD (every delayed or held MAD delivered
  * or dropped) and no delivery is running in any thread. Sends that start
  * during the wait extend it. With a virtual clock, MADs due later than the
- * clock's time do not count. 0, -ETIMEDOUT after @timeout_ms (real time).
+ * clock's time do not count. 0, -EINVAL (NULL), -ETIMEDOUT after
+ * @timeout_ms (real time).
  * Must not be called from a receive function. */
 CEP_EXPORT int cep_fabric_quiesce(struct cep_fabric *f, unsigned timeout_ms);
 

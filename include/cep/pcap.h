@@ -52,8 +52,9 @@ struct cep_pcap_meta {
 struct cep_pcap;
 
 /* Create (truncate) @path and write a pcap header for @link (0 means
- * CEP_PCAP_ROCEV2). 0, -EINVAL (NULL, unknown link), -ENOMEM, or the
- * -errno of fopen/fwrite. */
+ * CEP_PCAP_ROCEV2). 0, -EINVAL (NULL, unknown link), -ENOMEM, -EIO (the
+ * header could not be written), or the negated errno of fopen(3)
+ * (-EACCES, -ENOENT, ...). */
 CEP_EXPORT int cep_pcap_open(const char *path, enum cep_pcap_link link,
 			     struct cep_pcap **out);
 
@@ -71,14 +72,14 @@ CEP_EXPORT uint64_t cep_pcap_count(struct cep_pcap *pc);
 CEP_EXPORT int cep_pcap_close(struct cep_pcap *pc);
 
 /* Start the process-wide capture into @path (@link 0 = RoCEv2). 0,
- * -EBUSY if a capture is already running (from the API or CEP_PCAP), or
- * an error of cep_pcap_open. Any thread; not from a CM callback that might
+ * -EINVAL (NULL @path), -EBUSY if a capture is already running (from the
+ * API or CEP_PCAP), or an error of cep_pcap_open (-ENOMEM, -EIO, fopen's). Any thread; not from a CM callback that might
  * race with cep_capture_stop in another thread (both take one mutex). */
 CEP_EXPORT int cep_capture_start(const char *path, enum cep_pcap_link link);
 
 /* Stop and close the process-wide capture. MADs racing with stop are
  * either fully written or not at all. 0 (also when none was running), or
- * the error of cep_pcap_close. A capture started by CEP_PCAP is closed at
+ * -EIO (cep_pcap_close). A capture started by CEP_PCAP is closed at
  * exit if never stopped. */
 CEP_EXPORT int cep_capture_stop(void);
 

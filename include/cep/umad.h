@@ -35,8 +35,8 @@ struct cep_umad_attr {
  * back through @out (t->ops is the umad implementation); nothing runs until
  * ops->start(). Errors: -EINVAL bad attr; -ENODEV no such device or port;
  * -EBUSY the CM class is already owned on this port (kernel ib_cm loaded, or
- * another process); -EACCES no permission on /dev/infiniband/umad*; other
- * -errno from libibumad/libibverbs.
+ * another process); -EACCES no permission on /dev/infiniband/umad*;
+ * -ENOMEM; other -errno from libibumad/libibverbs.
  *
  * Transport contract (in addition to cep/transport.h):
  * - send(): any thread, concurrently, until destroy(). On RoCE ports the

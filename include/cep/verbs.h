@@ -54,8 +54,9 @@ CEP_EXPORT int cep_qp_state_allowed(enum cep_cm_state cm_state,
  * RTR -> RTS up to @target (INIT, RTR or RTS), one ibv_modify_qp per
  * step, with the attributes of cep_qp_params_init_attr(). A QP already at
  * or past @target is left alone (0). Returns 0, -EINVAL / -ENODATA as
- * init_attr, -EINVAL when the QP is in ERR/SQD/SQE, or the negated errno
- * of the failing verbs call (the QP stays in the last state reached).
+ * init_attr, -EINVAL when the QP is in ERR/SQD/SQE, -EIO (ibv_query_qp
+ * failed without an errno), or the negated errno of the failing verbs
+ * call (the QP stays in the last state reached).
  * Any thread, including CM callbacks (it is a few system calls).
  */
 CEP_EXPORT int cep_verbs_modify_qp(struct ibv_qp *qp, const struct cep_qp_params *p,
@@ -75,8 +76,9 @@ CEP_EXPORT int cep_cm_init_qp_attr(struct cep_cm_id *id, enum ibv_qp_state state
  * received its first packet, so its connection is up even if every RTU
  * was lost: cep_cm_notify_established() on the id bound to the QP, as the
  * kernel's ULPs call ib_cm_notify(). 0; -ENOENT (no id of @cm bound to that
- * QP); -EOPNOTSUPP (an event the CM has no use for); -EINVAL (NULL); or
- * cep_cm_notify_established()'s error (-EISCONN: the RTU came first).
+ * QP); -ESHUTDOWN (the QP is being destroyed); -EOPNOTSUPP (an event the
+ * CM has no use for); -EINVAL (NULL); or cep_cm_notify_established()'s
+ * error (-EISCONN: the RTU came first).
  * The caller still acks the event (ibv_ack_async_event). Any thread. */
 CEP_EXPORT int cep_cm_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev);
 

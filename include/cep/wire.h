@@ -409,15 +409,19 @@ enum cep_wire_error {
 
 /* Decode and validate one received MAD. On success returns 0 and fills
  * *out (hdr, type, u.<type>); reserved bits are ignored. On failure
- * returns the errno of CEP_WIRE_ERROR_MAP, negated (-EINVAL for NULL
- * arguments, with *why = CEP_WIRE_ERR_OK when why is given), sets *why if
- * why is not NULL, and leaves *out untouched. Pure; any thread. */
+ * returns the errno of CEP_WIRE_ERROR_MAP, negated (-EMSGSIZE,
+ * -EPROTONOSUPPORT, -EPFNOSUPPORT, -ENOPROTOOPT, -EOPNOTSUPP, -ENOMSG,
+ * -EBADMSG; -EINVAL for NULL arguments, with *why = CEP_WIRE_ERR_OK when
+ * why is given), sets *why if why is not NULL, and leaves *out untouched.
+ * Pure; any thread. */
 CEP_EXPORT int cep_msg_decode(const uint8_t *mad, size_t len,
 			      struct cep_msg *out, enum cep_wire_error *why);
 
 /* Check the header of a MAD only (length, base version, class, class
- * version, method, attribute). Returns 0 and *type, or as decode. Lets a
- * dispatcher route a MAD before decoding it in full. */
+ * version, method, attribute). Returns 0 and *type, or as decode:
+ * -EINVAL, -EMSGSIZE, -EPROTONOSUPPORT, -EPFNOSUPPORT, -ENOPROTOOPT,
+ * -EOPNOTSUPP, -ENOMSG. Lets a dispatcher route a MAD before decoding it
+ * in full. */
 CEP_EXPORT int cep_mad_peek(const uint8_t *mad, size_t len,
 			    enum cep_msg_type *type, enum cep_wire_error *why);
 
@@ -436,7 +440,8 @@ CEP_EXPORT void cep_msg_init(struct cep_msg *m, enum cep_msg_type type,
 			     uint64_t tid);
 
 /* Validation rules alone on a host message (what decode applies after
- * unpacking). 0 or the negative errno of the broken rule, *why set. */
+ * unpacking). 0, -EINVAL (NULL), -ENOMSG (invalid type) or -EBADMSG (a
+ * field breaks its rule), *why set. */
 CEP_EXPORT int cep_msg_validate(const struct cep_msg *m,
 				enum cep_wire_error *why);
 

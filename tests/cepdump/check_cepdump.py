@@ -372,13 +372,34 @@ def check_service(cd, d):
                   % (key, got, expected_ladder(ms_)))
 
 
+def check_aborted(cd, d):
+    """A destroyed its id right after its REQ: REJ Timeout from A long before
+    the REQ's remote CM response timeout (IBTA 12.6.2: REQ retries wait for
+    it; the kernel's cm_destroy_id sends REJ Timeout from REQ_SENT). An
+    abort, not a timeout, and the timeout it did not wait for is named."""
+    path = os.path.join(d, "aborted.pcap")
+    recs = mads(path)
+    check([r[3] for r in recs] == [REQ, REJ] and recs[1][1] == 1 and recs[1][5]["reason"] == 4,
+          "aborted: capture holds %s" % [(r[3], r[1]) for r in recs])
+    if len(recs) != 2:
+        return
+    waited = recs[1][0] - recs[0][0]
+    timeout = 4.096e-6 * 2 ** recs[0][5]["remote_timeout"]
+    check(waited < timeout, "aborted: REJ %.6f s after the REQ, timeout %.3f s" % (waited, timeout))
+    s = run([cd, "-q", "--summary", path])
+    check(re.search(r"  #1 ABORTED: A gave up [0-9.]+ m?s after its REQ, sooner than the REQ's "
+                    r"response timeout \(%.3f s\) lets a timer expire: the application ended it "
+                    r"\(REJ Timeout\)\n" % timeout, s) is not None, "aborted: problem line\n" + s)
+    check("TIMED OUT" not in s and "connections: 1, 1 ABORTED;" in s, "aborted: tally\n" + s)
+
+
 def main():
     make, cd, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     run([make, work])
     for t in (check_normal, check_rejected, check_retried, check_timed_out, check_sidr,
-              check_rtu_lost, check_duplicated, check_unanswered, check_service):
+              check_rtu_lost, check_duplicated, check_unanswered, check_service, check_aborted):
         t(cd, work)
     # the views refuse to mix with the per-MAD outputs
     p = subprocess.run([cd, "--flow", "--json", os.path.join(work, "normal.pcap")],

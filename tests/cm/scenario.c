@@ -2005,10 +2005,48 @@ static void t_handle_dead(void)
 	CHECK_EQ(cep_fabric_destroy(f2), 0);
 }
 
+/* What cep_cm_id(3) RETURN VALUE and cep_cm(3) promise a new user: a
+ * call in the wrong state is -EINVAL, as the kernel's ib_send_cm_req /
+ * rdma_connect (connect twice) and ib_send_cm_rep / rdma_accept (accept on
+ * an IDLE id) answer it, and the state tells it from a bad argument;
+ * -EISCONN where ib_cm_notify has it; stats.ids drops when an id is
+ * destroyed, not a grace period later. */
+static void t_user_contract(void)
+{
+	struct cep_cm_id *a, *b, *idle;
+	struct cep_cm_conn_param p;
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x10f };
+	struct cep_cm_stats st = { .size = sizeof(st) };
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	a = establish(&b, 0x100, 0x101);
+	conn_param(&p, 0x102, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), -EINVAL);
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+	CHECK_EQ(cep_cm_connect(NULL, &p), -EINVAL);
+	idle = make_id(&B);
+	CHECK_EQ(cep_cm_accept(idle, &ap), -EINVAL);
+	CHECK_EQ(cep_cm_id_state(idle), CEP_CM_IDLE);
+	CHECK_EQ(cep_cm_listen(idle, SID, ~0ull), -EADDRINUSE);
+	CHECK_EQ(cep_cm_notify_established(b), -EISCONN);
+	CHECK_EQ(cep_cm_get_stats(A.cm, &st), 0);
+	CHECK_EQ(st.ids, 1);
+	CHECK_EQ(cep_cm_destroy_id(a), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_DESTROYED, 1));
+	CHECK_EQ(cep_cm_quiesce(A.cm, 5000), 0);
+	CHECK_EQ(cep_cm_get_stats(A.cm, &st), 0);
+	CHECK_EQ(st.ids, 0);
+	CHECK_EQ(cep_cm_get_stats(B.cm, &st), 0);
+	CHECK_EQ(st.ids, 3); /* listener, passive id, idle */
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "user-contract", t_user_contract },
 	{ "conn-defaults", t_conn_defaults },
 	{ "pdata-none", t_pdata_none },
 	{ "handle-dead", t_handle_dead },

@@ -7,7 +7,8 @@
 # pkg-config (PKG_CONFIG_SYSROOT_DIR), run them against the packaged
 # libcep.so.0, open `man cep_cm_connect`, run cepdump, and load an
 # unmodified librdmacm program (rping) on the packaged private
-# librdmacm.so.1 through the packaged cep-rdmacm.
+# librdmacm.so.1 through the packaged cep-rdmacm; every document a packaged
+# man page names is in a package; lintian finds nothing to say.
 # Usage: check_packages.sh SOURCE_ROOT WORK_DIR PROJECT_VERSION
 set -eu
 src=$1 work=$2 version=$3
@@ -110,6 +111,25 @@ man 7 libcep | grep -q 'THREADING MODEL' || fail "man 7 libcep"
 man 1 cepdump | grep -q -- '--flow' || fail "man 1 cepdump"
 echo "man cep_cm_connect: $page -> $(man cep_cm_connect | head -1 | tr -s ' ')"
 
+# 6b. A man page that sends the reader to a document names one a package
+# installs: every /usr/share/doc/... path in a packaged page exists in the
+# root, and a source path (docs/NAME.md) only where NAME.md is installed.
+links=0
+for gz in "$root"/usr/share/man/man*/*.gz; do
+	text=$(zcat "$gz" | sed 's/\\-/-/g; s/\\f\[[A-Z]*\]//g; s/\\f[A-Z]//g')
+	for p in $(printf '%s\n' "$text" | grep -o '/usr/share/doc/[A-Za-z0-9_./+-]*[A-Za-z0-9_/]'); do
+		links=$((links + 1))
+		[ -e "$root$p" ] || fail "$(basename "$gz" .gz) names $p, which no package installs"
+	done
+	for d in $(printf '%s\n' "$text" | grep -o '\bdocs/[a-z_-]*\.md' | sed 's|docs/||'); do
+		links=$((links + 1))
+		ls "$root"/usr/share/doc/*/"$d" >/dev/null 2>&1 ||
+			fail "$(basename "$gz" .gz) names docs/$d, which no package installs"
+	done
+done
+[ "$links" -gt 0 ] || fail "no packaged man page names a document (the check found nothing)"
+echo "man pages: $links links to documents, all installed"
+
 # 7. The packaged tool runs.
 "$root/usr/bin/cepdump" --help >/dev/null || fail "cepdump --help"
 # 8. librdmacm on libcep: the packaged wrapper names the installed private
@@ -132,5 +152,19 @@ if [ -x /usr/bin/rping ]; then
 	echo "cep-rdmacm rping: $(grep librdmacm "$work/rping.ldd" | tr -s ' \t' ' ')"
 else
 	echo "cep-rdmacm: rping not installed here (rdmacm-utils): the load check is skipped"
+fi
+
+# 9. lintian, pedantic tags included: nothing to report. An override goes
+# in debian/*.lintian-overrides only where lintian is wrong, with the reason.
+if command -v lintian >/dev/null; then
+	lintian --pedantic -I -E \
+		"$work"/*.changes >"$work/lintian.txt" 2>&1 || true
+	if grep -q '^[EWIPX]: ' "$work/lintian.txt"; then
+		cat "$work/lintian.txt" >&2
+		fail "lintian reports the tags above"
+	fi
+	echo "lintian: clean ($(grep -c '^N: ' "$work/lintian.txt" || true) notes)"
+else
+	fail "lintian is not installed (./scripts/deps.sh installs it)"
 fi
 echo "packages OK"

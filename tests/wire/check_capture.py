@@ -15,6 +15,10 @@ usage: check_capture.py TEST_PCAP CEPDUMP WORKDIR
 5. cepdump's contract (issue 10): 64-bit fields as JSON strings, the REP's
    local EECN, unsupported link types refused, a help that lists every
    option, and field values the spec reserves flagged, not refused.
+6. --json carries every field of every message: its keys for each of the
+   11 messages are exactly the non-reserved rows of src/wire_fields.h.
+7. cep_pcap(3)'s recipe for IB-framed captures works: its commands, as
+   the man page prints them, make tshark dissect ib.pcap's CM messages.
 """
 import ipaddress
 import json
@@ -421,6 +425,68 @@ def check_invalid_fields(cepdump, path):
           "--summary does not name the invalid field:\n" + s)
 
 
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def wire_rows():
+    """{message: [JSON key of every non-reserved row]} and the header's, from
+    src/wire_fields.h (U/G/B rows: the name; P rows: private_data)."""
+    text = open(os.path.join(SRC, "src", "wire_fields.h")).read()
+    rows = {}
+    for m in re.finditer(r"#define CEP_FIELDS_(\w+)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)", text):
+        keys = []
+        for k, args in re.findall(r"\b([UGBPR])\(([^)]*)\)", m.group(3)):
+            a = [x.strip() for x in args.split(",")]
+            if k in "UGB":
+                keys.append(a[0] if m.group(1) == "HDR" else a[1])  # HDR rows: no msg
+            elif k == "P":
+                keys.append("private_data")
+        rows[m.group(1)] = keys
+    return rows
+
+
+def check_json_fields(cepdump, path):
+    """Every row of every message, and nothing else, in --json."""
+    rows = wire_rows()
+    recs, _ = cepdump_json(cepdump, path)
+    seen = set()
+    meta = {"frame", "time", "msg", "net", "hdr", "invalid"}
+    for r in recs:
+        want = rows.get(r["msg"])
+        check(want is not None, "json: no rows for %s in wire_fields.h" % r["msg"])
+        if want is None:
+            continue
+        got = [k for k in r if k not in meta]
+        check(sorted(got) == sorted(want), "json %s: keys %s, wire_fields.h rows %s (missing %s)"
+              % (r["msg"], got, want, sorted(set(want) - set(got))))
+        check(sorted(r["hdr"]) == sorted(rows["HDR"]), "json %s hdr: %s" % (r["msg"], sorted(r["hdr"])))
+        seen.add(r["msg"])
+    check(len(seen) == 11, "json: %d message types in %s" % (len(seen), path))
+    rep = [r for r in recs if r["msg"] == "REP"]
+    check(rep and rep[0].get("local_ee_context_number") == 0x010203,
+          "json REP local EECN: %s" % (rep[0] if rep else None))
+    return sum(len(rows[m]) for m in seen)
+
+
+def check_man_ib_recipe(work, ib):
+    """Run cep_pcap(3)'s commands for an IB-framed file, as printed."""
+    man = open(os.path.join(SRC, "man", "cep_pcap.3.md")).read()
+    cmds = [l.strip() for l in man.splitlines()
+            if l.strip().startswith(("python3 -c", "tshark -o"))]
+    check(len(cmds) == 2, "cep_pcap.3.md: the IB recipe has %d commands, expected 2" % len(cmds))
+    if len(cmds) != 2 or not shutil.which("tshark"):
+        return
+    plain = run(["tshark", "-r", ib], ok=(0, 1, 2))
+    check(b"247" in plain.stderr, "tshark now opens link type 247: update cep_pcap(3) (%s)"
+          % plain.stderr.decode()[-200:])
+    subprocess.run(cmds[0], shell=True, cwd=os.path.dirname(ib), check=True, timeout=60)
+    p = subprocess.run(cmds[1], shell=True, cwd=os.path.dirname(ib), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=60)
+    out = p.stdout.decode()
+    check(p.returncode == 0 and "ConnectRequest" in out and "ConnectReply" in out,
+          "cep_pcap(3)'s IB recipe: tshark says %r %r" % (out[-300:], p.stderr.decode()[-300:]))
+
+
 def main():
     test_pcap, cepdump, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
@@ -495,6 +561,9 @@ def main():
     check(by.get("LAP", {}).get("alternate_packet_rate") == 0x11, "json LAP packet rate")
 
     check_json_integers(cepdump, v6, recs)
+    print("json: %d fields of 11 messages checked against wire_fields.h"
+          % check_json_fields(cepdump, v6))
+    check_man_ib_recipe(work, ib)
 
     # stdin gives the same
     same, _ = cepdump_json(cepdump, "-", stdin=open(v6, "rb").read())

@@ -486,7 +486,7 @@ static void group_other(struct conns *c, uint32_t i)
 const char *verdict_name(enum verdict v)
 {
 	static const char *const names[V_COUNT] = {
-		[V_REJECTED] = "REJECTED", [V_TIMED_OUT] = "TIMED OUT",
+		[V_REJECTED] = "REJECTED", [V_TIMED_OUT] = "TIMED OUT", [V_ABORTED] = "ABORTED",
 		[V_NOT_ESTABLISHED] = "NOT ESTABLISHED", [V_FAILED] = "FAILED",
 		[V_INVALID] = "INVALID FIELD", [V_RETRIED] = "RETRIED", [V_OK] = "OK",
 	};
@@ -519,6 +519,7 @@ struct tally {
 	unsigned sent[2][CEP_MSG_COUNT];   /* copies included, per side */
 	unsigned retried[2][CEP_MSG_COUNT];
 	const struct mad *rej, *rej_after, *mra, *apr, *sidr_rep, *invalid;
+	uint64_t last_sent[2][CEP_MSG_COUNT]; /* time of each side's last copy */
 	int rep, dreq, drep, lap;
 	uint8_t dreq_side, lap_side;
 };
@@ -530,6 +531,7 @@ static void tally(const struct conns *c, struct group *g, struct tally *t)
 		const struct mad *d = &c->mads[j - 1];
 
 		t->sent[d->side][d->type]++;
+		t->last_sent[d->side][d->type] = d->ns;
 		t->retried[d->side][d->type] += d->mark == MARK_RETRY;
 		g->retries += d->mark == MARK_RETRY;
 		g->dups += d->mark == MARK_DUP;
@@ -629,11 +631,32 @@ static void verdict_sidr(struct group *g, const struct tally *t, const char *rs)
 	}
 }
 
+/* A REJ Timeout from the side that sent @what (REQ or REP) and got no
+ * answer: that side's CM sends it when its retries run out, each retry
+ * after the response timeout the REQ gave it (REQ: remote CM response
+ * timeout; REP: local CM response timeout), or longer after an MRA. A REJ
+ * sooner than one such timeout after the last copy is not a timeout: the
+ * application destroyed or rejected the id (the CM sends REJ Timeout from
+ * REQ_SENT, as the kernel does, since the peer's comm ID is unknown). */
+static int rej_is_abort(const struct group *g, const struct tally *t, const struct mad *r,
+			int what, uint64_t *waited, uint64_t *timeout)
+{
+	uint64_t last = t->last_sent[r->side][what];
+	uint64_t to = cm_time_ns(what == CEP_MSG_REQ ? g->a_timeout : g->b_timeout);
+
+	if (t->mra && t->mra->side != r->side && cm_time_ns(t->mra->timeout) > to)
+		to = cm_time_ns(t->mra->timeout);
+	*waited = r->ns > last ? r->ns - last : 0;
+	*timeout = to;
+	return g->have_req && last && *waited < to;
+}
+
 static void verdict(const struct conns *c, struct group *g)
 {
 	struct tally t;
 	char rs[120], d[32], n1[32];
 	const struct mad *r;
+	uint64_t waited = 0, timeout = 0;
 
 	tally(c, g, &t);
 	retries_str(g, &t, rs, sizeof(rs));
@@ -643,6 +666,20 @@ static void verdict(const struct conns *c, struct group *g)
 		g->verdict = V_REJECTED;
 		snprintf(g->why, sizeof(g->why), "%s (%u) from %s, %s%s", cep_rej_reason_name(r->status),
 			 r->status, side_name(r->side), rejected_what(r->code), rs);
+	} else if (r && ((r->side == SIDE_A && !t.rep &&
+			  rej_is_abort(g, &t, r, CEP_MSG_REQ, &waited, &timeout)) ||
+			 (r->side == SIDE_B && t.rep &&
+			  rej_is_abort(g, &t, r, CEP_MSG_REP, &waited, &timeout)))) {
+		char w[32], to[32];
+
+		g->verdict = V_ABORTED;
+		dur_str(waited, w, sizeof(w));
+		dur_str(timeout, to, sizeof(to));
+		snprintf(g->why, sizeof(g->why), "%s gave up %s after its %s, sooner than the %s's "
+			 "response timeout (%s) lets a timer expire: the application ended it "
+			 "(REJ Timeout)%s",
+			 side_name(r->side), w, r->side == SIDE_A ? "REQ" : "REP",
+			 r->side == SIDE_A ? "REQ" : "REP", to, rs);
 	} else if (r) {
 		g->verdict = V_TIMED_OUT;
 		if (r->side == SIDE_A && g->have_req && !t.rep)

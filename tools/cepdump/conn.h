@@ -64,7 +64,9 @@ struct addr {
 
 enum verdict {
 	V_REJECTED,              /* REJ (not Timeout) before RTU; SIDR status != 0 */
-	V_TIMED_OUT,             /* REJ Timeout before RTU */
+	V_TIMED_OUT,             /* REJ Timeout before RTU, once the retries ran out */
+	V_ABORTED,               /* REJ Timeout before RTU, sooner than a timer
+				    could have expired: the application ended it */
 	V_NOT_ESTABLISHED,       /* REQ seen, no RTU and no REJ; SIDR unanswered */
 	V_FAILED,                /* after RTU: REJ, DREQ or LAP unanswered, APR != 0 */
 	V_INVALID,               /* a field holds a value the spec reserves */

@@ -137,7 +137,7 @@ void report_summary(const struct conns *c, const struct dump_reader *r)
 		}
 		nconn++;
 		if (g->established == 1 && g->have_req && g->verdict != V_REJECTED &&
-		    g->verdict != V_TIMED_OUT)
+		    g->verdict != V_TIMED_OUT && g->verdict != V_ABORTED)
 			lat[nlat++] = g->t_rtu - g->t_first;
 	}
 
