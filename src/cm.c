@@ -425,11 +425,17 @@ void cm_reset_to_idle(struct cep_cm_id *id)
 	cm_maybe_table_destroy(id);
 }
 
+/* Timewait keeps only the local comm ID (a stale or repeated message for
+ * it is still recognised) and the QP binding; the remote keys go now, as
+ * the kernel's cm_enter_timewait -> cm_remove_remote does, so the peer
+ * may connect again at once, on the same comm ID or a new one from the
+ * same QP, and is not refused as stale (DESIGN.md, "Lifetimes"). */
 void cm_enter_timewait(struct cep_cm_id *id)
 {
 	cm_set_state(id, CEP_CM_TIMEWAIT);
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
+	cm_drop_remote_keys(id);
 	/* The path's ACK timeout (2 x packet life + the peer's ACK delay,
 	 * clamped): every packet of the connection has died by then. The
 	 * kernel's cm_enter_timewait waits the same (av.timeout). */

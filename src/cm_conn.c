@@ -32,8 +32,14 @@ static void release_stale(struct cep_cm_id *old, unsigned w, const struct cep_ma
 	pthread_mutex_unlock(&old->lock);
 }
 
+/* A REQ whose (comm ID, CA GUID) @cur holds: a repeat of the request
+ * @cur answers (worker, no lock held, a reference on @cur held). In
+ * MRA_REQ_SENT the MRA goes again (kernel cm_dup_req_handler); elsewhere
+ * the answer is on its way or retried. A timewait id holds no remote key
+ * (cm_enter_timewait): one that entered timewait since the lookup sends
+ * nothing, and the requester's retry is a new request. */
 static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
-		    const struct cep_msg *m, const struct cep_mad_addr *from)
+		    const struct cep_mad_addr *from)
 {
 	pthread_mutex_lock(&cur->lock);
 	if (!cm_from_peer(cur, w, from)) { /* not its requester: no answer */
@@ -41,26 +47,9 @@ static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 		return;
 	}
 	STAT_ADD(cm, w, duplicates);
-	switch (cur->state) {
-	case CEP_CM_MRA_REQ_SENT:
+	if (cur->state == CEP_CM_MRA_REQ_SENT)
 		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, cur->resend_pd,
 			    cur->resend_len);
-		break;
-	case CEP_CM_TIMEWAIT: {
-		struct cep_mad_addr to = cm_reply_addr(from);
-		struct cep_msg r;
-
-		cep_msg_init(&r, CEP_MSG_REJ, m->hdr.tid);
-		r.u.rej.local_comm_id = cep_local_comm_id(cur->cep);
-		r.u.rej.remote_comm_id = m->u.req.local_comm_id;
-		r.u.rej.reason = CEP_REJ_STALE_CONN;
-		r.u.rej.message_rejected = CEP_MSG_CODE_REQ;
-		cm_send_raw(cm, w, &r, &to, NULL);
-		break;
-	}
-	default: /* REQ_RCVD and later: the answer is on its way or retried */
-		break;
-	}
 	pthread_mutex_unlock(&cur->lock);
 }
 
@@ -194,7 +183,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	ret = cep_insert_remote_id(id->cep, rq->local_comm_id, rq->local_ca_guid, &existing);
 	if (ret == -EEXIST) {
 		if (existing) {
-			dup_req(cm, w, cep_context(existing), m, from);
+			dup_req(cm, w, cep_context(existing), from);
 			cep_put(existing);
 		}
 		cm_discard_id(id);
@@ -1010,8 +999,8 @@ int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t 
 		return 0;
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
-		/* The peer has our QPN (the REP): keep the QP bound and the keys
-		 * until timewait ends, as the kernel's ib_send_cm_rej does. */
+		/* The peer has our QPN (the REP): keep the QP bound until
+		 * timewait ends, as the kernel's ib_send_cm_rej does. */
 		cm_send_rej(id, reason, CEP_MSG_CODE_OTHER, ari, ari_len, pdata, len);
 		cm_enter_timewait(id); /* replaces the REP retry timer */
 		return 0;

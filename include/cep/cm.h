@@ -88,7 +88,7 @@ enum cep_cm_lap_state {
 	X(DREQ_RECEIVED,     "DREQ received (DREP sent unless manual_drep)") \
 	X(DREQ_ERROR,        "DREQ retries exhausted: timewait entered") \
 	X(DREP_RECEIVED,     "DREP received: timewait entered") \
-	X(TIMEWAIT_EXIT,     "timewait over: remote ids and QP released") \
+	X(TIMEWAIT_EXIT,     "timewait over: the QP released, the id IDLE") \
 	X(LAP_RECEIVED,      "LAP received (answer with cep_cm_apr)") \
 	X(LAP_ERROR,         "LAP retries exhausted") \
 	X(APR_RECEIVED,      "APR received (status = AP status)") \

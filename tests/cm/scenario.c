@@ -426,8 +426,12 @@ static void t_dup_req_mra(void)
 	teardown_all();
 }
 
-/* Duplicate REQ while the old connection is in timewait: REJ stale. Then,
- * after timewait, the same remote IDs are accepted again (reuse). */
+/* A repeated REQ while the old connection is in timewait is a new
+ * connection request: timewait keeps only the local comm ID, the remote
+ * keys went when it began (kernel cm_enter_timewait -> cm_remove_remote;
+ * conformance passive-dup-req-in-timewait). The application rejects it
+ * (its QP is still bound to the old id). After timewait the same remote
+ * IDs and the same local QP connect again. */
 static void t_dup_req_timewait_and_reuse(void)
 {
 	struct cep_msg m;
@@ -445,17 +449,67 @@ static void t_dup_req_timewait_and_reuse(void)
 	raw_send(&m, LID_B);
 	CHECK(wait_ev(&B, CEP_CM_EV_DREP_RECEIVED, 1));
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	B.pol.on_req = ON_REQ_REJECT;
+	B.pol.rej_reason = CEP_REJ_CONSUMER_DEFINED;
 	raw_req(&m, 0x5400, 0x900);
 	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
-	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
-	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 1);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(stats_of(&B).rej_sent[CEP_REJ_STALE_CONN], 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT); /* the old one goes on */
 	advance_ms(10); /* 2 x the REQ's local ACK timeout 10 */
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	check_binding(&B, 0x101, CEP_BINDING_INVALID);
 	/* reuse: same remote comm ID, CA GUID and QPN, same local QP */
 	raw_establish(0x5400, 0x900, 0x101, &bc);
-	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 2);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 3);
+	teardown_all();
+}
+
+/* Issue 17: a libcep peer still in timewait takes a reconnect at once,
+ * on the same id (same comm ID and QPN) and on a new id from the same
+ * QP: B's timewait (from A's ACK delay 20: 4.3 s) outlasts A's (B's ACK
+ * delay 0), so A is IDLE while B is still in TIMEWAIT. Before, B's
+ * remote keys answered REJ 10 "stale" and sent A back into timewait. */
+static void t_reconnect_peer_timewait(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *a2, *b;
+
+	ack_delay_of[0] = 20;
+	ack_delay_of[1] = 0;
+	setup_accepting(2);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	advance_ms(100);
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	/* the same id again: B has its QP 0x101 in timewait, accepts on 0x102 */
+	B.pol.accept_qpn = 0x102;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 2));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REJ_RECEIVED, NULL), 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 2));
+	advance_ms(100);
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 2));
+	/* a new id from the same QP while both B ids are in timewait */
+	B.pol.accept_qpn = 0x103;
+	a2 = make_id(&A);
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 3));
+	CHECK_EQ(cep_cm_id_state(a2), CEP_CM_ESTABLISHED);
+	CHECK_EQ(stats_of(&B).rej_sent[CEP_REJ_STALE_CONN], 0);
+	CHECK_EQ(stats_of(&A).rej_received[CEP_REJ_STALE_CONN], 0);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREQ_RECEIVED, NULL), 2);
 	teardown_all();
 }
 
@@ -2047,6 +2101,7 @@ static const struct {
 	{ "dup-req-rcvd", t_dup_req_rcvd },
 	{ "dup-req-mra", t_dup_req_mra },
 	{ "dup-req-timewait-reuse", t_dup_req_timewait_and_reuse },
+	{ "reconnect-peer-timewait", t_reconnect_peer_timewait },
 	{ "stale-conn", t_stale_conn },
 	{ "simultaneous-dreq", t_simultaneous_dreq },
 	{ "simultaneous-dreq-pair", t_simultaneous_dreq_pair },
