@@ -613,6 +613,22 @@ drop_out:
 	cm_id_put(id);
 }
 
+/* The DREP for a DREQ that no connection takes (unknown comm ID, or an id
+ * whose connection and timewait are over): the DREQ's comm IDs swapped
+ * and its TID echoed, no private data, to where it came from - what the
+ * kernel's cm_issue_drep sends. Stateless, worker @w, no lock needed. */
+static void reply_drep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+		       const struct cep_mad_addr *from)
+{
+	struct cep_mad_addr to = cm_reply_addr(from);
+	struct cep_msg r;
+
+	cep_msg_init(&r, CEP_MSG_DREP, m->hdr.tid);
+	r.u.drep.local_comm_id = m->u.dreq.remote_comm_id;
+	r.u.drep.remote_comm_id = m->u.dreq.local_comm_id;
+	cm_send_raw(cm, w, &r, &to, NULL);
+}
+
 void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			const struct cep_mad_addr *from)
 {
@@ -622,14 +638,8 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 
 	if (!id) {
 		/* Unknown connection: answer so the peer can finish (12.9.7). */
-		struct cep_mad_addr to = cm_reply_addr(from);
-		struct cep_msg r;
-
 		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
-		cep_msg_init(&r, CEP_MSG_DREP, m->hdr.tid);
-		r.u.drep.local_comm_id = dq->remote_comm_id;
-		r.u.drep.remote_comm_id = dq->local_comm_id;
-		cm_send_raw(cm, w, &r, &to, NULL);
+		reply_drep(cm, w, m, from);
 		return;
 	}
 	pthread_mutex_lock(&id->lock);
@@ -639,9 +649,6 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	if (!cm_from_peer(id, w, from)) /* a stranger would leave the peer half-open */
 		goto out;
-	/* our DREP (now, later by the application, or again in timewait)
-	 * echoes this request's TID, as the kernel's cm_dreq_handler records */
-	id->tid = m->hdr.tid;
 	switch (id->state) {
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
@@ -650,15 +657,28 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		break;
 	case CEP_CM_TIMEWAIT:
 		STAT_ADD(cm, w, duplicates);
+		id->tid = m->hdr.tid; /* the DREP echoes the DREQ it answers */
 		cm_send_simple(id, CEP_MSG_DREP, id->resend_pd, id->resend_len, 0);
 		goto out;
 	case CEP_CM_DREQ_RCVD:
 		STAT_ADD(cm, w, duplicates);
 		goto out;
-	default:
+	case CEP_CM_IDLE:
+		/* The connection is over and its timewait too; the application
+		 * still holds the id (docs/quickstart.md's teardown order). A
+		 * retry whose DREP was lost gets one as for an unknown comm
+		 * ID, or the requester ends in DREQ_ERROR (issue 17; the
+		 * kernel's cm_dreq_handler drops it). The id is not touched. */
+		STAT_ADD(cm, w, duplicates);
+		reply_drep(cm, w, m, from);
+		goto out;
+	default: /* dropped: changes nothing, not even the TID */
 		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		goto out;
 	}
+	/* our DREP (now, or later by the application) echoes this request's
+	 * TID, as the kernel's cm_dreq_handler records it once it takes it */
+	id->tid = m->hdr.tid;
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	id->lap_state = CEP_CM_LAP_IDLE;

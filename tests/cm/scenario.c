@@ -631,6 +631,140 @@ static void t_dreq_in_timewait(void)
 	teardown_all();
 }
 
+/* Issue 17: B's DREP is lost and B's timewait (2 x 4 ms here) ends before
+ * the requester's retry; B's id stays IDLE (the application destroys it
+ * later, the teardown order of docs/quickstart.md). The retry gets a DREP
+ * as a DREQ for an unknown comm ID does (docs/cm.md; kernel
+ * cm_issue_drep), so the requester does not end in DREQ_ERROR. Nothing
+ * changes on B; a DREQ that does not match the old connection is still
+ * dropped. (The kernel's cm_dreq_handler drops the retry: its default
+ * case; docs/protocol.md lists the difference.) */
+static void t_dreq_after_timewait(void)
+{
+	uint32_t bc;
+	struct cep_cm_id *b;
+	struct cep_msg m;
+	struct cep_cm_stats s0;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x5a00, 0x900, 0x101, &bc);
+	raw_dreq(0x5a00, bc, 0x101);
+	CHECK(raw_wait(CEP_MSG_DREP, 1)); /* C "loses" it */
+	advance_ms(10);
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	s0 = stats_of(&B);
+	raw_dreq(0x5a00, bc, 0x101); /* C's retry: same TID */
+	CHECK(raw_wait(CEP_MSG_DREP, 2));
+	m = raw_last(CEP_MSG_DREP);
+	CHECK_EQ(m.u.drep.local_comm_id, bc);
+	CHECK_EQ(m.u.drep.remote_comm_id, 0x5a00);
+	CHECK_EQ(m.hdr.tid, 7);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREQ_RECEIVED, NULL), 1);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BAD_STATE], s0.drops[CEP_CM_DROP_BAD_STATE]);
+	/* the wrong QPN, or a stranger with the right IDs: dropped */
+	raw_dreq(0x5a00, bc, 0x102);
+	cep_msg_init(&m, CEP_MSG_DREQ, 9);
+	m.u.dreq.local_comm_id = 0x5a00;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x101;
+	raw_send_from(&X, &m, LID_B);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_DREP) + X.n, 2);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_MISMATCH], s0.drops[CEP_CM_DROP_MISMATCH] + 1);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_ADDRESS], s0.drops[CEP_CM_DROP_ADDRESS] + 1);
+	teardown_all();
+}
+
+/* The same end to end, the issue's figure: 1,000 connections released
+ * over a fabric that loses 2% of the MADs, B's passive ids kept (IDLE)
+ * after their timewait. Before the fix 17-18 disconnects ended in
+ * DREQ_ERROR (each lost DREP); now none does. One worker per node: the
+ * run reproduces (cep_fabric_set_faults). */
+static void t_dreq_lossy(void)
+{
+	struct cep_fabric_faults f = { .size = sizeof(f), .loss = 0.02 };
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	int est = 0;
+
+	setup(1, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_fabric_set_faults(fab, &f), 0);
+	for (int i = 0; i < 1000; i++) {
+		enum cep_cm_state s;
+
+		B.pol.accept_qpn = 0x101 + (uint32_t)i % 15;
+		if (cep_cm_connect(a, &p)) {
+			CHECK(0);
+			break;
+		}
+		settle();
+		for (int k = 0; k < 100; k++) {
+			s = cep_cm_id_state(a);
+			if (s == CEP_CM_ESTABLISHED || s == CEP_CM_IDLE)
+				break;
+			advance_ms(50);
+		}
+		if (cep_cm_id_state(a) == CEP_CM_ESTABLISHED) {
+			est++;
+			CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+		}
+		settle();
+		for (int k = 0; k < 100 && cep_cm_id_state(a) != CEP_CM_IDLE; k++)
+			advance_ms(50);
+		CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+		advance_ms(50); /* B's timewait ends too */
+	}
+	CHECK(est > 950);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_DREQ_ERROR, NULL), 0);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, NULL), est);
+	memset(&f, 0, sizeof(f));
+	f.size = sizeof(f);
+	CHECK_EQ(cep_fabric_set_faults(fab, &f), 0);
+	teardown_all();
+}
+
+/* A DREQ the id cannot take (here in MRA_REQ_SENT, before any REP: the
+ * DREQ names QPN 0, which B has then) is dropped and changes nothing -
+ * not the TID B's answers echo: a repeated MRA and the REP still carry
+ * the REQ's (the kernel's cm_dreq_handler records a DREQ's TID only
+ * once it takes the DREQ). */
+static void t_dreq_bad_state_tid(void)
+{
+	struct cep_msg req;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_MRA;
+	raw_req(&req, 0x5b00, 0x900);
+	raw_send(&req, LID_B);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	bc = raw_last(CEP_MSG_MRA).u.mra.local_comm_id;
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	raw_dreq(0x5b00, bc, 0); /* TID 7 */
+	settle();
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BAD_STATE], 1);
+	CHECK_EQ(raw_count(CEP_MSG_DREP), 0);
+	raw_send(&req, LID_B); /* repeated REQ: the MRA again */
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	CHECK_EQ(raw_last(CEP_MSG_MRA).hdr.tid, req.hdr.tid);
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x101 };
+
+	CHECK_EQ(cep_cm_accept(b, &ap), 0);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REP).hdr.tid, req.hdr.tid);
+	teardown_all();
+}
+
 /* Forged DREQs: right local comm ID, wrong remote comm ID or QPN: nothing
  * changes. Unknown comm IDs: DREP for a DREQ, REJ for a REP, RTU counted. */
 static void t_forged_and_unknown(void)
@@ -2107,6 +2241,9 @@ static const struct {
 	{ "simultaneous-dreq-pair", t_simultaneous_dreq_pair },
 	{ "dreq-timeout", t_dreq_timeout },
 	{ "dreq-in-timewait", t_dreq_in_timewait },
+	{ "dreq-after-timewait", t_dreq_after_timewait },
+	{ "dreq-lossy", t_dreq_lossy },
+	{ "dreq-bad-state-tid", t_dreq_bad_state_tid },
 	{ "forged-unknown", t_forged_and_unknown },
 	{ "dup-rep-rtu", t_dup_rep_rtu },
 	{ "lap-apr", t_lap_apr },
