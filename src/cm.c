@@ -820,7 +820,9 @@ static void on_timeout(struct cep_cm_id *id)
 	if (id->retries_left > 0) {
 		id->retries_left--;
 		resend_retry(id);
-		cm_set_timer(id, TK_RETRY, id->timeout_ms);
+		/* ESTABLISHED retries only a LAP, at the LAP's own period */
+		cm_set_timer(id, TK_RETRY, id->state == CEP_CM_ESTABLISHED ? id->lap_timeout_ms
+									   : id->timeout_ms);
 		return;
 	}
 	STAT_ADD(cm, id->worker, timeouts);

@@ -136,7 +136,9 @@ struct cep_cm_id {
 	uint32_t remote_id;            /* lock: remote comm ID (0 unknown) */
 	uint32_t local_qpn;            /* lock */
 	uint32_t remote_qpn;           /* lock */
-	uint32_t timeout_ms;           /* lock: retry period */
+	uint32_t timeout_ms;           /* lock: retry period (REQ, REP, DREQ) */
+	uint32_t lap_timeout_ms;       /* lock: a LAP's retry period (cep_cm_lap's
+					  response timeout: the LAP's alone) */
 	uint32_t peer_timeout_ms;      /* lock: peer's wait for us (auto MRA) */
 	uint8_t state;                 /* lock: enum cep_cm_state */
 	uint8_t lap_state;             /* lock: enum cep_cm_lap_state */

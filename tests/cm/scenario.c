@@ -898,6 +898,42 @@ static void t_lap_timeout(void)
 	teardown_all();
 }
 
+/* Issue 17: a LAP's response timeout is the LAP's alone. B's LAP with
+ * timeout 8 is retried every 2 x 3 ms + 2 ms; once answered, B's DREQ is
+ * retried at the connection's period (34 ms: the REQ's local CM response
+ * timeout 13), not the LAP's. */
+static void t_lap_dreq_period(void)
+{
+	uint32_t bc;
+	struct cep_cm_id *b;
+	struct cep_path alt;
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x6180, 0x900, 0x101, &bc);
+	path_to(&alt, LID_B, LID_C);
+	CHECK_EQ(cep_cm_lap(b, &alt, 8, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_LAP, 1));
+	advance_ms(7);
+	CHECK_EQ(raw_count(CEP_MSG_LAP), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_LAP), 2);
+	cep_msg_init(&m, CEP_MSG_APR, raw_last(CEP_MSG_LAP).hdr.tid);
+	m.u.apr.local_comm_id = 0x6180;
+	m.u.apr.remote_comm_id = bc;
+	m.u.apr.ap_status = CEP_APR_SUCCESS;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_APR_RECEIVED, 1));
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	advance_ms(33);
+	CHECK_EQ(raw_count(CEP_MSG_DREQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_DREQ), 2);
+	teardown_all();
+}
+
 /* SIDR with a reply, without a listener, and without any answer. */
 static void t_sidr(void)
 {
@@ -2248,6 +2284,7 @@ static const struct {
 	{ "dup-rep-rtu", t_dup_rep_rtu },
 	{ "lap-apr", t_lap_apr },
 	{ "lap-timeout", t_lap_timeout },
+	{ "lap-dreq-period", t_lap_dreq_period },
 	{ "sidr", t_sidr },
 	{ "qp-destroy", t_qp_destroy },
 	{ "destroy", t_destroy },
