@@ -483,9 +483,10 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	if (!cm_from_peer(id, w, from)) /* a stranger cannot stall us */
 		goto out;
-	/* the service timeout a peer asks for is clamped (34.4 s) */
-	/* the service timeout plus the path's ACK timeout (kernel
-	 * cm_mra_handler: service timeout + av.timeout) */
+	/* The service timeout (clamped: 68.7 s) plus the path's ACK timeout
+	 * (kernel cm_mra_handler: service timeout + av.timeout), for the next
+	 * retry only; a repeated MRA extends nothing (the kernel's MRA
+	 * semantics since 6.14, cm_req_expire_after_mra). */
 	uint32_t ext = cm_ms(cm_peer_t(ma->service_timeout)) + cm_ms(id->path_timeout);
 
 	switch (ma->message_mraed) {
@@ -1085,12 +1086,19 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 	return ret;
 }
 
-/* Lock held, MRA_REQ_SENT: our MRA extends the requester's wait to
- * (service timeout + packet life) per try: expire when that has passed. */
+/* Lock held, MRA_REQ_SENT: expire once the requester has given up. MRA
+ * semantics are the kernel's since 6.14 ("IB/mad: Apply timeout
+ * modification (CM MRA) only once"), as cm_handle_mra applies them on the
+ * active side: our MRA extends the requester's current wait to its service
+ * timeout + the path's ACK timeout (cm_mra_handler), a repeated MRA
+ * extends nothing, and the retries left come at the normal period (2 x
+ * packet life + our response timeout). So at most: the extended wait,
+ * then Max CM Retries normal ones. (A 6.1 requester extends every retry:
+ * its later retry after our expiry is a new REQ.) */
 void cm_req_expire_after_mra(struct cep_cm_id *id)
 {
-	cm_set_timer(id, TK_EXPIRE, (1u + id->max_retries) *
-				    (cm_ms(id->mra_timeout) + cm_ms(id->path_timeout)));
+	cm_set_timer(id, TK_EXPIRE, cm_ms(id->mra_timeout) + cm_ms(id->path_timeout) +
+				    id->max_retries * (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms));
 }
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)

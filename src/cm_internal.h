@@ -64,9 +64,11 @@ struct cep_cm {
 
 /* A timeout a peer supplies (5-bit IBTA exponent: REQ response timeouts
  * and local ACK timeout, REP target ACK delay, LAP response timeout, MRA
- * service timeout) counts at most as this: 4.096 us x 2^23 = 34.4 s, so a
- * peer cannot hold a QP and its keys for hours. docs/protocol.md. */
-#define CM_PEER_TIMEOUT_MAX 23
+ * service timeout) counts at most as this: 4.096 us x 2^24 = 68.7 s, so a
+ * peer cannot hold a QP for hours per retry or timewait, while Linux
+ * rdma_cm's MRA (service timeout 24, CMA_CM_MRA_SETTING) counts whole.
+ * docs/protocol.md. */
+#define CM_PEER_TIMEOUT_MAX 24
 static inline unsigned cm_peer_t(unsigned t)
 {
 	return t > CM_PEER_TIMEOUT_MAX ? CM_PEER_TIMEOUT_MAX : t;

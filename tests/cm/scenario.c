@@ -1469,7 +1469,7 @@ static void t_stale_no_listener(void)
  * port's CA ACK delay and the packet life time (not copied from the
  * caller); the REP carries the port's CA ACK delay; the active side's
  * timewait follows the ACK timeout computed from the REP's target ACK
- * delay; timeouts a peer supplies are clamped to 2^23 x 4.096 us. */
+ * delay; timeouts a peer supplies are clamped to 2^24 x 4.096 us (68.7 s). */
 static void t_timer_inputs(void)
 {
 	struct cep_cm_conn_param p;
@@ -1506,14 +1506,14 @@ static void t_timer_inputs(void)
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	/* B's REP carries B's port ACK delay */
 	raw_req(&m, 0x7801, 0x901);
-	m.u.req.local_cm_response_timeout = 31; /* ~2.4 h: clamped to 23 */
+	m.u.req.local_cm_response_timeout = 31; /* ~2.4 h: clamped to 24 */
 	m.u.req.primary.local_ack_timeout = 31; /* timewait clamped too */
 	raw_send(&m, LID_B);
 	CHECK(raw_wait(CEP_MSG_REP, 1));
 	CHECK_EQ(raw_last(CEP_MSG_REP).u.rep.target_ack_delay, 17);
 	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
-	/* the REP is retried after 2^23 x 4.096 us = 34360 ms, not 2.4 h */
-	advance_ms(34359);
+	/* the REP is retried after 2^24 x 4.096 us = 68720 ms, not 2.4 h */
+	advance_ms(68719);
 	CHECK_EQ(raw_count(CEP_MSG_REP), 1);
 	advance_ms(1);
 	CHECK_EQ(raw_count(CEP_MSG_REP), 2);
@@ -1527,7 +1527,7 @@ static void t_timer_inputs(void)
 	raw_dreq(0x7801, bc, 0x101);
 	CHECK(raw_wait(CEP_MSG_DREP, 1));
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
-	advance_ms(34360 - 1);
+	advance_ms(68720 - 1);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
 	advance_ms(1);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
@@ -1749,7 +1749,7 @@ static void t_peer_address(void)
 	raw_send(&m, LID_A);
 	settle();
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_REQ_SENT);
-	/* C's MRA asking for 2.4 hours: clamped to 34.4 s */
+	/* C's MRA asking for 2.4 hours: clamped to 68.7 s */
 	cep_msg_init(&m, CEP_MSG_MRA, 4);
 	m.u.mra.local_comm_id = 0x7d01;
 	m.u.mra.remote_comm_id = ac;
@@ -1759,7 +1759,7 @@ static void t_peer_address(void)
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
 	int reqs = raw_count(CEP_MSG_REQ);
 
-	advance_ms(34360 + 2 * 2 + 10); /* service timeout + path's ACK timeout */
+	advance_ms(68720 + 2 * 2 + 10); /* service timeout + path's ACK timeout */
 	CHECK_EQ(raw_count(CEP_MSG_REQ), reqs + 1); /* retried, not stalled */
 	/* an alternate path installed by LAP makes X a peer address too */
 	struct cep_path alt;
@@ -2055,6 +2055,100 @@ static void t_mra_path_timeout(void)
 	teardown_all();
 }
 
+/* MRA semantics, the kernel's since 6.14 ("IB/mad: Apply timeout
+ * modification (CM MRA) only once"), on both sides (issue 17):
+ * - active: an MRA extends the wait for the next retry only (service
+ *   timeout + path ACK timeout); a repeated MRA is a duplicate that
+ *   extends nothing; later retries come at the normal period;
+ * - passive: after our MRA the id expires when such a requester has given
+ *   up: service timeout + path ACK timeout + Max CM Retries normal
+ *   periods (before: every period extended, kernel 6.1's reading). */
+static void t_mra_once(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	/* active A -> raw C: REQ every 2 x 2 ms + 17 ms = 21 ms, 3 retries */
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.remote_cm_response_timeout = 12;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7f80;
+	m.u.mra.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 14; /* 68 ms + the path's 3 ms */
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	advance_ms(70);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	raw_send(&m, LID_A); /* C repeats its MRA for the repeated REQ */
+	settle();
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, NULL), 1);
+	CHECK_EQ(stats_of(&A).duplicates, 1);
+	advance_ms(20);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	advance_ms(1); /* the normal period: not extended again */
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 3);
+	advance_ms(21);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 4);
+	advance_ms(21);
+	CHECK(wait_ev(&A, CEP_CM_EV_REQ_ERROR, 1));
+	/* passive B <- raw C: B's application MRAs (service timeout 16, 269
+	 * ms); C's REQ: path ACK timeout 10 (5 ms), packet life 9 (3 ms),
+	 * response timeout 12 (17 ms), 3 retries. C gives up after 269 + 5 +
+	 * 3 x (2 x 3 + 17) = 343 ms: then B's id expires. */
+	B.pol.on_req = ON_REQ_MRA;
+	raw_req(&m, 0x7f81, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	advance_ms(342);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 1));
+	teardown_all();
+}
+
+/* Linux rdma_cm answers a REQ its application holds with an MRA of
+ * service timeout 24 (CMA_CM_MRA_SETTING, 68.7 s): the clamp of a peer's
+ * timeouts (exponent 24) keeps it whole. Before, 23 halved it and the
+ * REQ came again after 34.4 s. */
+static void t_mra_timeout_24(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	struct cep_msg m;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7f90;
+	m.u.mra.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 24;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	/* 4.096 us x 2^24 = 68720 ms, + the path's ACK timeout (9: 3 ms) */
+	advance_ms(34363);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	advance_ms(68722 - 34363);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	teardown_all();
+}
+
 /* The REQ's primary path must lead to this port: a remote port LID that
  * is not ours gets REJ 13 with our LID in the ARI (the kernel refuses a
  * path it cannot resolve to a local port, cm_init_av_by_path). */
@@ -2241,6 +2335,8 @@ static const struct {
 	{ "resend-pdata", t_resend_pdata },
 	{ "flow-control", t_flow_control },
 	{ "mra-path-timeout", t_mra_path_timeout },
+	{ "mra-once", t_mra_once },
+	{ "mra-timeout-24", t_mra_timeout_24 },
 	{ "req-path-lid", t_req_path_lid },
 	{ "disconnect-crossed", t_disconnect_crossed },
 	{ "peer-address", t_peer_address },
