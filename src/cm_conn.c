@@ -260,12 +260,14 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	(void)cep_qp_params_passive(&id->qpp, &cm->port, rq);
 	cm_set_state(id, CEP_CM_REQ_RCVD);
 	/* The requester gives up after 1 + Max CM Retries tries of 2 x packet
-	 * life + our response timeout: then this half-open id expires. */
-	if (cm->auto_mra)
+	 * life + our response timeout: then this half-open id expires, or
+	 * at the half-open limit if that comes first (cm_set_expiry). */
+	id->half_open_until = cep_clock_ms(cm->clock) + cm->half_open_ms;
+	if (cm->auto_mra && id->peer_timeout_ms / 2 + 1 < cm->half_open_ms)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
 	else
-		cm_set_timer(id, TK_EXPIRE, (1u + id->max_retries) *
-					    (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms));
+		cm_set_expiry(id, (1u + id->max_retries) *
+				  (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms), 0);
 	cm_ev_init(&ev, id, CEP_CM_EV_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);
@@ -1094,11 +1096,13 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
  * extends nothing, and the retries left come at the normal period (2 x
  * packet life + our response timeout). So at most: the extended wait,
  * then Max CM Retries normal ones. (A 6.1 requester extends every retry:
- * its later retry after our expiry is a new REQ.) */
+ * its later retry after our expiry is a new REQ.) Bounded by the half-open
+ * limit, but never before the service timeout we just asked for. */
 void cm_req_expire_after_mra(struct cep_cm_id *id)
 {
-	cm_set_timer(id, TK_EXPIRE, cm_ms(id->mra_timeout) + cm_ms(id->path_timeout) +
-				    id->max_retries * (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms));
+	cm_set_expiry(id, cm_ms(id->mra_timeout) + cm_ms(id->path_timeout) +
+			  id->max_retries * (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms),
+		      cm_ms(id->mra_timeout));
 }
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)

@@ -26,6 +26,7 @@ struct cm_wstats {
 	_Atomic uint64_t sent[CEP_MSG_COUNT];
 	_Atomic uint64_t received[CEP_MSG_COUNT];
 	_Atomic uint64_t retries, timeouts, duplicates, send_errors;
+	_Atomic uint64_t half_open_expired, half_open_limited;
 	_Atomic uint64_t drops[CEP_CM_DROP_COUNT];
 	_Atomic uint64_t rej_sent[CEP_REJ_REASON_MAX + 1];
 	_Atomic uint64_t rej_received[CEP_REJ_REASON_MAX + 1];
@@ -52,6 +53,7 @@ struct cep_cm {
 	uint8_t mra_timeout;           /* const */
 	uint8_t auto_mra;              /* const */
 	unsigned backlog;              /* const: default listener backlog */
+	uint32_t half_open_ms;         /* const: longest half-open wait (cm_set_expiry) */
 	uint64_t route_key[2];         /* const: secret key of the REQ routing */
 	_Atomic int stopping;          /* set once by cep_cm_destroy */
 	_Atomic unsigned next_worker;  /* round robin for active ids */
@@ -104,6 +106,7 @@ enum {
 	F_MANUAL_DREP = 1u << 3,
 	F_CHANNEL_USER = 1u << 4, /* counted in channel->users */
 	F_DESTROYED_POSTED = 1u << 5, /* W_DESTROYED queued (once) */
+	F_EXPIRE_LIMITED = 1u << 6, /* the armed expiry is the half-open limit's */
 };
 
 /* id->timer_kind (lock) */
@@ -132,6 +135,9 @@ struct cep_cm_id {
 	void *context;                 /* lock */
 	struct cm_waiter *waiter;      /* lock: cep_cm_destroy_id_sync */
 	uint64_t deadline;             /* lock: ms, 0 = no timer wanted */
+	uint64_t half_open_until;      /* lock: ms; a half-open passive id expires
+					  by then at the latest (its request's
+					  arrival + cm->half_open_ms) */
 	uint64_t tid;                  /* lock */
 	uint64_t remote_ca_guid;       /* lock */
 	uint64_t service_id;           /* lock */
@@ -275,6 +281,12 @@ void cm_reply_rej(struct cep_cm *cm, unsigned w, const struct cep_mad_addr *from
 		  unsigned msg_code);
 
 /* Transitions (locked). */
+/* A half-open passive id (REQ_RCVD, MRA_REQ_SENT, SIDR_REQ_RCVD) expires
+ * @give_up_ms from now, when its requester has given up, but no later
+ * than id->half_open_until - or @floor_ms from now if that is later (the
+ * service timeout of an MRA we just sent: we asked the requester to wait
+ * that long). */
+void cm_set_expiry(struct cep_cm_id *id, uint32_t give_up_ms, uint32_t floor_ms);
 void cm_req_expire_after_mra(struct cep_cm_id *id);
 void cm_drop_remote_keys(struct cep_cm_id *id);
 void cm_maybe_table_destroy(struct cep_cm_id *id);

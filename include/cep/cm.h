@@ -189,6 +189,16 @@ struct cep_cm_attr {
 	 * request beyond it is dropped and counted (CEP_CM_DROP_BACKLOG) and
 	 * the peer retries. 0 = 1024 (librdmacm's default). */
 	unsigned listen_backlog;
+	/* The longest a passive id may stay half-open unanswered (REQ_RCVD,
+	 * MRA_REQ_SENT, SIDR_REQ_RCVD), in ms from its request, whatever
+	 * timeouts the requester gave: then it expires as when the requester
+	 * gives up (REQ_ERROR / SIDR_REQ_ERROR, -ETIMEDOUT; counted in
+	 * cep_cm_stats.half_open_limited). An MRA of ours lets the id wait
+	 * at least its service timeout from the MRA. 0 = 60000 (60 s); at
+	 * most 2^32 - 1 counts. With a backlog of B, forged requests must
+	 * come faster than B per limit to keep a listener full. (64 bits:
+	 * the struct grows, so @size tells a libcep 0.2 caller apart.) */
+	uint64_t half_open_timeout_ms;
 };
 
 /* Create a CM context on @attr->transport and start its workers.
@@ -288,7 +298,8 @@ CEP_EXPORT int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t
 /* As cep_cm_listen() with @backlog half-open passive ids at most (0: the
  * context's default). A passive id counts from its REQ (or SIDR_REQ)
  * until it is established, rejected, timed out or destroyed; an
- * unanswered one expires once the requester has given up (REQ_ERROR /
+ * unanswered one expires once the requester has given up, or at the
+ * latest cep_cm_attr.half_open_timeout_ms after its request (REQ_ERROR /
  * SIDR_REQ_ERROR, status -ETIMEDOUT). */
 CEP_EXPORT int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id,
 				     uint64_t mask, unsigned backlog);
@@ -449,8 +460,19 @@ struct cep_cm_stats {
 	uint64_t events[CEP_CM_EVENT_COUNT];
 	int64_t states[CEP_CM_STATE_COUNT];     /* ids per state now */
 	uint64_t ids;                           /* ids alive (memory) */
+	/* Read only when @size covers them (a struct of libcep 0.2 ends
+	 * above): */
+	uint64_t half_open_expired;             /* passive ids that expired
+						   unanswered (the requester
+						   gave up, or the limit) */
+	uint64_t half_open_limited;             /* of those, ended by
+						   cep_cm_attr.half_open_timeout_ms
+						   before the requester's own
+						   timeouts ran out */
 };
-/* Sum of per-worker counters (each read atomically). Any thread. */
+/* Sum of per-worker counters (each read atomically). @st->size: at least
+ * up to @ids (libcep 0.2's struct); members past @st->size are not
+ * written. 0 or -EINVAL. Any thread. */
 CEP_EXPORT int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st);
 
 /* Conversion used for every CM timer: 4.096 us * 2^t, in microseconds. */

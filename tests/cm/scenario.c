@@ -1647,6 +1647,136 @@ static void t_half_open_expiry(void)
 	teardown_all();
 }
 
+/* Issue 17: the half-open expiry is bounded by a local limit
+ * (cep_cm_attr.half_open_timeout_ms, default 60 s), whatever timeouts the
+ * requester gives. A forged REQ with every timeout at 31 and 15 retries
+ * (its requester would wait 16 x (2 x 68.7 s + 68.7 s), 55 minutes,
+ * with the clamp) held a backlog slot for all that time, so one forged
+ * REQ a second kept a backlog of 1024 full; now a slot frees after 60 s
+ * (counted: half_open_expired, half_open_limited). Our own MRA lets an
+ * id wait its service timeout; automatic MRA and SIDR obey the limit. */
+static void forged_req(struct cep_msg *m, uint32_t comm_id, uint32_t qpn)
+{
+	raw_req(m, comm_id, qpn);
+	m->u.req.remote_cm_response_timeout = 31;
+	m->u.req.local_cm_response_timeout = 31;
+	m->u.req.primary.local_ack_timeout = 31;
+	m->u.req.max_cm_retries = 15;
+}
+
+static void t_half_open_limit(void)
+{
+	struct cep_msg m;
+	struct cep_table_stats st;
+	struct cep_cm_id *b, *mraed;
+	uint64_t most = 0;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	B.pol.destroy_on_error = 1;
+	forged_req(&m, 0x7b80, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	advance_ms(59999);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REQ_RCVD);
+	advance_ms(1);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 1));
+	CHECK_EQ(stats_of(&B).half_open_expired, 1);
+	CHECK_EQ(stats_of(&B).half_open_limited, 1);
+	CHECK_EQ(raw_count(CEP_MSG_REJ) + raw_count(CEP_MSG_MRA), 0); /* nothing sent */
+	/* one forged REQ a second for 5 minutes: at most 60 half-open */
+	for (uint32_t i = 0; i < 300; i++) {
+		forged_req(&m, 0x200000 + i, 0x20000 + i);
+		raw_send(&m, LID_B);
+		advance_ms(1000);
+		cep_table_stats(cep_cm_table(B.cm), &st);
+		if (st.live - 1 > most)
+			most = st.live - 1;
+	}
+	CHECK(most <= 60);
+	advance_ms(60000);
+	cep_table_stats(cep_cm_table(B.cm), &st);
+	CHECK_EQ(st.live, 1); /* the listener */
+	CHECK_EQ(stats_of(&B).half_open_expired, 301);
+	CHECK_EQ(stats_of(&B).half_open_limited, 301);
+	/* our MRA (service timeout 26: 274878 ms) outlasts the limit */
+	B.pol.destroy_on_error = 0;
+	forged_req(&m, 0x7b81, 0x901);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 302));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_mra(b, 26, NULL, 0), 0);
+	mraed = b;
+	advance_ms(274877);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	/* SIDR: min(68.7 s, the limit) */
+	cep_msg_init(&m, CEP_MSG_SIDR_REQ, 0x5151);
+	m.u.sidr_req.request_id = 0x7b82;
+	m.u.sidr_req.service_id = SID;
+	m.u.sidr_req.partition_key = 0xffff;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_SIDR_REQ_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_SIDR_REQ_RECEIVED).id;
+	advance_ms(59999);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_SIDR_REQ_RCVD);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK_EQ(stats_of(&B).half_open_expired, 1 + 300 + 1 + 1);
+	/* by hand: the harness tells ids apart by address, and these two may
+	 * reuse the memory of ids destroyed above */
+	CHECK_EQ(cep_cm_destroy_id_sync(b), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(mraed), 0);
+	teardown_all();
+}
+
+/* The same limit set by the context (5 s) with automatic MRA: the MRA
+ * goes at half the requester's response timeout (20: 2148 ms), the id
+ * expires 5 s after the REQ all the same (the context's MRA service
+ * timeout, 16: 269 ms, asks for less). A REQ whose requester gives up
+ * first expires then, not counted as limited. */
+static void t_half_open_limit_auto_mra(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+
+	half_open_ms_of[1] = 5000;
+	setup(2, 1);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	forged_req(&m, 0x7b90, 0x900);
+	m.u.req.remote_cm_response_timeout = 20;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	advance_ms(2149);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(4999 - 2149);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 1));
+	/* a quick requester is not cut: not counted as limited */
+	raw_req(&m, 0x7b91, 0x901);
+	m.u.req.max_cm_retries = 2;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	advance_ms(9); /* the MRA (17 ms / 2), then 269 + 5 + 2 x (2 x 3 + 17) */
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	advance_ms(319);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 2));
+	CHECK_EQ(stats_of(&B).half_open_expired, 2);
+	CHECK_EQ(stats_of(&B).half_open_limited, 1);
+	teardown_all();
+}
+
 /* The worker a REQ lands on is keyed with a per-context secret: the same
  * REQs reach two identical contexts on different workers, so a sender
  * cannot steer a flood onto the worker of a victim connection. */
@@ -2342,6 +2472,8 @@ static const struct {
 	{ "peer-address", t_peer_address },
 	{ "backlog", t_backlog },
 	{ "half-open-expiry", t_half_open_expiry },
+	{ "half-open-limit", t_half_open_limit },
+	{ "half-open-limit-auto-mra", t_half_open_limit_auto_mra },
 	{ "route-keyed", t_route_keyed },
 	{ "comm-est", t_comm_est },
 	{ "timer-inputs", t_timer_inputs },
