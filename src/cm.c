@@ -246,6 +246,25 @@ void cm_set_timer(struct cep_cm_id *id, unsigned kind, uint32_t ms)
 		cm_post_bits(id, W_TIMER);
 }
 
+/* The half-open limit (cep_cm_attr.half_open_timeout_ms): without it the
+ * requester's own timeouts (15 retries of 31, clamped to 24) kept a forged
+ * REQ's backlog slot for most of an hour. */
+void cm_set_expiry(struct cep_cm_id *id, uint32_t give_up_ms, uint32_t floor_ms)
+{
+	uint64_t now = cep_clock_ms(id->cm->clock);
+	uint64_t lim = id->half_open_until > now ? id->half_open_until - now : 0;
+
+	if (lim < floor_ms)
+		lim = floor_ms;
+	if (give_up_ms > lim) {
+		give_up_ms = (uint32_t)lim;
+		id->flags |= F_EXPIRE_LIMITED;
+	} else {
+		id->flags &= (uint8_t)~F_EXPIRE_LIMITED;
+	}
+	cm_set_timer(id, TK_EXPIRE, give_up_ms);
+}
+
 void cm_clear_timer(struct cep_cm_id *id)
 {
 	id->deadline = 0;
@@ -425,11 +444,17 @@ void cm_reset_to_idle(struct cep_cm_id *id)
 	cm_maybe_table_destroy(id);
 }
 
+/* Timewait keeps only the local comm ID (a stale or repeated message for
+ * it is still recognised) and the QP binding; the remote keys go now, as
+ * the kernel's cm_enter_timewait -> cm_remove_remote does, so the peer
+ * may connect again at once, on the same comm ID or a new one from the
+ * same QP, and is not refused as stale (DESIGN.md, "Lifetimes"). */
 void cm_enter_timewait(struct cep_cm_id *id)
 {
 	cm_set_state(id, CEP_CM_TIMEWAIT);
 	id->lap_state = CEP_CM_LAP_IDLE;
 	cm_free_retry(id);
+	cm_drop_remote_keys(id);
 	/* The path's ACK timeout (2 x packet life + the peer's ACK delay,
 	 * clamped): every packet of the connection has died by then. The
 	 * kernel's cm_enter_timewait waits the same (av.timeout). */
@@ -791,8 +816,12 @@ static void on_timeout(struct cep_cm_id *id)
 			cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REQ_ERROR);
 		}
 		if (ev.type != CEP_CM_EVENT_COUNT) {
-			/* the requester gave up long ago: nothing to send */
+			/* the requester gave up long ago (or is too slow for
+			 * our limit): nothing to send */
 			STAT_ADD(cm, id->worker, timeouts);
+			STAT_ADD(cm, id->worker, half_open_expired);
+			if (id->flags & F_EXPIRE_LIMITED)
+				STAT_ADD(cm, id->worker, half_open_limited);
 			ev.status = -ETIMEDOUT;
 			cm_emit(id, &ev);
 		}
@@ -826,7 +855,9 @@ static void on_timeout(struct cep_cm_id *id)
 	if (id->retries_left > 0) {
 		id->retries_left--;
 		resend_retry(id);
-		cm_set_timer(id, TK_RETRY, id->timeout_ms);
+		/* ESTABLISHED retries only a LAP, at the LAP's own period */
+		cm_set_timer(id, TK_RETRY, id->state == CEP_CM_ESTABLISHED ? id->lap_timeout_ms
+									   : id->timeout_ms);
 		return;
 	}
 	STAT_ADD(cm, id->worker, timeouts);
@@ -1135,6 +1166,9 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 		cm->clock = attr->clock;
 	cm->backlog = CM_ATTR_HAS(attr, listen_backlog) && attr->listen_backlog ?
 		      attr->listen_backlog : 1024;
+	cm->half_open_ms = !CM_ATTR_HAS(attr, half_open_timeout_ms) || !attr->half_open_timeout_ms ?
+			   60000 : attr->half_open_timeout_ms > UINT32_MAX ?
+			   UINT32_MAX : (uint32_t)attr->half_open_timeout_ms;
 	if (getrandom(cm->route_key, sizeof(cm->route_key), 0) != sizeof(cm->route_key)) {
 		ret = -EIO; /* the kernel CSPRNG is ready on any Linux >= 3.17 */
 		goto fail;
@@ -1297,13 +1331,15 @@ int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 
 int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
 {
-	if (!cm || !st || st->size < sizeof(*st))
+	struct cep_cm_stats all;
+
+	/* libcep 0.2's struct ended with ids: fill what the caller has */
+	if (!cm || !st || st->size < offsetof(struct cep_cm_stats, half_open_expired))
 		return -EINVAL;
 	size_t size = st->size;
 
-	memset(st, 0, sizeof(*st));
-	st->size = size;
-#define SUM_(f) st->f += atomic_load_explicit(&w->f, memory_order_relaxed)
+	memset(&all, 0, sizeof(all));
+#define SUM_(f) all.f += atomic_load_explicit(&w->f, memory_order_relaxed)
 	for (unsigned i = 0; i < cm->nworkers; i++) {
 		struct cm_wstats *w = &cm->ws[i];
 
@@ -1315,6 +1351,8 @@ int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
 		SUM_(timeouts);
 		SUM_(duplicates);
 		SUM_(send_errors);
+		SUM_(half_open_expired);
+		SUM_(half_open_limited);
 		for (int d = 0; d < CEP_CM_DROP_COUNT; d++)
 			SUM_(drops[d]);
 		for (int r = 0; r <= CEP_REJ_REASON_MAX; r++) {
@@ -1327,7 +1365,9 @@ int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
 			SUM_(states[s]);
 	}
 #undef SUM_
-	st->ids = (uint64_t)atomic_load_explicit(&cm->ids, memory_order_relaxed);
+	all.ids = (uint64_t)atomic_load_explicit(&cm->ids, memory_order_relaxed);
+	all.size = size;
+	memcpy(st, &all, size < sizeof(all) ? size : sizeof(all));
 	return 0;
 }
 

@@ -32,8 +32,14 @@ static void release_stale(struct cep_cm_id *old, unsigned w, const struct cep_ma
 	pthread_mutex_unlock(&old->lock);
 }
 
+/* A REQ whose (comm ID, CA GUID) @cur holds: a repeat of the request
+ * @cur answers (worker, no lock held, a reference on @cur held). In
+ * MRA_REQ_SENT the MRA goes again (kernel cm_dup_req_handler); elsewhere
+ * the answer is on its way or retried. A timewait id holds no remote key
+ * (cm_enter_timewait): one that entered timewait since the lookup sends
+ * nothing, and the requester's retry is a new request. */
 static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
-		    const struct cep_msg *m, const struct cep_mad_addr *from)
+		    const struct cep_mad_addr *from)
 {
 	pthread_mutex_lock(&cur->lock);
 	if (!cm_from_peer(cur, w, from)) { /* not its requester: no answer */
@@ -41,26 +47,9 @@ static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 		return;
 	}
 	STAT_ADD(cm, w, duplicates);
-	switch (cur->state) {
-	case CEP_CM_MRA_REQ_SENT:
+	if (cur->state == CEP_CM_MRA_REQ_SENT)
 		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, cur->resend_pd,
 			    cur->resend_len);
-		break;
-	case CEP_CM_TIMEWAIT: {
-		struct cep_mad_addr to = cm_reply_addr(from);
-		struct cep_msg r;
-
-		cep_msg_init(&r, CEP_MSG_REJ, m->hdr.tid);
-		r.u.rej.local_comm_id = cep_local_comm_id(cur->cep);
-		r.u.rej.remote_comm_id = m->u.req.local_comm_id;
-		r.u.rej.reason = CEP_REJ_STALE_CONN;
-		r.u.rej.message_rejected = CEP_MSG_CODE_REQ;
-		cm_send_raw(cm, w, &r, &to, NULL);
-		break;
-	}
-	default: /* REQ_RCVD and later: the answer is on its way or retried */
-		break;
-	}
 	pthread_mutex_unlock(&cur->lock);
 }
 
@@ -194,7 +183,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	ret = cep_insert_remote_id(id->cep, rq->local_comm_id, rq->local_ca_guid, &existing);
 	if (ret == -EEXIST) {
 		if (existing) {
-			dup_req(cm, w, cep_context(existing), m, from);
+			dup_req(cm, w, cep_context(existing), from);
 			cep_put(existing);
 		}
 		cm_discard_id(id);
@@ -271,12 +260,14 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	(void)cep_qp_params_passive(&id->qpp, &cm->port, rq);
 	cm_set_state(id, CEP_CM_REQ_RCVD);
 	/* The requester gives up after 1 + Max CM Retries tries of 2 x packet
-	 * life + our response timeout: then this half-open id expires. */
-	if (cm->auto_mra)
+	 * life + our response timeout: then this half-open id expires, or
+	 * at the half-open limit if that comes first (cm_set_expiry). */
+	id->half_open_until = cep_clock_ms(cm->clock) + cm->half_open_ms;
+	if (cm->auto_mra && id->peer_timeout_ms / 2 + 1 < cm->half_open_ms)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
 	else
-		cm_set_timer(id, TK_EXPIRE, (1u + id->max_retries) *
-					    (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms));
+		cm_set_expiry(id, (1u + id->max_retries) *
+				  (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms), 0);
 	cm_ev_init(&ev, id, CEP_CM_EV_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);
@@ -494,9 +485,10 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	if (!cm_from_peer(id, w, from)) /* a stranger cannot stall us */
 		goto out;
-	/* the service timeout a peer asks for is clamped (34.4 s) */
-	/* the service timeout plus the path's ACK timeout (kernel
-	 * cm_mra_handler: service timeout + av.timeout) */
+	/* The service timeout (clamped: 68.7 s) plus the path's ACK timeout
+	 * (kernel cm_mra_handler: service timeout + av.timeout), for the next
+	 * retry only; a repeated MRA extends nothing (the kernel's MRA
+	 * semantics since 6.14, cm_req_expire_after_mra). */
 	uint32_t ext = cm_ms(cm_peer_t(ma->service_timeout)) + cm_ms(id->path_timeout);
 
 	switch (ma->message_mraed) {
@@ -624,6 +616,22 @@ drop_out:
 	cm_id_put(id);
 }
 
+/* The DREP for a DREQ that no connection takes (unknown comm ID, or an id
+ * whose connection and timewait are over): the DREQ's comm IDs swapped
+ * and its TID echoed, no private data, to where it came from - what the
+ * kernel's cm_issue_drep sends. Stateless, worker @w, no lock needed. */
+static void reply_drep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+		       const struct cep_mad_addr *from)
+{
+	struct cep_mad_addr to = cm_reply_addr(from);
+	struct cep_msg r;
+
+	cep_msg_init(&r, CEP_MSG_DREP, m->hdr.tid);
+	r.u.drep.local_comm_id = m->u.dreq.remote_comm_id;
+	r.u.drep.remote_comm_id = m->u.dreq.local_comm_id;
+	cm_send_raw(cm, w, &r, &to, NULL);
+}
+
 void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			const struct cep_mad_addr *from)
 {
@@ -633,14 +641,8 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 
 	if (!id) {
 		/* Unknown connection: answer so the peer can finish (12.9.7). */
-		struct cep_mad_addr to = cm_reply_addr(from);
-		struct cep_msg r;
-
 		cm_drop(cm, w, CEP_CM_DROP_NO_CEP);
-		cep_msg_init(&r, CEP_MSG_DREP, m->hdr.tid);
-		r.u.drep.local_comm_id = dq->remote_comm_id;
-		r.u.drep.remote_comm_id = dq->local_comm_id;
-		cm_send_raw(cm, w, &r, &to, NULL);
+		reply_drep(cm, w, m, from);
 		return;
 	}
 	pthread_mutex_lock(&id->lock);
@@ -650,9 +652,6 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	if (!cm_from_peer(id, w, from)) /* a stranger would leave the peer half-open */
 		goto out;
-	/* our DREP (now, later by the application, or again in timewait)
-	 * echoes this request's TID, as the kernel's cm_dreq_handler records */
-	id->tid = m->hdr.tid;
 	switch (id->state) {
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
@@ -661,15 +660,28 @@ void cm_handle_dreq(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		break;
 	case CEP_CM_TIMEWAIT:
 		STAT_ADD(cm, w, duplicates);
+		id->tid = m->hdr.tid; /* the DREP echoes the DREQ it answers */
 		cm_send_simple(id, CEP_MSG_DREP, id->resend_pd, id->resend_len, 0);
 		goto out;
 	case CEP_CM_DREQ_RCVD:
 		STAT_ADD(cm, w, duplicates);
 		goto out;
-	default:
+	case CEP_CM_IDLE:
+		/* The connection is over and its timewait too; the application
+		 * still holds the id (docs/quickstart.md's teardown order). A
+		 * retry whose DREP was lost gets one as for an unknown comm
+		 * ID, or the requester ends in DREQ_ERROR (issue 17; the
+		 * kernel's cm_dreq_handler drops it). The id is not touched. */
+		STAT_ADD(cm, w, duplicates);
+		reply_drep(cm, w, m, from);
+		goto out;
+	default: /* dropped: changes nothing, not even the TID */
 		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		goto out;
 	}
+	/* our DREP (now, or later by the application) echoes this request's
+	 * TID, as the kernel's cm_dreq_handler records it once it takes it */
+	id->tid = m->hdr.tid;
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	id->lap_state = CEP_CM_LAP_IDLE;
@@ -1010,8 +1022,8 @@ int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t 
 		return 0;
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
-		/* The peer has our QPN (the REP): keep the QP bound and the keys
-		 * until timewait ends, as the kernel's ib_send_cm_rej does. */
+		/* The peer has our QPN (the REP): keep the QP bound until
+		 * timewait ends, as the kernel's ib_send_cm_rej does. */
 		cm_send_rej(id, reason, CEP_MSG_CODE_OTHER, ari, ari_len, pdata, len);
 		cm_enter_timewait(id); /* replaces the REP retry timer */
 		return 0;
@@ -1076,12 +1088,21 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 	return ret;
 }
 
-/* Lock held, MRA_REQ_SENT: our MRA extends the requester's wait to
- * (service timeout + packet life) per try: expire when that has passed. */
+/* Lock held, MRA_REQ_SENT: expire once the requester has given up. MRA
+ * semantics are the kernel's since 6.14 ("IB/mad: Apply timeout
+ * modification (CM MRA) only once"), as cm_handle_mra applies them on the
+ * active side: our MRA extends the requester's current wait to its service
+ * timeout + the path's ACK timeout (cm_mra_handler), a repeated MRA
+ * extends nothing, and the retries left come at the normal period (2 x
+ * packet life + our response timeout). So at most: the extended wait,
+ * then Max CM Retries normal ones. (A 6.1 requester extends every retry:
+ * its later retry after our expiry is a new REQ.) Bounded by the half-open
+ * limit, but never before the service timeout we just asked for. */
 void cm_req_expire_after_mra(struct cep_cm_id *id)
 {
-	cm_set_timer(id, TK_EXPIRE, (1u + id->max_retries) *
-				    (cm_ms(id->mra_timeout) + cm_ms(id->path_timeout)));
+	cm_set_expiry(id, cm_ms(id->mra_timeout) + cm_ms(id->path_timeout) +
+			  id->max_retries * (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms),
+		      cm_ms(id->mra_timeout));
 }
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)

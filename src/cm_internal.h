@@ -26,6 +26,7 @@ struct cm_wstats {
 	_Atomic uint64_t sent[CEP_MSG_COUNT];
 	_Atomic uint64_t received[CEP_MSG_COUNT];
 	_Atomic uint64_t retries, timeouts, duplicates, send_errors;
+	_Atomic uint64_t half_open_expired, half_open_limited;
 	_Atomic uint64_t drops[CEP_CM_DROP_COUNT];
 	_Atomic uint64_t rej_sent[CEP_REJ_REASON_MAX + 1];
 	_Atomic uint64_t rej_received[CEP_REJ_REASON_MAX + 1];
@@ -52,6 +53,7 @@ struct cep_cm {
 	uint8_t mra_timeout;           /* const */
 	uint8_t auto_mra;              /* const */
 	unsigned backlog;              /* const: default listener backlog */
+	uint32_t half_open_ms;         /* const: longest half-open wait (cm_set_expiry) */
 	uint64_t route_key[2];         /* const: secret key of the REQ routing */
 	_Atomic int stopping;          /* set once by cep_cm_destroy */
 	_Atomic unsigned next_worker;  /* round robin for active ids */
@@ -64,9 +66,11 @@ struct cep_cm {
 
 /* A timeout a peer supplies (5-bit IBTA exponent: REQ response timeouts
  * and local ACK timeout, REP target ACK delay, LAP response timeout, MRA
- * service timeout) counts at most as this: 4.096 us x 2^23 = 34.4 s, so a
- * peer cannot hold a QP and its keys for hours. docs/protocol.md. */
-#define CM_PEER_TIMEOUT_MAX 23
+ * service timeout) counts at most as this: 4.096 us x 2^24 = 68.7 s, so a
+ * peer cannot hold a QP for hours per retry or timewait, while Linux
+ * rdma_cm's MRA (service timeout 24, CMA_CM_MRA_SETTING) counts whole.
+ * docs/protocol.md. */
+#define CM_PEER_TIMEOUT_MAX 24
 static inline unsigned cm_peer_t(unsigned t)
 {
 	return t > CM_PEER_TIMEOUT_MAX ? CM_PEER_TIMEOUT_MAX : t;
@@ -103,6 +107,7 @@ enum {
 	F_CHANNEL_USER = 1u << 4, /* counted in channel->users */
 	F_DESTROYED_POSTED = 1u << 5, /* W_DESTROYED queued (once) */
 	F_UNCOUNTED = 1u << 6,   /* no longer in cm->ids: destroyed */
+	F_EXPIRE_LIMITED = 1u << 7, /* the armed expiry is the half-open limit's */
 };
 
 /* id->timer_kind (lock) */
@@ -131,13 +136,18 @@ struct cep_cm_id {
 	void *context;                 /* lock */
 	struct cm_waiter *waiter;      /* lock: cep_cm_destroy_id_sync */
 	uint64_t deadline;             /* lock: ms, 0 = no timer wanted */
+	uint64_t half_open_until;      /* lock: ms; a half-open passive id expires
+					  by then at the latest (its request's
+					  arrival + cm->half_open_ms) */
 	uint64_t tid;                  /* lock */
 	uint64_t remote_ca_guid;       /* lock */
 	uint64_t service_id;           /* lock */
 	uint32_t remote_id;            /* lock: remote comm ID (0 unknown) */
 	uint32_t local_qpn;            /* lock */
 	uint32_t remote_qpn;           /* lock */
-	uint32_t timeout_ms;           /* lock: retry period */
+	uint32_t timeout_ms;           /* lock: retry period (REQ, REP, DREQ) */
+	uint32_t lap_timeout_ms;       /* lock: a LAP's retry period (cep_cm_lap's
+					  response timeout: the LAP's alone) */
 	uint32_t peer_timeout_ms;      /* lock: peer's wait for us (auto MRA) */
 	uint8_t state;                 /* lock: enum cep_cm_state */
 	uint8_t lap_state;             /* lock: enum cep_cm_lap_state */
@@ -272,6 +282,12 @@ void cm_reply_rej(struct cep_cm *cm, unsigned w, const struct cep_mad_addr *from
 		  unsigned msg_code);
 
 /* Transitions (locked). */
+/* A half-open passive id (REQ_RCVD, MRA_REQ_SENT, SIDR_REQ_RCVD) expires
+ * @give_up_ms from now, when its requester has given up, but no later
+ * than id->half_open_until - or @floor_ms from now if that is later (the
+ * service timeout of an MRA we just sent: we asked the requester to wait
+ * that long). */
+void cm_set_expiry(struct cep_cm_id *id, uint32_t give_up_ms, uint32_t floor_ms);
 void cm_req_expire_after_mra(struct cep_cm_id *id);
 void cm_drop_remote_keys(struct cep_cm_id *id);
 void cm_maybe_table_destroy(struct cep_cm_id *id);

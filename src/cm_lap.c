@@ -115,8 +115,9 @@ int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 	if (cm_paths(id))
 		id->paths->lap = cm_path_addr(alt, 1);
 	id->retries_left = id->max_retries;
-	id->timeout_ms = 2 * cm_ms(id->pkt_life) + cm_ms(remote_cm_response_timeout);
-	cm_set_timer(id, TK_RETRY, id->timeout_ms);
+	/* the LAP's own period: later DREQ retries keep the connection's */
+	id->lap_timeout_ms = 2 * cm_ms(id->pkt_life) + cm_ms(remote_cm_response_timeout);
+	cm_set_timer(id, TK_RETRY, id->lap_timeout_ms);
 out:
 	pthread_mutex_unlock(&id->lock);
 	return ret;

@@ -64,8 +64,10 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->peer = cm_reply_addr(from);
 	cm_set_state(id, CEP_CM_SIDR_REQ_RCVD);
 	/* a SIDR_REQ says nothing of its requester's patience: unanswered,
-	 * it expires after the longest timeout a peer may ask for */
-	cm_set_timer(id, TK_EXPIRE, cm_ms(CM_PEER_TIMEOUT_MAX));
+	 * it expires after the longest timeout a peer may ask for, or at the
+	 * half-open limit if that is shorter */
+	id->half_open_until = cep_clock_ms(cm->clock) + cm->half_open_ms;
+	cm_set_expiry(id, cm_ms(CM_PEER_TIMEOUT_MAX), 0);
 	cm_ev_init(&ev, id, CEP_CM_EV_SIDR_REQ_RECEIVED);
 	ev.listen_id = lid;
 	cm_ev_msg(&ev, m, from);

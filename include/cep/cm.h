@@ -101,7 +101,7 @@ enum cep_cm_lap_state {
 	X(DREQ_RECEIVED,     "DREQ received (DREP sent unless manual_drep)") \
 	X(DREQ_ERROR,        "DREQ retries exhausted: timewait entered") \
 	X(DREP_RECEIVED,     "DREP received: timewait entered") \
-	X(TIMEWAIT_EXIT,     "timewait over: remote ids and QP released") \
+	X(TIMEWAIT_EXIT,     "timewait over: the QP released, the id IDLE") \
 	X(LAP_RECEIVED,      "LAP received (answer with cep_cm_apr)") \
 	X(LAP_ERROR,         "LAP retries exhausted") \
 	X(APR_RECEIVED,      "APR received (status = AP status)") \
@@ -202,6 +202,16 @@ struct cep_cm_attr {
 	 * request beyond it is dropped and counted (CEP_CM_DROP_BACKLOG) and
 	 * the peer retries. 0 = 1024 (librdmacm's default). */
 	unsigned listen_backlog;
+	/* The longest a passive id may stay half-open unanswered (REQ_RCVD,
+	 * MRA_REQ_SENT, SIDR_REQ_RCVD), in ms from its request, whatever
+	 * timeouts the requester gave: then it expires as when the requester
+	 * gives up (REQ_ERROR / SIDR_REQ_ERROR, -ETIMEDOUT; counted in
+	 * cep_cm_stats.half_open_limited). An MRA of ours lets the id wait
+	 * at least its service timeout from the MRA. 0 = 60000 (60 s); at
+	 * most 2^32 - 1 counts. With a backlog of B, forged requests must
+	 * come faster than B per limit to keep a listener full. (64 bits:
+	 * the struct grows, so @size tells a libcep 0.2 caller apart.) */
+	uint64_t half_open_timeout_ms;
 };
 
 /* Create a CM context on @attr->transport and start its workers.
@@ -316,7 +326,8 @@ CEP_EXPORT int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t
 /* As cep_cm_listen() with @backlog half-open passive ids at most (0: the
  * context's default). A passive id counts from its REQ (or SIDR_REQ)
  * until it is established, rejected, timed out or destroyed; an
- * unanswered one expires once the requester has given up (REQ_ERROR /
+ * unanswered one expires once the requester has given up, or at the
+ * latest cep_cm_attr.half_open_timeout_ms after its request (REQ_ERROR /
  * SIDR_REQ_ERROR, status -ETIMEDOUT). Returns as cep_cm_listen(): 0,
  * -EINVAL, -EADDRINUSE, -ENOMEM. */
 CEP_EXPORT int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id,
@@ -495,9 +506,19 @@ struct cep_cm_stats {
 	uint64_t ids;                           /* ids created and not yet
 						   destroyed: one leaves when
 						   its DESTROYED is posted */
+	/* Read only when @size covers them (a struct of libcep 0.2 ends
+	 * above): */
+	uint64_t half_open_expired;             /* passive ids that expired
+						   unanswered (the requester
+						   gave up, or the limit) */
+	uint64_t half_open_limited;             /* of those, ended by
+						   cep_cm_attr.half_open_timeout_ms
+						   before the requester's own
+						   timeouts ran out */
 };
-/* Sum of per-worker counters (each read atomically). 0, -EINVAL (NULL,
- * @st->size too small). Any thread. */
+/* Sum of per-worker counters (each read atomically). @st->size: at least
+ * up to @ids (libcep 0.2's struct); members past @st->size are not
+ * written. 0, -EINVAL (NULL, @st->size too small). Any thread. */
 CEP_EXPORT int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st);
 
 /* Conversion used for every CM timer: 4.096 us * 2^t, in microseconds. */

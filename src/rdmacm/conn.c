@@ -510,11 +510,18 @@ RCM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
 		ret = -EINVAL;
 		goto out;
 	}
-	set_depths(r, conn_param, 1);
-	acc.qpn = r->id.qp ? r->id.qp->qp_num : conn_param->qp_num;
 	acc.private_data = conn_param ? conn_param->private_data : NULL;
 	acc.private_data_len = conn_param && conn_param->private_data ?
 			       conn_param->private_data_len : 0;
+	/* more than the REP / SIDR_REP carries: EINVAL, as the kernel's
+	 * ib_send_cm_rep / ib_send_cm_sidr_rep (libcep says -EMSGSIZE) */
+	if (acc.private_data_len > (r->id.qp_type == IBV_QPT_UD ? CEP_SIDR_REP_PRIVATE_DATA_SIZE :
+				    CEP_REP_PRIVATE_DATA_SIZE)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	set_depths(r, conn_param, 1);
+	acc.qpn = r->id.qp ? r->id.qp->qp_num : conn_param->qp_num;
 	if (r->id.qp_type == IBV_QPT_UD) {
 		/* SIDR_REP with rdma_cm's Q_Key (kernel cma_send_sidr_rep). */
 		ret = cep_cm_sidr_rep(r->cep, CEP_SIDR_SUCCESS, acc.qpn, RDMA_UDP_QKEY,
@@ -556,6 +563,11 @@ RCM_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data,
 	r = rcm_id_of(id);
 	if (!private_data)
 		private_data_len = 0;
+	/* more than the REJ / SIDR_REP carries: EINVAL, as the kernel's
+	 * ib_send_cm_rej / ib_send_cm_sidr_rep (libcep says -EMSGSIZE) */
+	if (private_data_len > (r->id.qp_type == IBV_QPT_UD ? CEP_SIDR_REP_PRIVATE_DATA_SIZE :
+				CEP_REJ_PRIVATE_DATA_SIZE))
+		return rcm_err(EINVAL);
 	pthread_mutex_lock(&r->mtx);
 	if (!r->cep)
 		ret = -EINVAL;
@@ -701,7 +713,14 @@ static void set_addr(struct sockaddr_storage *ss, int v4, const uint8_t a[16], u
 	}
 }
 
-/* A REQ or SIDR_REQ for service @s: a new id for the listener it names. */
+/* A REQ or SIDR_REQ for service @s: a new id for the listener it names.
+ * A request no listener can take is refused the way the kernel's ib_cm
+ * refuses it when cma_ib_req_handler fails (a header that does not parse,
+ * no listener for its address: cma_ib_id_from_event; a listener of
+ * another QP type: cma_ib_check_req_qp_type): it destroys the new cm_id,
+ * so REJ 28 "consumer defined" (cm_destroy_id in REQ_RCVD) or SIDR_REP
+ * status 2 "reject" (cm_reject_sidr_req). Out of memory here keeps its
+ * own answer. CM worker, from rcm_cep_handler. */
 static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 		       struct rcm_service *s)
 {
@@ -721,7 +740,14 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 	}
 	l = pick_listener(s, &h);
 	if (!l) {
-		refuse(cid, ud, ud ? CEP_SIDR_UNSUPPORTED : CEP_REJ_INVALID_SERVICE_ID);
+		refuse(cid, ud, ud ? CEP_SIDR_REJECT : CEP_REJ_CONSUMER_DEFINED);
+		return;
+	}
+	/* qp_type is set at creation: no lock needed */
+	if (l->id.qp_type != (ud ? IBV_QPT_UD : ev->msg.u.req.transport_service_type == CEP_TS_UC ?
+			      IBV_QPT_UC : IBV_QPT_RC)) {
+		refuse(cid, ud, ud ? CEP_SIDR_REJECT : CEP_REJ_CONSUMER_DEFINED);
+		rcm_id_put(l);
 		return;
 	}
 	pthread_mutex_lock(&l->mtx);

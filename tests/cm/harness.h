@@ -82,6 +82,7 @@ struct raw {
 
 static struct cep_clock *clk;
 static uint8_t ack_delay_of[2]; /* CA ACK delay of A's and B's ports */
+static unsigned half_open_ms_of[2]; /* A's and B's half-open limit (0: default) */
 static struct cep_fabric *fab;
 static struct node A = { .name = "A" }, B = { .name = "B" };
 static struct raw C, X;
@@ -337,7 +338,8 @@ static void node_init(struct node *n, uint64_t guid, uint16_t lid, unsigned work
 					   .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB,
 					   .ca_ack_delay = ack_delay_of[n == &B] };
 	struct cep_cm_attr ca = { .size = sizeof(ca), .workers = workers, .auto_mra = (uint8_t)auto_mra,
-				  .mra_service_timeout = 16, .clock = clk };
+				  .mra_service_timeout = 16, .clock = clk,
+				  .half_open_timeout_ms = half_open_ms_of[n == &B] };
 
 	pthread_mutex_init(&n->mtx, NULL);
 	CHECK_EQ(cep_fabric_port_create(fab, &pa, &n->tp), 0);

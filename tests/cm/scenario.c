@@ -426,8 +426,12 @@ static void t_dup_req_mra(void)
 	teardown_all();
 }
 
-/* Duplicate REQ while the old connection is in timewait: REJ stale. Then,
- * after timewait, the same remote IDs are accepted again (reuse). */
+/* A repeated REQ while the old connection is in timewait is a new
+ * connection request: timewait keeps only the local comm ID, the remote
+ * keys went when it began (kernel cm_enter_timewait -> cm_remove_remote;
+ * conformance passive-dup-req-in-timewait). The application rejects it
+ * (its QP is still bound to the old id). After timewait the same remote
+ * IDs and the same local QP connect again. */
 static void t_dup_req_timewait_and_reuse(void)
 {
 	struct cep_msg m;
@@ -445,17 +449,67 @@ static void t_dup_req_timewait_and_reuse(void)
 	raw_send(&m, LID_B);
 	CHECK(wait_ev(&B, CEP_CM_EV_DREP_RECEIVED, 1));
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	B.pol.on_req = ON_REQ_REJECT;
+	B.pol.rej_reason = CEP_REJ_CONSUMER_DEFINED;
 	raw_req(&m, 0x5400, 0x900);
 	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
-	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_STALE_CONN);
-	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 1);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(stats_of(&B).rej_sent[CEP_REJ_STALE_CONN], 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT); /* the old one goes on */
 	advance_ms(10); /* 2 x the REQ's local ACK timeout 10 */
 	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	check_binding(&B, 0x101, CEP_BINDING_INVALID);
 	/* reuse: same remote comm ID, CA GUID and QPN, same local QP */
 	raw_establish(0x5400, 0x900, 0x101, &bc);
-	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 2);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 3);
+	teardown_all();
+}
+
+/* Issue 17: a libcep peer still in timewait takes a reconnect at once,
+ * on the same id (same comm ID and QPN) and on a new id from the same
+ * QP: B's timewait (from A's ACK delay 20: 4.3 s) outlasts A's (B's ACK
+ * delay 0), so A is IDLE while B is still in TIMEWAIT. Before, B's
+ * remote keys answered REJ 10 "stale" and sent A back into timewait. */
+static void t_reconnect_peer_timewait(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *a2, *b;
+
+	ack_delay_of[0] = 20;
+	ack_delay_of[1] = 0;
+	setup_accepting(2);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_RTU_RECEIVED).id;
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 1));
+	advance_ms(100);
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	/* the same id again: B has its QP 0x101 in timewait, accepts on 0x102 */
+	B.pol.accept_qpn = 0x102;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 2));
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_ESTABLISHED);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REJ_RECEIVED, NULL), 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_DREP_RECEIVED, 2));
+	advance_ms(100);
+	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 2));
+	/* a new id from the same QP while both B ids are in timewait */
+	B.pol.accept_qpn = 0x103;
+	a2 = make_id(&A);
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 3));
+	CHECK_EQ(cep_cm_id_state(a2), CEP_CM_ESTABLISHED);
+	CHECK_EQ(stats_of(&B).rej_sent[CEP_REJ_STALE_CONN], 0);
+	CHECK_EQ(stats_of(&A).rej_received[CEP_REJ_STALE_CONN], 0);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREQ_RECEIVED, NULL), 2);
 	teardown_all();
 }
 
@@ -574,6 +628,140 @@ static void t_dreq_in_timewait(void)
 	CHECK(raw_wait(CEP_MSG_DREP, 2));
 	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREQ_RECEIVED, NULL), 1);
 	CHECK(stats_of(&B).duplicates >= 1);
+	teardown_all();
+}
+
+/* Issue 17: B's DREP is lost and B's timewait (2 x 4 ms here) ends before
+ * the requester's retry; B's id stays IDLE (the application destroys it
+ * later, the teardown order of docs/quickstart.md). The retry gets a DREP
+ * as a DREQ for an unknown comm ID does (docs/cm.md; kernel
+ * cm_issue_drep), so the requester does not end in DREQ_ERROR. Nothing
+ * changes on B; a DREQ that does not match the old connection is still
+ * dropped. (The kernel's cm_dreq_handler drops the retry: its default
+ * case; docs/protocol.md lists the difference.) */
+static void t_dreq_after_timewait(void)
+{
+	uint32_t bc;
+	struct cep_cm_id *b;
+	struct cep_msg m;
+	struct cep_cm_stats s0;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x5a00, 0x900, 0x101, &bc);
+	raw_dreq(0x5a00, bc, 0x101);
+	CHECK(raw_wait(CEP_MSG_DREP, 1)); /* C "loses" it */
+	advance_ms(10);
+	CHECK(wait_ev(&B, CEP_CM_EV_TIMEWAIT_EXIT, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	s0 = stats_of(&B);
+	raw_dreq(0x5a00, bc, 0x101); /* C's retry: same TID */
+	CHECK(raw_wait(CEP_MSG_DREP, 2));
+	m = raw_last(CEP_MSG_DREP);
+	CHECK_EQ(m.u.drep.local_comm_id, bc);
+	CHECK_EQ(m.u.drep.remote_comm_id, 0x5a00);
+	CHECK_EQ(m.hdr.tid, 7);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREQ_RECEIVED, NULL), 1);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BAD_STATE], s0.drops[CEP_CM_DROP_BAD_STATE]);
+	/* the wrong QPN, or a stranger with the right IDs: dropped */
+	raw_dreq(0x5a00, bc, 0x102);
+	cep_msg_init(&m, CEP_MSG_DREQ, 9);
+	m.u.dreq.local_comm_id = 0x5a00;
+	m.u.dreq.remote_comm_id = bc;
+	m.u.dreq.remote_qpn_eecn = 0x101;
+	raw_send_from(&X, &m, LID_B);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_DREP) + X.n, 2);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_MISMATCH], s0.drops[CEP_CM_DROP_MISMATCH] + 1);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_ADDRESS], s0.drops[CEP_CM_DROP_ADDRESS] + 1);
+	teardown_all();
+}
+
+/* The same end to end, the issue's figure: 1,000 connections released
+ * over a fabric that loses 2% of the MADs, B's passive ids kept (IDLE)
+ * after their timewait. Before the fix 17-18 disconnects ended in
+ * DREQ_ERROR (each lost DREP); now none does. One worker per node: the
+ * run reproduces (cep_fabric_set_faults). */
+static void t_dreq_lossy(void)
+{
+	struct cep_fabric_faults f = { .size = sizeof(f), .loss = 0.02 };
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	int est = 0;
+
+	setup(1, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_fabric_set_faults(fab, &f), 0);
+	for (int i = 0; i < 1000; i++) {
+		enum cep_cm_state s;
+
+		B.pol.accept_qpn = 0x101 + (uint32_t)i % 15;
+		if (cep_cm_connect(a, &p)) {
+			CHECK(0);
+			break;
+		}
+		settle();
+		for (int k = 0; k < 100; k++) {
+			s = cep_cm_id_state(a);
+			if (s == CEP_CM_ESTABLISHED || s == CEP_CM_IDLE)
+				break;
+			advance_ms(50);
+		}
+		if (cep_cm_id_state(a) == CEP_CM_ESTABLISHED) {
+			est++;
+			CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+		}
+		settle();
+		for (int k = 0; k < 100 && cep_cm_id_state(a) != CEP_CM_IDLE; k++)
+			advance_ms(50);
+		CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+		advance_ms(50); /* B's timewait ends too */
+	}
+	CHECK(est > 950);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_DREQ_ERROR, NULL), 0);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, NULL), est);
+	memset(&f, 0, sizeof(f));
+	f.size = sizeof(f);
+	CHECK_EQ(cep_fabric_set_faults(fab, &f), 0);
+	teardown_all();
+}
+
+/* A DREQ the id cannot take (here in MRA_REQ_SENT, before any REP: the
+ * DREQ names QPN 0, which B has then) is dropped and changes nothing -
+ * not the TID B's answers echo: a repeated MRA and the REP still carry
+ * the REQ's (the kernel's cm_dreq_handler records a DREQ's TID only
+ * once it takes the DREQ). */
+static void t_dreq_bad_state_tid(void)
+{
+	struct cep_msg req;
+	struct cep_cm_id *b;
+	uint32_t bc;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_MRA;
+	raw_req(&req, 0x5b00, 0x900);
+	raw_send(&req, LID_B);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	bc = raw_last(CEP_MSG_MRA).u.mra.local_comm_id;
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	raw_dreq(0x5b00, bc, 0); /* TID 7 */
+	settle();
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BAD_STATE], 1);
+	CHECK_EQ(raw_count(CEP_MSG_DREP), 0);
+	raw_send(&req, LID_B); /* repeated REQ: the MRA again */
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	CHECK_EQ(raw_last(CEP_MSG_MRA).hdr.tid, req.hdr.tid);
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x101 };
+
+	CHECK_EQ(cep_cm_accept(b, &ap), 0);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REP).hdr.tid, req.hdr.tid);
 	teardown_all();
 }
 
@@ -707,6 +895,42 @@ static void t_lap_timeout(void)
 	CHECK_EQ(raw_count(CEP_MSG_LAP), 4);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
 	CHECK_EQ(cep_cm_id_lap_state(b), CEP_CM_LAP_IDLE);
+	teardown_all();
+}
+
+/* Issue 17: a LAP's response timeout is the LAP's alone. B's LAP with
+ * timeout 8 is retried every 2 x 3 ms + 2 ms; once answered, B's DREQ is
+ * retried at the connection's period (34 ms: the REQ's local CM response
+ * timeout 13), not the LAP's. */
+static void t_lap_dreq_period(void)
+{
+	uint32_t bc;
+	struct cep_cm_id *b;
+	struct cep_path alt;
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	b = raw_establish(0x6180, 0x900, 0x101, &bc);
+	path_to(&alt, LID_B, LID_C);
+	CHECK_EQ(cep_cm_lap(b, &alt, 8, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_LAP, 1));
+	advance_ms(7);
+	CHECK_EQ(raw_count(CEP_MSG_LAP), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_LAP), 2);
+	cep_msg_init(&m, CEP_MSG_APR, raw_last(CEP_MSG_LAP).hdr.tid);
+	m.u.apr.local_comm_id = 0x6180;
+	m.u.apr.remote_comm_id = bc;
+	m.u.apr.ap_status = CEP_APR_SUCCESS;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_APR_RECEIVED, 1));
+	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	advance_ms(33);
+	CHECK_EQ(raw_count(CEP_MSG_DREQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_DREQ), 2);
 	teardown_all();
 }
 
@@ -1245,7 +1469,7 @@ static void t_stale_no_listener(void)
  * port's CA ACK delay and the packet life time (not copied from the
  * caller); the REP carries the port's CA ACK delay; the active side's
  * timewait follows the ACK timeout computed from the REP's target ACK
- * delay; timeouts a peer supplies are clamped to 2^23 x 4.096 us. */
+ * delay; timeouts a peer supplies are clamped to 2^24 x 4.096 us (68.7 s). */
 static void t_timer_inputs(void)
 {
 	struct cep_cm_conn_param p;
@@ -1282,14 +1506,14 @@ static void t_timer_inputs(void)
 	CHECK(wait_ev(&A, CEP_CM_EV_TIMEWAIT_EXIT, 1));
 	/* B's REP carries B's port ACK delay */
 	raw_req(&m, 0x7801, 0x901);
-	m.u.req.local_cm_response_timeout = 31; /* ~2.4 h: clamped to 23 */
+	m.u.req.local_cm_response_timeout = 31; /* ~2.4 h: clamped to 24 */
 	m.u.req.primary.local_ack_timeout = 31; /* timewait clamped too */
 	raw_send(&m, LID_B);
 	CHECK(raw_wait(CEP_MSG_REP, 1));
 	CHECK_EQ(raw_last(CEP_MSG_REP).u.rep.target_ack_delay, 17);
 	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
-	/* the REP is retried after 2^23 x 4.096 us = 34360 ms, not 2.4 h */
-	advance_ms(34359);
+	/* the REP is retried after 2^24 x 4.096 us = 68720 ms, not 2.4 h */
+	advance_ms(68719);
 	CHECK_EQ(raw_count(CEP_MSG_REP), 1);
 	advance_ms(1);
 	CHECK_EQ(raw_count(CEP_MSG_REP), 2);
@@ -1303,7 +1527,7 @@ static void t_timer_inputs(void)
 	raw_dreq(0x7801, bc, 0x101);
 	CHECK(raw_wait(CEP_MSG_DREP, 1));
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
-	advance_ms(34360 - 1);
+	advance_ms(68720 - 1);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_TIMEWAIT);
 	advance_ms(1);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
@@ -1423,6 +1647,136 @@ static void t_half_open_expiry(void)
 	teardown_all();
 }
 
+/* Issue 17: the half-open expiry is bounded by a local limit
+ * (cep_cm_attr.half_open_timeout_ms, default 60 s), whatever timeouts the
+ * requester gives. A forged REQ with every timeout at 31 and 15 retries
+ * (its requester would wait 16 x (2 x 68.7 s + 68.7 s), 55 minutes,
+ * with the clamp) held a backlog slot for all that time, so one forged
+ * REQ a second kept a backlog of 1024 full; now a slot frees after 60 s
+ * (counted: half_open_expired, half_open_limited). Our own MRA lets an
+ * id wait its service timeout; automatic MRA and SIDR obey the limit. */
+static void forged_req(struct cep_msg *m, uint32_t comm_id, uint32_t qpn)
+{
+	raw_req(m, comm_id, qpn);
+	m->u.req.remote_cm_response_timeout = 31;
+	m->u.req.local_cm_response_timeout = 31;
+	m->u.req.primary.local_ack_timeout = 31;
+	m->u.req.max_cm_retries = 15;
+}
+
+static void t_half_open_limit(void)
+{
+	struct cep_msg m;
+	struct cep_table_stats st;
+	struct cep_cm_id *b, *mraed;
+	uint64_t most = 0;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	B.pol.destroy_on_error = 1;
+	forged_req(&m, 0x7b80, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	advance_ms(59999);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REQ_RCVD);
+	advance_ms(1);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 1));
+	CHECK_EQ(stats_of(&B).half_open_expired, 1);
+	CHECK_EQ(stats_of(&B).half_open_limited, 1);
+	CHECK_EQ(raw_count(CEP_MSG_REJ) + raw_count(CEP_MSG_MRA), 0); /* nothing sent */
+	/* one forged REQ a second for 5 minutes: at most 60 half-open */
+	for (uint32_t i = 0; i < 300; i++) {
+		forged_req(&m, 0x200000 + i, 0x20000 + i);
+		raw_send(&m, LID_B);
+		advance_ms(1000);
+		cep_table_stats(cep_cm_table(B.cm), &st);
+		if (st.live - 1 > most)
+			most = st.live - 1;
+	}
+	CHECK(most <= 60);
+	advance_ms(60000);
+	cep_table_stats(cep_cm_table(B.cm), &st);
+	CHECK_EQ(st.live, 1); /* the listener */
+	CHECK_EQ(stats_of(&B).half_open_expired, 301);
+	CHECK_EQ(stats_of(&B).half_open_limited, 301);
+	/* our MRA (service timeout 26: 274878 ms) outlasts the limit */
+	B.pol.destroy_on_error = 0;
+	forged_req(&m, 0x7b81, 0x901);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 302));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_mra(b, 26, NULL, 0), 0);
+	mraed = b;
+	advance_ms(274877);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	/* SIDR: min(68.7 s, the limit) */
+	cep_msg_init(&m, CEP_MSG_SIDR_REQ, 0x5151);
+	m.u.sidr_req.request_id = 0x7b82;
+	m.u.sidr_req.service_id = SID;
+	m.u.sidr_req.partition_key = 0xffff;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_SIDR_REQ_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_SIDR_REQ_RECEIVED).id;
+	advance_ms(59999);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_SIDR_REQ_RCVD);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK_EQ(stats_of(&B).half_open_expired, 1 + 300 + 1 + 1);
+	/* by hand: the harness tells ids apart by address, and these two may
+	 * reuse the memory of ids destroyed above */
+	CHECK_EQ(cep_cm_destroy_id_sync(b), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(mraed), 0);
+	teardown_all();
+}
+
+/* The same limit set by the context (5 s) with automatic MRA: the MRA
+ * goes at half the requester's response timeout (20: 2148 ms), the id
+ * expires 5 s after the REQ all the same (the context's MRA service
+ * timeout, 16: 269 ms, asks for less). A REQ whose requester gives up
+ * first expires then, not counted as limited. */
+static void t_half_open_limit_auto_mra(void)
+{
+	struct cep_msg m;
+	struct cep_cm_id *b;
+
+	half_open_ms_of[1] = 5000;
+	setup(2, 1);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	forged_req(&m, 0x7b90, 0x900);
+	m.u.req.remote_cm_response_timeout = 20;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	advance_ms(2149);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(4999 - 2149);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 1));
+	/* a quick requester is not cut: not counted as limited */
+	raw_req(&m, 0x7b91, 0x901);
+	m.u.req.max_cm_retries = 2;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	advance_ms(9); /* the MRA (17 ms / 2), then 269 + 5 + 2 x (2 x 3 + 17) */
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	advance_ms(319);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 2));
+	CHECK_EQ(stats_of(&B).half_open_expired, 2);
+	CHECK_EQ(stats_of(&B).half_open_limited, 1);
+	teardown_all();
+}
+
 /* The worker a REQ lands on is keyed with a per-context secret: the same
  * REQs reach two identical contexts on different workers, so a sender
  * cannot steer a flood onto the worker of a victim connection. */
@@ -1525,7 +1879,7 @@ static void t_peer_address(void)
 	raw_send(&m, LID_A);
 	settle();
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_REQ_SENT);
-	/* C's MRA asking for 2.4 hours: clamped to 34.4 s */
+	/* C's MRA asking for 2.4 hours: clamped to 68.7 s */
 	cep_msg_init(&m, CEP_MSG_MRA, 4);
 	m.u.mra.local_comm_id = 0x7d01;
 	m.u.mra.remote_comm_id = ac;
@@ -1535,7 +1889,7 @@ static void t_peer_address(void)
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
 	int reqs = raw_count(CEP_MSG_REQ);
 
-	advance_ms(34360 + 2 * 2 + 10); /* service timeout + path's ACK timeout */
+	advance_ms(68720 + 2 * 2 + 10); /* service timeout + path's ACK timeout */
 	CHECK_EQ(raw_count(CEP_MSG_REQ), reqs + 1); /* retried, not stalled */
 	/* an alternate path installed by LAP makes X a peer address too */
 	struct cep_path alt;
@@ -1831,6 +2185,100 @@ static void t_mra_path_timeout(void)
 	teardown_all();
 }
 
+/* MRA semantics, the kernel's since 6.14 ("IB/mad: Apply timeout
+ * modification (CM MRA) only once"), on both sides (issue 17):
+ * - active: an MRA extends the wait for the next retry only (service
+ *   timeout + path ACK timeout); a repeated MRA is a duplicate that
+ *   extends nothing; later retries come at the normal period;
+ * - passive: after our MRA the id expires when such a requester has given
+ *   up: service timeout + path ACK timeout + Max CM Retries normal
+ *   periods (before: every period extended, kernel 6.1's reading). */
+static void t_mra_once(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *b;
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	/* active A -> raw C: REQ every 2 x 2 ms + 17 ms = 21 ms, 3 retries */
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.remote_cm_response_timeout = 12;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7f80;
+	m.u.mra.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 14; /* 68 ms + the path's 3 ms */
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	advance_ms(70);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	raw_send(&m, LID_A); /* C repeats its MRA for the repeated REQ */
+	settle();
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, NULL), 1);
+	CHECK_EQ(stats_of(&A).duplicates, 1);
+	advance_ms(20);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	advance_ms(1); /* the normal period: not extended again */
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 3);
+	advance_ms(21);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 4);
+	advance_ms(21);
+	CHECK(wait_ev(&A, CEP_CM_EV_REQ_ERROR, 1));
+	/* passive B <- raw C: B's application MRAs (service timeout 16, 269
+	 * ms); C's REQ: path ACK timeout 10 (5 ms), packet life 9 (3 ms),
+	 * response timeout 12 (17 ms), 3 retries. C gives up after 269 + 5 +
+	 * 3 x (2 x 3 + 17) = 343 ms: then B's id expires. */
+	B.pol.on_req = ON_REQ_MRA;
+	raw_req(&m, 0x7f81, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	advance_ms(342);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 1));
+	teardown_all();
+}
+
+/* Linux rdma_cm answers a REQ its application holds with an MRA of
+ * service timeout 24 (CMA_CM_MRA_SETTING, 68.7 s): the clamp of a peer's
+ * timeouts (exponent 24) keeps it whole. Before, 23 halved it and the
+ * REQ came again after 34.4 s. */
+static void t_mra_timeout_24(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a;
+	struct cep_msg m;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	cep_msg_init(&m, CEP_MSG_MRA, 4);
+	m.u.mra.local_comm_id = 0x7f90;
+	m.u.mra.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
+	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
+	m.u.mra.service_timeout = 24;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	/* 4.096 us x 2^24 = 68720 ms, + the path's ACK timeout (9: 3 ms) */
+	advance_ms(34363);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	advance_ms(68722 - 34363);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 1);
+	advance_ms(1);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
+	teardown_all();
+}
+
 /* The REQ's primary path must lead to this port: a remote port LID that
  * is not ours gets REJ 13 with our LID in the ARI (the kernel refuses a
  * path it cannot resolve to a local port, cm_init_av_by_path). */
@@ -2055,11 +2503,15 @@ static const struct {
 	{ "resend-pdata", t_resend_pdata },
 	{ "flow-control", t_flow_control },
 	{ "mra-path-timeout", t_mra_path_timeout },
+	{ "mra-once", t_mra_once },
+	{ "mra-timeout-24", t_mra_timeout_24 },
 	{ "req-path-lid", t_req_path_lid },
 	{ "disconnect-crossed", t_disconnect_crossed },
 	{ "peer-address", t_peer_address },
 	{ "backlog", t_backlog },
 	{ "half-open-expiry", t_half_open_expiry },
+	{ "half-open-limit", t_half_open_limit },
+	{ "half-open-limit-auto-mra", t_half_open_limit_auto_mra },
 	{ "route-keyed", t_route_keyed },
 	{ "comm-est", t_comm_est },
 	{ "timer-inputs", t_timer_inputs },
@@ -2085,15 +2537,20 @@ static const struct {
 	{ "dup-req-rcvd", t_dup_req_rcvd },
 	{ "dup-req-mra", t_dup_req_mra },
 	{ "dup-req-timewait-reuse", t_dup_req_timewait_and_reuse },
+	{ "reconnect-peer-timewait", t_reconnect_peer_timewait },
 	{ "stale-conn", t_stale_conn },
 	{ "simultaneous-dreq", t_simultaneous_dreq },
 	{ "simultaneous-dreq-pair", t_simultaneous_dreq_pair },
 	{ "dreq-timeout", t_dreq_timeout },
 	{ "dreq-in-timewait", t_dreq_in_timewait },
+	{ "dreq-after-timewait", t_dreq_after_timewait },
+	{ "dreq-lossy", t_dreq_lossy },
+	{ "dreq-bad-state-tid", t_dreq_bad_state_tid },
 	{ "forged-unknown", t_forged_and_unknown },
 	{ "dup-rep-rtu", t_dup_rep_rtu },
 	{ "lap-apr", t_lap_apr },
 	{ "lap-timeout", t_lap_timeout },
+	{ "lap-dreq-period", t_lap_dreq_period },
 	{ "sidr", t_sidr },
 	{ "qp-destroy", t_qp_destroy },
 	{ "destroy", t_destroy },

@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * librdmacm on libcep without a device: the layer's answers checked on the
+ * in-process fabric (tests/cm/harness.h: CM node B, raw peer C). The
+ * layer's objects are linked in (not librdmacm.so.1), so its private
+ * functions (rcm_cep_handler, rcm_id_new) drive a libcep listener and ids
+ * directly; ports and devices are stand-ins that only name B's CM.
+ * Expected answers are the kernel's: cma.c (cma_ib_req_handler, rdma_accept)
+ * and cm.c (cm_destroy_id, ib_send_cm_rep / _rej / _sidr_rep).
+ * Usage: test-rdmacm-layer NAME.
+ */
+#include <arpa/inet.h>
+
+#include <cep/rdma_cm.h>
+
+#include "../cm/harness.h"
+#include "rdmacm.h"
+
+#define PORT_RDMA 7471
+
+static struct cep_cm_id *service_listener(struct rcm_service *s, enum cep_rdma_ps ps)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = rcm_cep_handler,
+				     .context = &s->hdr };
+	struct cep_cm_id *l = NULL;
+
+	memset(s, 0, sizeof(*s));
+	s->hdr.kind = RCM_KIND_SERVICE;
+	s->sid = cep_rdma_service_id(ps, PORT_RDMA);
+	pthread_mutex_init(&s->mtx, NULL);
+	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &l), 0);
+	CHECK_EQ(cep_cm_listen(l, s->sid, ~0ull), 0);
+	return l;
+}
+
+/* A CMA header from 10.0.0.1:5555 to 10.0.0.2:PORT_RDMA. */
+static void cma_hdr(uint8_t *pdata, size_t len)
+{
+	struct cep_cma_hdr h;
+
+	cep_cma_hdr_ipv4(&h, htonl(0x0a000001), 5555, htonl(0x0a000002), PORT_RDMA);
+	CHECK_EQ(cep_cma_hdr_encode(&h, NULL, 0, pdata, len), CEP_CMA_HDR_SIZE);
+}
+
+/* Issue 17: a REQ / SIDR_REQ for a port rdma_cm listens on whose CMA
+ * header names an address no rdma_cm listener has. The kernel's
+ * cma_ib_req_handler fails (cma_ib_id_from_event finds no listener), so
+ * ib_cm destroys the new cm_id: REJ 28 "consumer defined" (cm_destroy_id
+ * in REQ_RCVD), SIDR_REP status 2 "reject" (cm_reject_sidr_req). Was REJ 8
+ * and SIDR status 1 here. */
+static void t_no_listener(void)
+{
+	struct rcm_service tcp, udp;
+	struct cep_cm_id *lt, *lu;
+	struct cep_msg m, r;
+
+	setup(2, 0);
+	lt = service_listener(&tcp, CEP_RDMA_PS_TCP);
+	lu = service_listener(&udp, CEP_RDMA_PS_UDP);
+	raw_req(&m, 0x9100, 0x900);
+	m.u.req.service_id = tcp.sid;
+	cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	r = raw_last(CEP_MSG_REJ);
+	CHECK_EQ(r.u.rej.reason, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(r.u.rej.remote_comm_id, 0x9100);
+	CHECK_EQ(r.u.rej.message_rejected, CEP_MSG_CODE_REQ);
+	CHECK_EQ(r.hdr.tid, m.hdr.tid);
+	cep_msg_init(&m, CEP_MSG_SIDR_REQ, 0x5151);
+	m.u.sidr_req.request_id = 0x9101;
+	m.u.sidr_req.service_id = udp.sid;
+	m.u.sidr_req.partition_key = 0xffff;
+	cma_hdr(m.u.sidr_req.private_data, sizeof(m.u.sidr_req.private_data));
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_SIDR_REP, 1));
+	r = raw_last(CEP_MSG_SIDR_REP);
+	CHECK_EQ(r.u.sidr_rep.status, CEP_SIDR_REJECT);
+	CHECK_EQ(r.u.sidr_rep.request_id, 0x9101);
+	/* a header that does not parse: the same answers, as before */
+	raw_req(&m, 0x9102, 0x901);
+	m.u.req.service_id = tcp.sid;
+	m.u.req.private_data[0] = 9; /* CMA version 9 */
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 2));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(stats_of(&B).rej_sent[CEP_REJ_INVALID_SERVICE_ID], 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(lt), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(lu), 0);
+	teardown_all();
+}
+
+/* A listener found, but of another QP type than the request's (a REQ
+ * for an RC connection on a port of the UDP space, whose listeners are
+ * UD): the kernel's cma_ib_check_req_qp_type fails cma_ib_req_handler,
+ * REJ 28. Before, a connection request of the wrong type was queued. */
+static void t_qp_type(void)
+{
+	static int fake_pd;
+	struct rcm_service udp;
+	struct rcm_dev dev;
+	struct rcm_port port;
+	struct rcm_channel *ch;
+	struct rcm_id *ul;
+	struct cep_cm_id *lu;
+	struct cep_msg m;
+
+	setup(2, 0);
+	lu = service_listener(&udp, CEP_RDMA_PS_UDP);
+	memset(&dev, 0, sizeof(dev));
+	memset(&port, 0, sizeof(port));
+	dev.pd = (struct ibv_pd *)(void *)&fake_pd; /* never used as one */
+	port.dev = &dev;
+	port.port_num = 1;
+	udp.port = &port;
+	ch = rcm_channel_new();
+	CHECK(ch != NULL);
+	ul = rcm_id_new(ch, NULL, RDMA_PS_UDP, IBV_QPT_UD); /* 0.0.0.0:PORT_RDMA */
+	ul->any_addr = 1;
+	ul->id.route.addr.src_addr.sa_family = AF_INET;
+	ul->state = RCM_LISTEN;
+	udp.listeners = &ul;
+	udp.nlisteners = udp.cap = 1;
+	raw_req(&m, 0x9110, 0x900);
+	m.u.req.service_id = udp.sid;
+	cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x9110);
+	CHECK_EQ(raw_count(CEP_MSG_REP) + raw_count(CEP_MSG_MRA), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(lu), 0);
+	udp.nlisteners = 0;
+	rcm_id_put(ul);
+	rcm_channel_free(ch);
+	teardown_all();
+}
+
+/* Issue 17: private data longer than the message carries is EINVAL, as
+ * from the kernel (ib_send_cm_rep, ib_send_cm_rej, ib_send_cm_sidr_rep
+ * return -EINVAL; librdmacm passes it on), not EMSGSIZE. rdma_connect
+ * already said EINVAL. Checked on ids in the state where the call would
+ * otherwise go ahead; nothing is sent. */
+static void t_pdata_einval(void)
+{
+	static uint8_t big[255];
+	struct rcm_dev dev;
+	struct rcm_port port;
+	struct rcm_channel *ch;
+	struct rcm_id *u, *r;
+	struct rdma_conn_param cp;
+	struct cep_port_info pinfo;
+	struct cep_msg req;
+
+	setup(2, 0);
+	memset(&dev, 0, sizeof(dev));
+	memset(&port, 0, sizeof(port));
+	port.dev = &dev;
+	port.port_num = 1;
+	pthread_mutex_init(&port.qpn_mtx, NULL);
+	pthread_mutex_init(&port.svc_mtx, NULL);
+	atomic_store(&port.cm, B.cm);
+	ch = rcm_channel_new();
+	CHECK(ch != NULL);
+	/* UD: a connection request taken (RCM_CONNECT), SIDR_REP 136 bytes */
+	u = rcm_id_new(ch, NULL, RDMA_PS_UDP, IBV_QPT_UD);
+	u->port = &port;
+	u->state = RCM_CONNECT;
+	u->cep = make_id(&B);
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = big;
+	cp.private_data_len = CEP_SIDR_REP_PRIVATE_DATA_SIZE + 1;
+	errno = 0;
+	CHECK_EQ(rdma_accept(&u->id, &cp), -1);
+	CHECK_EQ(errno, EINVAL);
+	errno = 0;
+	CHECK_EQ(rdma_reject(&u->id, big, CEP_SIDR_REP_PRIVATE_DATA_SIZE + 1), -1);
+	CHECK_EQ(errno, EINVAL);
+	/* RC: REP 196 bytes, REJ 148 */
+	r = rcm_id_new(ch, NULL, RDMA_PS_TCP, IBV_QPT_RC);
+	r->port = &port;
+	r->state = RCM_CONNECT;
+	r->cep = make_id(&B);
+	B.tp->ops->query_port(B.tp, &pinfo);
+	raw_req(&req, 0x9200, 0x900);
+	CHECK_EQ(cep_qp_params_passive(&r->qpp, &pinfo, &req.u.req), 0);
+	r->have_req = 1;
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = big;
+	cp.private_data_len = CEP_REP_PRIVATE_DATA_SIZE + 1;
+	cp.qp_num = 0x200;
+	cp.responder_resources = RDMA_MAX_RESP_RES;
+	cp.initiator_depth = RDMA_MAX_INIT_DEPTH;
+	errno = 0;
+	CHECK_EQ(rdma_accept(&r->id, &cp), -1);
+	CHECK_EQ(errno, EINVAL);
+	errno = 0;
+	CHECK_EQ(rdma_reject(&r->id, big, CEP_REJ_PRIVATE_DATA_SIZE + 1), -1);
+	CHECK_EQ(errno, EINVAL);
+	/* at the limit: the libcep id is IDLE, so EINVAL for the state, and
+	 * nothing went out for any of these */
+	errno = 0;
+	CHECK_EQ(rdma_reject(&r->id, big, CEP_REJ_PRIVATE_DATA_SIZE), -1);
+	CHECK_EQ(errno, EINVAL);
+	settle();
+	CHECK_EQ(C.n, 0);
+	rcm_qp_unregister(r);
+	free(port.qpns);
+	u->cep = r->cep = NULL; /* the harness destroys B's ids */
+	rcm_id_put(u);
+	rcm_id_put(r);
+	rcm_channel_free(ch);
+	teardown_all();
+}
+
+static const struct named_test tests[] = {
+	{ "no-listener", t_no_listener },
+	{ "qp-type", t_qp_type },
+	{ "pdata-einval", t_pdata_einval },
+};
+
+int main(int argc, char **argv)
+{
+	return run_named_test(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+}
