@@ -54,6 +54,9 @@ struct cep_cm {
 	unsigned backlog;              /* const: default listener backlog */
 	uint64_t route_key[2];         /* const: secret key of the REQ routing */
 	_Atomic int stopping;          /* set once by cep_cm_destroy */
+	_Atomic uint32_t taken;        /* events of this context's ids taken from
+					  a channel and not acked, | CM_CLOSED once
+					  cep_cm_destroy committed (cm_event_take) */
 	_Atomic unsigned next_worker;  /* round robin for active ids */
 	_Atomic int64_t ids;           /* ids allocated and not yet freed */
 	_Atomic uint32_t next_tid;     /* low halves of request TIDs */
@@ -61,6 +64,8 @@ struct cep_cm {
 	struct cm_idlist *idl;         /* [nworkers] */
 	struct cep_cm *live_next;      /* the live contexts' list (cm.c) */
 };
+
+#define CM_CLOSED (1u << 31)
 
 /* A timeout a peer supplies (5-bit IBTA exponent: REQ response timeouts
  * and local ACK timeout, REP target ACK delay, LAP response timeout, MRA
@@ -175,7 +180,8 @@ struct cep_cm_channel {
 	pthread_mutex_t mtx;
 	struct chan_ev *head, *tail;   /* mtx */
 	size_t queued;                 /* mtx */
-	_Atomic int users;             /* ids using the channel */
+	_Atomic int users;             /* ids with F_CHANNEL_USER: a channel
+					  with users is not destroyed */
 	int efd;                       /* eventfd: readable iff queued > 0 */
 };
 
@@ -214,9 +220,33 @@ extern void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id,
 
 /* Queue a copy of @ev (the id reference it carries is taken here). */
 int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev);
-/* Drop every queued, not yet taken event of @id but DESTROYED (no id lock
- * held): after cep_cm_destroy_id() the channel yields none of them. */
-void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id);
+/* Drop every queued, not yet taken event of @id but DESTROYED (@all: and
+ * DESTROYED). The channel's mutex nests inside @id's lock, which the caller
+ * may hold; the references the events held are dropped here, so a caller
+ * holding the lock must keep @id's memory otherwise (cep_cm_destroy: the
+ * id list's mutex). After cep_cm_destroy_id() the channel yields none of
+ * them. */
+void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id, int all);
+
+/* Locked: @id stops counting in its channel's users (once). The channel
+ * may be destroyed at any moment after: id->channel is not touched again. */
+static inline void cm_channel_leave(struct cep_cm_id *id)
+{
+	if (id->flags & F_CHANNEL_USER) {
+		id->flags &= (uint8_t)~F_CHANNEL_USER;
+		/* last touch: cep_cm_channel_destroy may free it once 0 */
+		atomic_fetch_sub(&id->channel->users, 1);
+	}
+}
+
+/* A channel event of @cm leaving its queue (cep_cm_get_event, under the
+ * channel's mutex): 1 if counted in cm->taken, which makes cep_cm_destroy
+ * refuse (-EBUSY) until cm_event_done(); 0 if cep_cm_destroy has committed
+ * (CM_CLOSED): the event stays queued and the destroy drops it. */
+int cm_event_take(struct cep_cm *cm);
+/* The ack of an event cm_event_take() counted: its last touch of @cm,
+ * after it dropped the event's references. Any thread, no lock. */
+void cm_event_done(struct cep_cm *cm);
 
 #define STAT_ADD(cm, w, field) \
 	atomic_fetch_add_explicit(&(cm)->ws[(w)].field, 1, memory_order_relaxed)
