@@ -13,9 +13,9 @@
  * the lock only while a callback runs), unlock, drop the reference.
  * References: the user's (from create, dropped after DESTROYED), the
  * table's (dropped by cep_destroy), one per armed wheel timer, one per
- * queued work item, one per lookup, one per queued or taken channel event.
- * A channel event taken and not acked also holds its context (cm->taken):
- * cep_cm_destroy refuses.
+ * queued work item, one per lookup, one per queued or taken channel event,
+ * cep_cm_destroy_id's own across the call. A channel event taken and not
+ * acked also holds its context (cm->taken): cep_cm_destroy refuses.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -542,15 +542,20 @@ int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev)
 	if (verdict && !(id->flags & F_USER_GONE)) {
 		id->flags |= F_USER_GONE;
 		destroy_act(id);
+		id->flags |= F_DESTROY_DONE;
 		cm_maybe_post_destroyed(id);
 	}
 	return 1;
 }
 
+/* Not on F_USER_GONE alone: a listener's destroy sets it, then waits with
+ * the lock dropped for its children's request events, and the last child
+ * to unpin it (cm_listener_release) calls this. DESTROYED posted there
+ * would be delivered, and drop the user's reference, before destroy_act. */
 void cm_maybe_post_destroyed(struct cep_cm_id *id)
 {
-	if ((id->flags & (F_USER_GONE | F_DESTROYED_POSTED)) == F_USER_GONE &&
-	    id->lis.req_inflight == 0) {
+	if ((id->flags & (F_USER_GONE | F_DESTROY_DONE | F_DESTROYED_POSTED)) ==
+	    (F_USER_GONE | F_DESTROY_DONE) && id->lis.req_inflight == 0) {
 		id->flags |= F_DESTROYED_POSTED;
 		cm_post_bits(id, W_DESTROYED);
 	}
@@ -1554,11 +1559,16 @@ static void wait_deliveries(struct cep_cm_id *id)
 		if (i >= 100000)
 			break;
 		pthread_mutex_unlock(&id->lock);
+		CM_HOOK(CM_HOOK_DESTROY_WAIT, id, NULL);
 		nanosleep(&ts, NULL);
 		pthread_mutex_lock(&id->lock);
 	}
 }
 
+/* Any thread, also a callback; the caller holds the user's reference
+ * (DESTROYED not yet posted). DESTROYED is posted here, at the end, or by
+ * the last child unpinning a listener after that (F_DESTROY_DONE): never
+ * while the lock is dropped in wait_deliveries or for the purge. */
 int cep_cm_destroy_id(struct cep_cm_id *id)
 {
 	struct cep_cm_channel *ch;
@@ -1572,6 +1582,10 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 	}
 	/* From here cm_emit delivers nothing more to the user. */
 	id->flags |= F_USER_GONE;
+	/* Ours until the last unlock: once DESTROYED is posted the worker may
+	 * drop the user's reference, and destroy_act the table's, before we
+	 * are done with the id. */
+	cep_get(id->cep);
 	/* A callback already running finishes first. Not from a worker: a
 	 * callback of another worker's id may be destroying one of ours. */
 	if (cep_dispatch_self(id->cm->d) < 0)
@@ -1583,8 +1597,10 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 	if (ch)
 		cm_channel_purge(ch, id, 0);
 	pthread_mutex_lock(&id->lock);
+	id->flags |= F_DESTROY_DONE;
 	cm_maybe_post_destroyed(id);
 	pthread_mutex_unlock(&id->lock);
+	cm_id_put(id);
 	return 0;
 }
 

@@ -107,6 +107,8 @@ enum {
 	F_MANUAL_DREP = 1u << 3,
 	F_CHANNEL_USER = 1u << 4, /* counted in channel->users */
 	F_DESTROYED_POSTED = 1u << 5, /* W_DESTROYED queued (once) */
+	F_DESTROY_DONE = 1u << 6, /* the destroy did what the state asks: from
+				     here DESTROYED may be posted */
 };
 
 /* id->timer_kind (lock) */
@@ -207,6 +209,7 @@ static inline uint64_t cm_next_tid(struct cep_cm_id *id)
 enum cm_hook_point {
 	CM_HOOK_DELIVER,      /* an event is about to reach the user */
 	CM_HOOK_REQ_LISTENER, /* REQ/SIDR_REQ: listener checked, not yet used */
+	CM_HOOK_DESTROY_WAIT, /* cep_cm_destroy_id waits for a delivery, lock dropped */
 };
 /* The same points are random yields in cep-stress's copy of the library
  * (CEP_YIELD, yield.h): the windows a hook holds open, widened at random. */
@@ -318,8 +321,9 @@ void cm_ev_init(struct cep_cm_event *ev, struct cep_cm_id *id, enum cep_cm_event
 void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
 	       const struct cep_mad_addr *from);
 int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev);
-/* Locked: DESTROYED may be queued once the user is gone and no child's
- * REQ/SIDR_REQ delivery still uses this (listener) id. */
+/* Locked: DESTROYED is queued once the destroy has done what the state
+ * asks (F_DESTROY_DONE, not merely F_USER_GONE) and no child's REQ/SIDR_REQ
+ * delivery still uses this (listener) id. */
 void cm_maybe_post_destroyed(struct cep_cm_id *id);
 
 /* Ids and lookups (no lock). cm_find_id returns a reference (cm_id_put);

@@ -284,7 +284,9 @@ CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *
  * does not wait: a callback of @id running on another worker at that
  * moment may still return after it. Destroying a listener: its DESTROYED
  * comes after every REQ_RECEIVED / SIDR_REQ_RECEIVED that names it as
- * listen_id, and the waiting above includes their callbacks. */
+ * listen_id, and the waiting above includes their callbacks. DESTROYED
+ * never comes before this call has done what the state asks (a listener
+ * stops listening, a REJ or DREQ is sent). */
 CEP_EXPORT int cep_cm_destroy_id(struct cep_cm_id *id);
 /* As cep_cm_destroy_id() and wait (bounded: -ETIMEDOUT after 10 s, logged)
  * for DESTROYED to have been handled (callback ids only: a channel id's
