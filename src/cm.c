@@ -13,7 +13,9 @@
  * the lock only while a callback runs), unlock, drop the reference.
  * References: the user's (from create, dropped after DESTROYED), the
  * table's (dropped by cep_destroy), one per armed wheel timer, one per
- * queued work item, one per lookup, one per queued channel event.
+ * queued work item, one per lookup, one per queued or taken channel event,
+ * cep_cm_destroy_id's own across the call. A channel event taken and not
+ * acked also holds its context (cm->taken): cep_cm_destroy refuses.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -260,7 +262,7 @@ void cm_set_expiry(struct cep_cm_id *id, uint32_t give_up_ms, uint32_t floor_ms)
 		give_up_ms = (uint32_t)lim;
 		id->flags |= F_EXPIRE_LIMITED;
 	} else {
-		id->flags &= (uint8_t)~F_EXPIRE_LIMITED;
+		id->flags &= (uint16_t)~F_EXPIRE_LIMITED;
 	}
 	cm_set_timer(id, TK_EXPIRE, give_up_ms);
 }
@@ -565,6 +567,7 @@ int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev)
 	if (verdict && !(id->flags & F_USER_GONE)) {
 		id->flags |= F_USER_GONE;
 		destroy_act(id);
+		id->flags |= F_DESTROY_DONE;
 		cm_maybe_post_destroyed(id);
 	}
 	return 1;
@@ -580,10 +583,14 @@ static void cm_uncount(struct cep_cm_id *id)
 	}
 }
 
+/* Not on F_USER_GONE alone: a listener's destroy sets it, then waits with
+ * the lock dropped for its children's request events, and the last child
+ * to unpin it (cm_listener_release) calls this. DESTROYED posted there
+ * would be delivered, and drop the user's reference, before destroy_act. */
 void cm_maybe_post_destroyed(struct cep_cm_id *id)
 {
-	if ((id->flags & (F_USER_GONE | F_DESTROYED_POSTED)) == F_USER_GONE &&
-	    id->lis.req_inflight == 0) {
+	if ((id->flags & (F_USER_GONE | F_DESTROY_DONE | F_DESTROYED_POSTED)) ==
+	    (F_USER_GONE | F_DESTROY_DONE) && id->lis.req_inflight == 0) {
 		id->flags |= F_DESTROYED_POSTED;
 		cm_uncount(id);
 		cm_post_bits(id, W_DESTROYED);
@@ -746,10 +753,7 @@ void cm_discard_id(struct cep_cm_id *id)
 {
 	pthread_mutex_lock(&id->lock);
 	id->flags |= F_USER_GONE;
-	if (id->flags & F_CHANNEL_USER) {
-		id->flags &= (uint8_t)~F_CHANNEL_USER;
-		atomic_fetch_sub(&id->channel->users, 1);
-	}
+	cm_channel_leave(id);
 	cep_destroy(id->cep);
 	cm_uncount(id);
 	pthread_mutex_unlock(&id->lock);
@@ -970,7 +974,7 @@ static void id_work_fn(struct cep_work *w)
 		if (id->channel && cm_channel_push(id->channel, &ev)) {
 			/* never acked: release the channel here */
 			STAT_ADD(id->cm, id->worker, drops[CEP_CM_DROP_NO_MEMORY]);
-			atomic_fetch_sub(&id->channel->users, 1);
+			cm_channel_leave(id);
 		}
 		pthread_mutex_unlock(&id->lock);
 		if (!id->channel && id->handler)
@@ -1122,20 +1126,60 @@ static void live_add(struct cep_cm *cm)
 	pthread_mutex_unlock(&live_mtx);
 }
 
-/* 0 if @cm was live (and now is not), -EINVAL otherwise. */
-static int live_remove(struct cep_cm *cm)
+/* cep_cm_destroy's decision, one step under live_mtx (so a second,
+ * racing call finds @cm either live and unchanged or gone): -EINVAL (not
+ * live), -EDEADLK (called on one of its workers), -EBUSY (an event of its
+ * ids is taken and not acked), all changing nothing; or 0: @cm is no
+ * longer live and no event of it can be taken any more (CM_CLOSED). */
+static int live_close(struct cep_cm *cm)
 {
 	int ret = -EINVAL;
 
 	pthread_mutex_lock(&live_mtx);
-	for (struct cep_cm **pp = &live_head; *pp; pp = &(*pp)->live_next)
-		if (*pp == cm) {
+	for (struct cep_cm **pp = &live_head; *pp; pp = &(*pp)->live_next) {
+		uint32_t none = 0;
+
+		if (*pp != cm)
+			continue;
+		if (cep_dispatch_self(cm->d) >= 0)
+			ret = -EDEADLK;
+		/* One RMW against cm_event_take's: either an event is taken
+		 * first and we refuse, or we close first and it is not taken.
+		 * acq_rel: the acks' puts (and their call_rcu) happen before
+		 * the teardown below and its RCU barrier. */
+		else if (!atomic_compare_exchange_strong_explicit(&cm->taken, &none, CM_CLOSED,
+								  memory_order_acq_rel,
+								  memory_order_relaxed))
+			ret = -EBUSY;
+		else {
 			*pp = cm->live_next;
 			ret = 0;
-			break;
 		}
+		break;
+	}
 	pthread_mutex_unlock(&live_mtx);
 	return ret;
+}
+
+int cm_event_take(struct cep_cm *cm)
+{
+	uint32_t v = atomic_load_explicit(&cm->taken, memory_order_relaxed);
+
+	/* Relaxed: the exclusion against live_close is the RMW order on this
+	 * word; what the event points to was published by the channel mutex. */
+	do {
+		if (v & CM_CLOSED)
+			return 0;
+	} while (!atomic_compare_exchange_weak_explicit(&cm->taken, &v, v + 1,
+							 memory_order_relaxed,
+							 memory_order_relaxed));
+	return 1;
+}
+
+void cm_event_done(struct cep_cm *cm)
+{
+	/* Release: the ack's puts happen before a destroy that sees 0. */
+	atomic_fetch_sub_explicit(&cm->taken, 1, memory_order_release);
 }
 
 /* Does the caller's attr (of its ->size) reach @field? */
@@ -1222,11 +1266,15 @@ fail:
 	return ret;
 }
 
-/* cep_cm_destroy, workers stopped: the user's reference of every id the
- * application did not destroy goes, as if it had (no event: the context is
- * going away). The list holds ids whose CEP already left the table too. A
- * put here may end in call_rcu, whose release takes l->mtx only later. */
-static void drop_user_refs(struct cep_cm *cm)
+/* cep_cm_destroy, workers stopped and joined, CM_CLOSED (no event of ours
+ * is taken, none can be): the user's reference of every id the application
+ * did not destroy goes, as if it had (no event: the context is going
+ * away), and every event of ours still queued on a channel is dropped -
+ * never taken, so never seen; DESTROYED of ids the application destroyed
+ * too. The list holds ids whose CEP already left the table too. Puts here
+ * may end in call_rcu; its release (id_release) takes l->mtx, so every id
+ * on the list stays in memory while we hold it. */
+static void release_ids(struct cep_cm *cm)
 {
 	for (unsigned w = 0; w < cm->nworkers; w++) {
 		struct cm_idlist *l = &cm->idl[w];
@@ -1240,11 +1288,13 @@ static void drop_user_refs(struct cep_cm *cm)
 			id->flags |= F_USER_GONE;
 			if (id->listener)
 				half_open_end(id);
-			/* No DESTROYED will be acked: the id stops using its
-			 * channel now, or the channel stays -EBUSY for ever. */
-			if (user && (id->flags & F_CHANNEL_USER)) {
-				id->flags &= (uint8_t)~F_CHANNEL_USER;
-				atomic_fetch_sub(&id->channel->users, 1);
+			/* Its events are on id->channel only, which lives while
+			 * the id counts in its users: empty it, then leave it
+			 * (no DESTROYED will be acked, or the channel would stay
+			 * -EBUSY for ever). */
+			if (id->flags & F_CHANNEL_USER) {
+				cm_channel_purge(id->channel, id, 1);
+				cm_channel_leave(id);
 			}
 			pthread_mutex_unlock(&id->lock);
 			if (user)
@@ -1254,18 +1304,20 @@ static void drop_user_refs(struct cep_cm *cm)
 	}
 }
 
+/* Refuse while an event is taken and not acked, rather than wait (a thread
+ * that acks after destroy would hang) or free what it points to (the ack's
+ * put would run id_release on a freed context): cm.h, docs/cm.md. */
 int cep_cm_destroy(struct cep_cm *cm)
 {
+	int ret;
+
 	if (!cm)
 		return -EINVAL;
 	/* Found first: a destroyed context's memory is not read. The check
 	 * and the removal are one step, so two racing calls get one 0. */
-	if (live_remove(cm))
-		return -EINVAL;
-	if (cep_dispatch_self(cm->d) >= 0) {
-		live_add(cm);
-		return -EDEADLK;
-	}
+	ret = live_close(cm);
+	if (ret)
+		return ret;
 	cm->tp->ops->stop(cm->tp);
 	if (cep_dispatch_quiesce(cm->d, 5000))
 		fprintf(stderr, "libcep: cep_cm_destroy: workers still busy after 5 s "
@@ -1273,17 +1325,25 @@ int cep_cm_destroy(struct cep_cm *cm)
 	atomic_store(&cm->stopping, 1);
 	cep_dispatch_stop(cm->d, drain_timer, cm);
 	/* Workers are joined: drop the user's reference of every id the
-	 * application did not destroy, so the table can free them all. */
-	drop_user_refs(cm);
-	int ret = cep_table_destroy(cm->table);
-
+	 * application did not destroy and every queued event, so the table
+	 * can free them all. */
+	release_ids(cm);
+	ret = cep_table_destroy(cm->table);
 	cep_dispatch_destroy(cm->d);
+	if (ret) {
+		/* A core CEP still referenced: only the application can hold
+		 * one (cep_lookup_* on cep_cm_table() not put). The table is
+		 * kept, and so is what its release (id_release) touches. */
+		fprintf(stderr, "libcep: cep_cm_destroy: a CEP of the context's table is still "
+			"referenced (cep_lookup_* without cep_put?): leaking the context\n");
+		return -ENOTEMPTY;
+	}
 	for (unsigned i = 0; i < cm->nworkers; i++)
 		pthread_mutex_destroy(&cm->idl[i].mtx);
 	free(cm->idl);
 	free(cm->ws);
 	free(cm);
-	return ret;
+	return 0;
 }
 
 struct cep_table *cep_cm_table(struct cep_cm *cm)
@@ -1551,11 +1611,16 @@ static void wait_deliveries(struct cep_cm_id *id)
 		if (i >= 100000)
 			break;
 		pthread_mutex_unlock(&id->lock);
+		CM_HOOK(CM_HOOK_DESTROY_WAIT, id, NULL);
 		nanosleep(&ts, NULL);
 		pthread_mutex_lock(&id->lock);
 	}
 }
 
+/* Any thread, also a callback; the caller holds the user's reference
+ * (DESTROYED not yet posted). DESTROYED is posted here, at the end, or by
+ * the last child unpinning a listener after that (F_DESTROY_DONE): never
+ * while the lock is dropped in wait_deliveries or for the purge. */
 int cep_cm_destroy_id(struct cep_cm_id *id)
 {
 	struct cep_cm_channel *ch;
@@ -1569,6 +1634,10 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 	}
 	/* From here cm_emit delivers nothing more to the user. */
 	id->flags |= F_USER_GONE;
+	/* Ours until the last unlock: once DESTROYED is posted the worker may
+	 * drop the user's reference, and destroy_act the table's, before we
+	 * are done with the id. */
+	cep_get(id->cep);
 	/* A callback already running finishes first. Not from a worker: a
 	 * callback of another worker's id may be destroying one of ours. */
 	if (cep_dispatch_self(id->cm->d) < 0)
@@ -1578,10 +1647,12 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 	pthread_mutex_unlock(&id->lock);
 	/* Before DESTROYED is posted: once it is acked, the channel may go. */
 	if (ch)
-		cm_channel_purge(ch, id);
+		cm_channel_purge(ch, id, 0);
 	pthread_mutex_lock(&id->lock);
+	id->flags |= F_DESTROY_DONE;
 	cm_maybe_post_destroyed(id);
 	pthread_mutex_unlock(&id->lock);
+	cm_id_put(id);
 	return 0;
 }
 

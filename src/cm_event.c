@@ -3,7 +3,9 @@
  * CM event channels: a mutex-protected FIFO of event copies and an eventfd
  * that is readable exactly while the FIFO is not empty (both changed under
  * the channel mutex). Each queued event holds a reference on its id's CEP,
- * dropped by cep_cm_ack_event(), so the id outlives every event about it.
+ * dropped by cep_cm_ack_event(), so the id outlives every event about it;
+ * an event taken and not acked is counted in its context (cm->taken), so
+ * the context outlives it too (cep_cm_destroy refuses meanwhile).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -17,6 +19,8 @@ struct chan_ev {
 	struct cep_cm_event ev;   /* first: cep_cm_ack_event casts back */
 	struct chan_ev *next;
 	struct cep_cm_channel *ch;
+	struct cep_cm *cm;        /* ev.id's context: alive while the event is
+				     queued (its destroy purges it) or taken */
 };
 
 int cep_cm_channel_create(struct cep_cm_channel **out)
@@ -74,6 +78,7 @@ int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev)
 			(ev->private_data - (const uint8_t *)&ev->msg);
 	e->next = NULL;
 	e->ch = ch;
+	e->cm = ev->id->cm;
 	cep_get(cep_cm_id_cep(ev->id));
 	if (ev->listen_id)
 		cep_get(cep_cm_id_cep(ev->listen_id));
@@ -106,13 +111,13 @@ static void event_free(struct chan_ev *e)
 		cep_put(lcep);
 }
 
-void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id)
+void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id, int all)
 {
 	struct chan_ev *gone = NULL, **pp, *e;
 
 	pthread_mutex_lock(&ch->mtx);
 	for (pp = &ch->head, ch->tail = NULL; (e = *pp) != NULL;) {
-		if (e->ev.id == id && e->ev.type != CEP_CM_EV_DESTROYED) {
+		if (e->ev.id == id && (all || e->ev.type != CEP_CM_EV_DESTROYED)) {
 			*pp = e->next;
 			e->next = gone;
 			gone = e;
@@ -137,18 +142,24 @@ void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id)
 	}
 }
 
+/* Any thread. The oldest event whose context is not being destroyed: a
+ * context's events stay queued, skipped, from the moment its destroy
+ * commits until that destroy drops them (under this mutex too), so the
+ * context read through e->cm here is alive. */
 int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event **out)
 {
-	struct chan_ev *e;
+	struct chan_ev *e, **pp, *prev = NULL;
 
 	if (!ch || !out)
 		return -EINVAL;
 	pthread_mutex_lock(&ch->mtx);
-	e = ch->head;
+	for (pp = &ch->head; (e = *pp) != NULL; prev = e, pp = &e->next)
+		if (cm_event_take(e->cm))
+			break;
 	if (e) {
-		ch->head = e->next;
-		if (!ch->head)
-			ch->tail = NULL;
+		*pp = e->next;
+		if (ch->tail == e)
+			ch->tail = prev;
 		if (--ch->queued == 0) {
 			uint64_t v;
 
@@ -164,13 +175,22 @@ int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event **out)
 	return 0;
 }
 
+/* Any thread, no libcep lock held. The event's reference keeps its id
+ * (locked below) and cm->taken keeps the context until cm_event_done. */
 void cep_cm_ack_event(struct cep_cm_event *ev)
 {
 	struct chan_ev *e = (struct chan_ev *)ev;
+	struct cep_cm *cm;
 
 	if (!ev)
 		return;
-	if (ev->type == CEP_CM_EV_DESTROYED)
-		atomic_fetch_sub(&e->ch->users, 1);
+	cm = e->cm;
+	if (ev->type == CEP_CM_EV_DESTROYED) {
+		/* the id's last event: it no longer uses the channel */
+		pthread_mutex_lock(&ev->id->lock);
+		cm_channel_leave(ev->id);
+		pthread_mutex_unlock(&ev->id->lock);
+	}
 	event_free(e);
+	cm_event_done(cm);
 }

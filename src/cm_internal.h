@@ -56,6 +56,9 @@ struct cep_cm {
 	uint32_t half_open_ms;         /* const: longest half-open wait (cm_set_expiry) */
 	uint64_t route_key[2];         /* const: secret key of the REQ routing */
 	_Atomic int stopping;          /* set once by cep_cm_destroy */
+	_Atomic uint32_t taken;        /* events of this context's ids taken from
+					  a channel and not acked, | CM_CLOSED once
+					  cep_cm_destroy committed (cm_event_take) */
 	_Atomic unsigned next_worker;  /* round robin for active ids */
 	_Atomic int64_t ids;           /* ids allocated and not yet freed */
 	_Atomic uint32_t next_tid;     /* low halves of request TIDs */
@@ -63,6 +66,8 @@ struct cep_cm {
 	struct cm_idlist *idl;         /* [nworkers] */
 	struct cep_cm *live_next;      /* the live contexts' list (cm.c) */
 };
+
+#define CM_CLOSED (1u << 31)
 
 /* A timeout a peer supplies (5-bit IBTA exponent: REQ response timeouts
  * and local ACK timeout, REP target ACK delay, LAP response timeout, MRA
@@ -108,6 +113,8 @@ enum {
 	F_DESTROYED_POSTED = 1u << 5, /* W_DESTROYED queued (once) */
 	F_UNCOUNTED = 1u << 6,   /* no longer in cm->ids: destroyed */
 	F_EXPIRE_LIMITED = 1u << 7, /* the armed expiry is the half-open limit's */
+	F_DESTROY_DONE = 1u << 8, /* the destroy did what the state asks: from
+				     here DESTROYED may be posted */
 };
 
 /* id->timer_kind (lock) */
@@ -159,7 +166,7 @@ struct cep_cm_id {
 	uint8_t path_timeout;          /* lock: the path's ACK timeout (5 bits): MRA
 					  extensions, timewait (kernel av.timeout) */
 	uint8_t resend_len;            /* lock: bytes at resend_pd */
-	uint8_t flags;                 /* lock */
+	uint16_t flags;                /* lock */
 	uint8_t delivering;            /* lock: a callback of this id is running */
 	uint8_t *resend_pd;            /* lock: private data of our last MRA, RTU
 					  or DREP, sent again with it */
@@ -186,7 +193,8 @@ struct cep_cm_channel {
 	pthread_mutex_t mtx;
 	struct chan_ev *head, *tail;   /* mtx */
 	size_t queued;                 /* mtx */
-	_Atomic int users;             /* ids using the channel */
+	_Atomic int users;             /* ids with F_CHANNEL_USER: a channel
+					  with users is not destroyed */
 	int efd;                       /* eventfd: readable iff queued > 0 */
 };
 
@@ -212,6 +220,7 @@ static inline uint64_t cm_next_tid(struct cep_cm_id *id)
 enum cm_hook_point {
 	CM_HOOK_DELIVER,      /* an event is about to reach the user */
 	CM_HOOK_REQ_LISTENER, /* REQ/SIDR_REQ: listener checked, not yet used */
+	CM_HOOK_DESTROY_WAIT, /* cep_cm_destroy_id waits for a delivery, lock dropped */
 };
 /* The same points are random yields in cep-stress's copy of the library
  * (CEP_YIELD, yield.h): the windows a hook holds open, widened at random. */
@@ -225,9 +234,33 @@ extern void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id,
 
 /* Queue a copy of @ev (the id reference it carries is taken here). */
 int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev);
-/* Drop every queued, not yet taken event of @id but DESTROYED (no id lock
- * held): after cep_cm_destroy_id() the channel yields none of them. */
-void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id);
+/* Drop every queued, not yet taken event of @id but DESTROYED (@all: and
+ * DESTROYED). The channel's mutex nests inside @id's lock, which the caller
+ * may hold; the references the events held are dropped here, so a caller
+ * holding the lock must keep @id's memory otherwise (cep_cm_destroy: the
+ * id list's mutex). After cep_cm_destroy_id() the channel yields none of
+ * them. */
+void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id, int all);
+
+/* Locked: @id stops counting in its channel's users (once). The channel
+ * may be destroyed at any moment after: id->channel is not touched again. */
+static inline void cm_channel_leave(struct cep_cm_id *id)
+{
+	if (id->flags & F_CHANNEL_USER) {
+		id->flags &= (uint16_t)~F_CHANNEL_USER;
+		/* last touch: cep_cm_channel_destroy may free it once 0 */
+		atomic_fetch_sub(&id->channel->users, 1);
+	}
+}
+
+/* A channel event of @cm leaving its queue (cep_cm_get_event, under the
+ * channel's mutex): 1 if counted in cm->taken, which makes cep_cm_destroy
+ * refuse (-EBUSY) until cm_event_done(); 0 if cep_cm_destroy has committed
+ * (CM_CLOSED): the event stays queued and the destroy drops it. */
+int cm_event_take(struct cep_cm *cm);
+/* The ack of an event cm_event_take() counted: its last touch of @cm,
+ * after it dropped the event's references. Any thread, no lock. */
+void cm_event_done(struct cep_cm *cm);
 
 #define STAT_ADD(cm, w, field) \
 	atomic_fetch_add_explicit(&(cm)->ws[(w)].field, 1, memory_order_relaxed)
@@ -305,8 +338,9 @@ void cm_ev_init(struct cep_cm_event *ev, struct cep_cm_id *id, enum cep_cm_event
 void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
 	       const struct cep_mad_addr *from);
 int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev);
-/* Locked: DESTROYED may be queued once the user is gone and no child's
- * REQ/SIDR_REQ delivery still uses this (listener) id. */
+/* Locked: DESTROYED is queued once the destroy has done what the state
+ * asks (F_DESTROY_DONE, not merely F_USER_GONE) and no child's REQ/SIDR_REQ
+ * delivery still uses this (listener) id. */
 void cm_maybe_post_destroyed(struct cep_cm_id *id);
 
 /* Ids and lookups (no lock). cm_find_id returns a reference (cm_id_put);

@@ -13,9 +13,10 @@
  * table's binding word (cep/table.h). See docs/cm.md.
  *
  * When a handle is dead (libuv's close contract):
- * - struct cep_cm: from cep_cm_create() until cep_cm_destroy() returns
- *   (anything but -EDEADLK). cep_cm_destroy() of a context that is not
- *   live (already destroyed, never created) is -EINVAL.
+ * - struct cep_cm: from cep_cm_create() until cep_cm_destroy() returns 0
+ *   (or -ENOTEMPTY); its -EDEADLK and -EBUSY change nothing.
+ *   cep_cm_destroy() of a context that is not live (already destroyed,
+ *   never created) is -EINVAL.
  * - struct cep_cm_id: from cep_cm_create_id(), or the REQ_RECEIVED /
  *   SIDR_REQ_RECEIVED event that hands it over, until its DESTROYED event
  *   has returned (callback) or been acked (channel), or until
@@ -26,7 +27,8 @@
  *   reaches the caller. Any call once it is dead is a use after free
  *   libcep cannot detect (the memory may hold a new id): free what your
  *   callbacks use in DESTROYED, not before.
- * - struct cep_cm_event taken from a channel: until cep_cm_ack_event().
+ * - struct cep_cm_event taken from a channel: until cep_cm_ack_event(),
+ *   and its id and context with it (cep_cm_destroy() refuses meanwhile).
  * - struct cep_cm_channel: until cep_cm_channel_destroy() returns 0.
  *
  * Errors: each function's comment lists every negative errno it returns,
@@ -221,10 +223,23 @@ CEP_EXPORT int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out
 
 /* Stop the transport and the workers, destroy every id left (without
  * sending anything or delivering DESTROYED), also ids whose connection
- * already ended (QP destroyed, timewait over), and free the context.
- * Callers must have stopped using ids and acked every event taken from a
- * channel (an unacked event holds its id: -EBUSY, and that id leaks).
- * 0, -EINVAL (not a live context), -EDEADLK from a CM callback, -EBUSY. */
+ * already ended (QP destroyed, timewait over), drop every event of the
+ * context's ids still queued on a channel (never taken, so never seen:
+ * DESTROYED included; the channels are then free of the context), and
+ * free the context: 0. Callers must have stopped using its ids.
+ *
+ * An event taken from a channel and not yet acked is the application's:
+ * then nothing is done and it returns -EBUSY. The context, its ids and the
+ * event stay valid and working; ack the event and call again. (librdmacm's
+ * rdma_destroy_id() waits for such acks instead; a wait here would hang
+ * the thread that is to ack, and freeing would leave the event pointing at
+ * freed memory.) While a destroy that did not refuse runs,
+ * cep_cm_get_event() hands out no event of its ids.
+ *
+ * 0 as above. -EINVAL: not a live context. -EDEADLK: from one of its CM callbacks,
+ * nothing done. -ENOTEMPTY: the application still holds a reference on a
+ * CEP of cep_cm_table() (a lookup not put): the context is dead, but its
+ * table and memory are leaked (logged), not freed under that reference. */
 CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
 
 /* The core table of this context (for cep_table_check/stats). */
@@ -260,14 +275,19 @@ CEP_EXPORT int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms);
  * open files). */
 CEP_EXPORT int cep_cm_channel_create(struct cep_cm_channel **out);
 /* 0, -EINVAL (NULL), -EBUSY while events are queued or ids still use the
- * channel. */
+ * channel (an id stops at its DESTROYED's ack, or when cep_cm_destroy()
+ * ends it). */
 CEP_EXPORT int cep_cm_channel_destroy(struct cep_cm_channel *ch);
 /* The file descriptor, readable (EPOLLIN) while at least one event
  * waits, or -EINVAL (NULL). */
 CEP_EXPORT int cep_cm_channel_fd(const struct cep_cm_channel *ch);
-/* Take the oldest event: 0, -EINVAL (NULL), -EAGAIN (none). The event and
- * its id stay valid until cep_cm_ack_event(). Any thread. */
+/* Take the oldest event: 0, -EINVAL (NULL), -EAGAIN (none). The event, its
+ * id and its context stay valid until cep_cm_ack_event() (cep_cm_destroy()
+ * of that context refuses meanwhile). Events of a context whose destroy is
+ * running are skipped: that destroy drops them. Any thread. */
 CEP_EXPORT int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event **out);
+/* Release a taken event (dead after it; after DESTROYED's, so is its id).
+ * Any thread, also a callback. */
 CEP_EXPORT void cep_cm_ack_event(struct cep_cm_event *ev);
 
 /* ---- ids -------------------------------------------------------------- */
@@ -300,7 +320,9 @@ CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *
  * does not wait: a callback of @id running on another worker at that
  * moment may still return after it. Destroying a listener: its DESTROYED
  * comes after every REQ_RECEIVED / SIDR_REQ_RECEIVED that names it as
- * listen_id, and the waiting above includes their callbacks. */
+ * listen_id, and the waiting above includes their callbacks. DESTROYED
+ * never comes before this call has done what the state asks (a listener
+ * stops listening, a REJ or DREQ is sent). */
 CEP_EXPORT int cep_cm_destroy_id(struct cep_cm_id *id);
 /* As cep_cm_destroy_id() and wait (bounded: -ETIMEDOUT after 10 s, logged)
  * for DESTROYED to have been handled (callback ids only: a channel id's

@@ -1,0 +1,406 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Teardown in every order (issue 17, section 2). cep_cm_destroy() against
+ * channel events: taken and not acked (refused, -EBUSY, everything stays
+ * valid: ack and call again), queued and never taken (dropped), DESTROYED
+ * of ids the application destroyed first, events taken while it runs,
+ * from inside a callback (-EDEADLK). And a listener's destroy against its
+ * child's request event: DESTROYED comes after cep_cm_destroy_id() did
+ * what the state asks, never from the child's unpinning while destroy
+ * waits. The expected behaviour is cm.h's contract, modelled on
+ * librdmacm: rdma_destroy_id() waits until the events it handed out are
+ * acked and drops the ones it never did; verbs' destroy calls refuse with
+ * EBUSY while something still uses the object.
+ * Usage: test-cm-teardown NAME.
+ */
+#include <poll.h>
+
+#include "harness.h"
+#include "cm_internal.h"
+#include "rcu.h"
+
+/* Bring node @n back after cep_cm_destroy: a fresh port and CM with the
+ * same LID and GUID, its ids forgotten (they died with the old CM). */
+static void node_restart(struct node *n, uint64_t guid, uint16_t lid)
+{
+	n->tp->ops->destroy(n->tp);
+	n->n = n->nmade = 0;
+	n->last_req_id = NULL;
+	node_init(n, guid, lid, 1, 0);
+}
+
+static struct cep_cm_id *channel_id(struct node *n, struct cep_cm_channel *ch)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .channel = ch };
+	struct cep_cm_id *id = NULL;
+
+	CHECK_EQ(cep_cm_create_id(n->cm, &ia, &id), 0);
+	return id;
+}
+
+/* A REQ from C to node @lid (A or B) for SID. */
+static void req_to(uint32_t comm_id, uint32_t qpn, uint16_t lid)
+{
+	struct cep_msg m;
+
+	raw_req(&m, comm_id, qpn);
+	path_to(&m.u.req.primary, LID_C, lid);
+	raw_send(&m, lid);
+}
+
+static int fd_readable(struct cep_cm_channel *ch)
+{
+	struct pollfd p = { .fd = cep_cm_channel_fd(ch), .events = POLLIN };
+
+	return poll(&p, 1, 0) == 1;
+}
+
+/* Destroy the CM, then ack: the issue's order. An event taken and not
+ * acked holds its id, so cep_cm_destroy() refuses (-EBUSY) and changes
+ * nothing: the event, its id and the context stay valid and working; after
+ * the ack it succeeds. Before, it freed the context anyway and the ack's
+ * last put ran id_release on it (ASan: heap-use-after-free). */
+static void t_destroy_then_ack(void)
+{
+	struct cep_cm_channel *ch;
+	struct cep_cm_event *ev, *ev2;
+	struct cep_cm_id *l, *child;
+
+	setup(1, 0);
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	l = channel_id(&B, ch);
+	CHECK_EQ(cep_cm_listen(l, SID, ~0ull), 0);
+	req_to(0x7500, 0x900, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_get_event(ch, &ev), 0);
+	CHECK_EQ(ev->type, CEP_CM_EV_REQ_RECEIVED);
+	child = ev->id;
+	CHECK_EQ(cep_cm_destroy(B.cm), -EBUSY);
+	CHECK_EQ(cep_cm_id_state(child), CEP_CM_REQ_RCVD);
+	cep_cm_ack_event(ev);
+	cep_rcu_barrier(); /* the ack's last put has run its release */
+	/* Refused: still live and working (workers, transport, ids). */
+	CHECK_EQ(cep_cm_reject(child, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	req_to(0x7501, 0x901, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_get_event(ch, &ev2), 0);
+	CHECK_EQ(ev2->type, CEP_CM_EV_REQ_RECEIVED);
+	CHECK(ev2->listen_id == l);
+	/* Taken again: refused again; acked: destroyed (the listener and
+	 * both children left to it). */
+	CHECK_EQ(cep_cm_destroy(B.cm), -EBUSY);
+	cep_cm_ack_event(ev2);
+	CHECK_EQ(cep_cm_destroy(B.cm), 0);
+	CHECK_EQ(cep_cm_destroy(B.cm), -EINVAL); /* dead now */
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+	node_restart(&B, GUID_B, LID_B);
+	teardown_all();
+}
+
+/* Events queued and never taken do not hold the context: cep_cm_destroy()
+ * drops them (the application never saw them) and returns 0, as cm.h
+ * always said. Another context's events on the same channel stay. Before,
+ * they held their ids: -EBUSY, and the channel stayed busy for ever. */
+static void t_destroy_queued(void)
+{
+	struct cep_cm_channel *ch;
+	struct cep_cm_event *ev;
+	struct cep_cm_id *lb, *la, *a_child;
+	int rc;
+
+	setup(1, 0);
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	lb = channel_id(&B, ch);
+	CHECK_EQ(cep_cm_listen(lb, SID, ~0ull), 0);
+	(void)channel_id(&B, ch); /* an idle id too */
+	la = channel_id(&A, ch);
+	CHECK_EQ(cep_cm_listen(la, SID, ~0ull), 0);
+	req_to(0x7600, 0x900, LID_B);
+	req_to(0x7601, 0x901, LID_A);
+	req_to(0x7602, 0x902, LID_B);
+	settle();
+	CHECK(fd_readable(ch));
+	rc = cep_cm_destroy(B.cm);
+	CHECK_EQ(rc, 0);
+	if (rc)
+		return; /* the old engine freed the context under those events */
+	/* Only A's event is left. */
+	CHECK(fd_readable(ch));
+	CHECK_EQ(cep_cm_get_event(ch, &ev), 0);
+	CHECK_EQ(ev->type, CEP_CM_EV_REQ_RECEIVED);
+	CHECK(ev->listen_id == la);
+	a_child = ev->id;
+	cep_cm_ack_event(ev);
+	CHECK(!fd_readable(ch));
+	CHECK_EQ(cep_cm_get_event(ch, &ev), -EAGAIN);
+	CHECK_EQ(cep_cm_channel_destroy(ch), -EBUSY); /* A's ids use it */
+	CHECK_EQ(cep_cm_destroy_id(a_child), 0);
+	CHECK_EQ(cep_cm_destroy_id(la), 0);
+	settle();
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(cep_cm_get_event(ch, &ev), 0);
+		CHECK_EQ(ev->type, CEP_CM_EV_DESTROYED);
+		cep_cm_ack_event(ev);
+	}
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+	node_restart(&B, GUID_B, LID_B);
+	teardown_all();
+}
+
+/* Destroy the ids, then the CM: their DESTROYED events, queued and never
+ * taken, are dropped with the context (one taken and acked before), and
+ * the channel is free afterwards. Before: -EBUSY. */
+static void t_destroy_ids_first(void)
+{
+	struct cep_cm_channel *ch;
+	struct cep_cm_event *ev;
+	struct cep_cm_id *l, *idle, *child;
+	int rc;
+
+	setup(1, 0);
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	l = channel_id(&B, ch);
+	idle = channel_id(&B, ch);
+	CHECK_EQ(cep_cm_listen(l, SID, ~0ull), 0);
+	req_to(0x7700, 0x900, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_get_event(ch, &ev), 0);
+	CHECK_EQ(ev->type, CEP_CM_EV_REQ_RECEIVED);
+	child = ev->id;
+	cep_cm_ack_event(ev);
+	CHECK_EQ(cep_cm_destroy_id(child), 0);
+	settle();
+	CHECK(raw_wait(CEP_MSG_REJ, 1)); /* destroy rejected the REQ */
+	CHECK_EQ(cep_cm_get_event(ch, &ev), 0);
+	CHECK(ev->id == child && ev->type == CEP_CM_EV_DESTROYED);
+	cep_cm_ack_event(ev); /* ack, then destroy: the plain order */
+	CHECK_EQ(cep_cm_destroy_id(l), 0);
+	CHECK_EQ(cep_cm_destroy_id(idle), 0);
+	settle();
+	CHECK(fd_readable(ch)); /* two DESTROYED wait */
+	rc = cep_cm_destroy(B.cm);
+	CHECK_EQ(rc, 0);
+	if (rc)
+		return;
+	CHECK(!fd_readable(ch));
+	CHECK_EQ(cep_cm_get_event(ch, &ev), -EAGAIN);
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+	node_restart(&B, GUID_B, LID_B);
+	teardown_all();
+}
+
+/* An application thread takes events from a channel shared by two
+ * contexts while one of them is being destroyed (here: a callback of the
+ * dying context, which its destroy's drain waits for). Once that destroy
+ * has committed, the channel hands out none of its events - the destroy
+ * drops them - and the other context's events as usual. */
+static _Atomic int take_reached, take_rc1 = 1, take_rc2 = 1;
+static struct cep_cm_event *_Atomic taken_ev;
+
+static int h_take(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	struct cep_cm_channel *ch = ev->context;
+	struct cep_cm_event *got = NULL;
+
+	(void)id;
+	if (ev->type != CEP_CM_EV_REQ_RECEIVED)
+		return 0;
+	atomic_store(&take_reached, 1);
+	/* until B's destroy has committed (bounded) */
+	for (int i = 0; i < 5000 && !(atomic_load(&B.cm->taken) & CM_CLOSED); i++)
+		sleep_ms(1);
+	CHECK(atomic_load(&B.cm->taken) & CM_CLOSED);
+	atomic_store(&take_rc1, cep_cm_get_event(ch, &got));
+	atomic_store(&taken_ev, got);
+	atomic_store(&take_rc2, cep_cm_get_event(ch, &got));
+	return 0;
+}
+
+static void t_destroy_concurrent_take(void)
+{
+	struct cep_cm_channel *ch;
+	struct cep_cm_event *ev;
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = h_take };
+	struct cep_cm_id *la, *lb, *lcb;
+	struct cep_msg m;
+
+	setup(1, 0);
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	la = channel_id(&A, ch);
+	lb = channel_id(&B, ch);
+	CHECK_EQ(cep_cm_listen(la, SID, ~0ull), 0);
+	CHECK_EQ(cep_cm_listen(lb, SID, ~0ull), 0);
+	ia.context = ch;
+	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &lcb), 0);
+	CHECK_EQ(cep_cm_listen(lcb, SID + 1, ~0ull), 0);
+	req_to(0x7a00, 0x900, LID_B); /* B's event first on the channel */
+	settle();
+	req_to(0x7a01, 0x901, LID_A);
+	settle();
+	raw_req(&m, 0x7a02, 0x902);
+	m.u.req.service_id = SID + 1;
+	raw_send(&m, LID_B);
+	for (int i = 0; i < 5000 && !atomic_load(&take_reached); i++)
+		sleep_ms(1);
+	CHECK(atomic_load(&take_reached));
+	CHECK_EQ(cep_cm_destroy(B.cm), 0);
+	CHECK_EQ(atomic_load(&take_rc1), 0);
+	ev = atomic_load(&taken_ev);
+	CHECK(ev && ev->listen_id == la); /* B's was skipped */
+	CHECK_EQ(atomic_load(&take_rc2), -EAGAIN);
+	CHECK_EQ(cep_cm_get_event(ch, &ev), -EAGAIN); /* B's was dropped */
+	CHECK(!fd_readable(ch));
+	if ((ev = atomic_load(&taken_ev)) != NULL) {
+		CHECK_EQ(cep_cm_destroy_id(ev->id), 0);
+		cep_cm_ack_event(ev);
+	}
+	CHECK_EQ(cep_cm_destroy_id(la), 0);
+	settle();
+	while (cep_cm_get_event(ch, &ev) == 0) {
+		CHECK_EQ(ev->type, CEP_CM_EV_DESTROYED);
+		cep_cm_ack_event(ev);
+	}
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+	node_restart(&B, GUID_B, LID_B);
+	teardown_all();
+}
+
+/* From a callback: -EDEADLK, and nothing changed (the context still
+ * answers, and is destroyed normally afterwards). */
+static _Atomic int cb_destroy_rc = 1, cb_sync_rc = 1;
+
+static int h_destroy_cm(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	if (ev->type == CEP_CM_EV_REQ_RECEIVED) {
+		atomic_store(&cb_destroy_rc, cep_cm_destroy(B.cm));
+		atomic_store(&cb_sync_rc, cep_cm_destroy_id_sync(id));
+	}
+	return on_event(id, ev);
+}
+
+static void t_destroy_in_callback(void)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = h_destroy_cm, .context = &B };
+	struct cep_cm_id *l;
+
+	setup(2, 0);
+	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &l), 0);
+	CHECK_EQ(cep_cm_listen(l, SID, ~0ull), 0);
+	B.pol.on_req = ON_REQ_REJECT;
+	B.pol.rej_reason = CEP_REJ_CONSUMER_DEFINED;
+	req_to(0x7800, 0x900, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(atomic_load(&cb_destroy_rc), -EDEADLK);
+	CHECK_EQ(atomic_load(&cb_sync_rc), -EDEADLK);
+	req_to(0x7801, 0x901, LID_B); /* still listening, still answering */
+	CHECK(raw_wait(CEP_MSG_REJ, 2));
+	CHECK_EQ(cep_cm_destroy_id_sync(l), 0);
+	teardown_all();
+}
+
+/*
+ * A callback listener is destroyed while its child's REQ_RECEIVED is
+ * being delivered; the callback rejects the REQ. cep_cm_destroy_id() sets
+ * the listener gone and waits, lock dropped, for the child's delivery;
+ * the child then unpins the listener (cm_listener_release). That must not
+ * post the listener's DESTROYED: destroy has not yet done what the state
+ * asks (leave LISTEN, drop the table's reference), and once DESTROYED has
+ * dropped the user's reference destroy's own cep_destroy drops the last
+ * one under the caller's feet (seen: DESTROYED before cep_cm_destroy_id
+ * returned, 3 runs in 5). Expected (cm.h): DESTROYED is the id's last
+ * event, after the destroy did what the state asks - as the kernel's
+ * cm_destroy_id first takes a listener out of its tree and only then
+ * waits for the id's last reference. One worker; the hooks fix the order:
+ * the child's delivery is held until destroy waits, destroy's wait is
+ * held until the child has unpinned the listener and the worker is idle
+ * again. No sleep decides the outcome: the old engine fails every run.
+ */
+static struct cep_cm_id *_Atomic lis;
+static _Atomic int reached, released, waited, in_wait, early, lis_destroyed;
+
+static uint32_t req_inflight_of(struct cep_cm_id *id)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&id->lock);
+	n = id->lis.req_inflight;
+	pthread_mutex_unlock(&id->lock);
+	return n;
+}
+
+static void lis_hook(enum cm_hook_point p, struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	struct cep_cm_id *l = atomic_load(&lis);
+
+	if (p == CM_HOOK_DELIVER && ev && ev->type == CEP_CM_EV_REQ_RECEIVED &&
+	    ev->listen_id == l) {
+		/* worker: hold the child's delivery until destroy waits for it */
+		atomic_store(&reached, 1);
+		for (int i = 0; i < 5000 && !atomic_load(&released); i++)
+			sleep_ms(1);
+	} else if (p == CM_HOOK_DESTROY_WAIT && id == l && !atomic_load(&waited)) {
+		/* main thread, in cep_cm_destroy_id's wait, no lock held */
+		atomic_store(&waited, 1);
+		atomic_store(&in_wait, 1);
+		atomic_store(&released, 1);
+		for (int i = 0; i < 5000 && req_inflight_of(id); i++)
+			sleep_ms(1);
+		CHECK_EQ(req_inflight_of(id), 0);
+		/* whatever the unpinning posted has run */
+		CHECK_EQ(cep_cm_quiesce(B.cm, 5000), 0);
+		atomic_store(&in_wait, 0);
+	}
+}
+
+static int h_lis(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	if (ev->type == CEP_CM_EV_DESTROYED && id == atomic_load(&lis)) {
+		/* the id is valid until this returns */
+		if (atomic_load(&in_wait) || cep_cm_id_state(id) != CEP_CM_IDLE ||
+		    !cep_is_destroyed(cep_cm_id_cep(id)))
+			atomic_store(&early, 1);
+		atomic_fetch_add(&lis_destroyed, 1);
+	}
+	return on_event(id, ev);
+}
+
+static void t_listener_release_destroyed(void)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = h_lis, .context = &B };
+	struct cep_cm_id *l;
+
+	setup(1, 0);
+	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &l), 0);
+	CHECK_EQ(cep_cm_listen(l, SID, ~0ull), 0);
+	B.pol.on_req = ON_REQ_REJECT;
+	B.pol.rej_reason = CEP_REJ_CONSUMER_DEFINED;
+	atomic_store(&lis, l);
+	cm_test_hook = lis_hook;
+	req_to(0x7900, 0x900, LID_B);
+	for (int i = 0; i < 5000 && !atomic_load(&reached); i++)
+		sleep_ms(1);
+	CHECK(atomic_load(&reached));
+	CHECK_EQ(cep_cm_destroy_id(l), 0);
+	CHECK(atomic_load(&waited)); /* the window was open */
+	settle();
+	cm_test_hook = NULL;
+	CHECK_EQ(atomic_load(&early), 0);
+	CHECK_EQ(atomic_load(&lis_destroyed), 1);
+	CHECK(raw_wait(CEP_MSG_REJ, 1)); /* the callback's REJ */
+	teardown_all();
+}
+
+static const struct named_test tests[] = {
+	{ "destroy-then-ack", t_destroy_then_ack },
+	{ "destroy-queued", t_destroy_queued },
+	{ "destroy-ids-first", t_destroy_ids_first },
+	{ "destroy-concurrent-take", t_destroy_concurrent_take },
+	{ "destroy-in-callback", t_destroy_in_callback },
+	{ "listener-release-destroyed", t_listener_release_destroyed },
+};
+
+int main(int argc, char **argv)
+{
+	return run_named_test(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+}
