@@ -562,6 +562,11 @@ static void dispatch(struct cep_sa *sa, const uint8_t *mad, size_t len)
 			if (!w->done) {
 				memset(w->mad, 0, sizeof(w->mad));
 				memcpy(w->mad, mad, len < sizeof(w->mad) ? len : sizeof(w->mad));
+				/* Counted before the waiter can see it, so a
+				 * caller's stats include its own answer. */
+				count(&sa->answers);
+				if (h.status & ~MAD_STATUS_BUSY)
+					count(&sa->errors);
 				w->done = true;
 				pthread_cond_signal(&w->cond);
 				matched = true;
@@ -570,13 +575,8 @@ static void dispatch(struct cep_sa *sa, const uint8_t *mad, size_t len)
 		}
 	}
 	pthread_mutex_unlock(&sa->lock);
-	if (!matched) {
+	if (!matched)
 		count(&sa->dropped);
-		return;
-	}
-	count(&sa->answers);
-	if (h.status & ~MAD_STATUS_BUSY)
-		count(&sa->errors);
 }
 
 static void *recv_thread(void *arg)
