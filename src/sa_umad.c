@@ -21,7 +21,7 @@
 struct sa_umad {
 	int fd;
 	int agent;
-	int timeout_ms;          /* handed to the kernel so it routes the answer */
+	int timeout_ms;          /* the kernel's: 7/8 of an attempt (see cep_sa_get) */
 	uint8_t port_num;
 	char ca_name[UMAD_CA_NAME_LEN];
 };
@@ -189,8 +189,12 @@ CEP_EXPORT int cep_sa_get(const struct cep_sa_attr *attr, struct cep_sa **out)
 	memcpy(u->ca_name, ca.ca_name, sizeof(u->ca_name));
 	u->ca_name[sizeof(u->ca_name) - 1] = '\0';
 	u->port_num = port_num;
+	/* The kernel keeps a send in its list until its timeout and refuses
+	 * a send whose TID is still there: retire it a little before sa.c
+	 * resends with the same TID. */
 	u->timeout_ms = attr->size >= offsetof(struct cep_sa_attr, attempts) &&
 		attr->timeout_ms ? (int)attr->timeout_ms : 1000;
+	u->timeout_ms -= u->timeout_ms / 8;
 	errno = 0;
 	u->fd = umad_open_port(u->ca_name, port_num);
 	if (u->fd < 0) {
