@@ -212,6 +212,32 @@ CEP_EXPORT int cep_sa_mad_decode(const uint8_t *mad, size_t len,
 	return 0;
 }
 
+CEP_EXPORT int cep_sa_path_to_conn(const struct cep_sa_path *rec,
+				   struct cep_cm_conn_param *p)
+{
+	struct cep_path *pp;
+
+	if (!rec || !p || rec->mtu == 0 || rec->mtu > 5)
+		return -EINVAL;
+	pp = &p->primary;
+	memset(pp, 0, sizeof(*pp));
+	pp->local_lid = rec->slid;
+	pp->remote_lid = rec->dlid;
+	memcpy(pp->local_gid, rec->sgid, 16);
+	memcpy(pp->remote_gid, rec->dgid, 16);
+	pp->flow_label = rec->flow_label;
+	pp->packet_rate = rec->rate;
+	pp->traffic_class = rec->traffic_class;
+	pp->hop_limit = rec->hop_limit;
+	pp->sl = rec->sl;
+	pp->subnet_local = rec->hop_limit <= 1;
+	p->pkey = rec->pkey;
+	p->path_mtu = rec->mtu;
+	/* The REQ carries 5 bits; a longer life is clamped, not wrapped. */
+	p->packet_life_time = rec->packet_life_time > 31 ? 31 : rec->packet_life_time;
+	return 0;
+}
+
 /* ---- the client ---- */
 
 #define SA_DEFAULT_TIMEOUT_MS   1000u

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cep/cm.h>
 #include <cep/export.h>
 
 #ifdef __cplusplus
@@ -203,6 +204,17 @@ CEP_EXPORT int cep_sa_class_port_info(struct cep_sa *sa,
 CEP_EXPORT int cep_sa_port_info(struct cep_sa *sa, struct cep_sa_port *out);
 /* Flush the path cache and the ClassPortInfo. Any thread. */
 CEP_EXPORT void cep_sa_invalidate(struct cep_sa *sa);
+
+/*
+ * Fill the REQ's side of @p from a PathRecord, as the kernel's
+ * cm_format_req does with rdma_cm's route: the primary path (LIDs, GIDs,
+ * flow label, rate, traffic class, hop limit, SL; subnet local when the
+ * hop limit is at most 1), the P_Key, the path MTU and the packet life
+ * time (which the CM's timers then use). Other members of @p are left as
+ * they are. -EINVAL for NULL arguments or a record without an MTU.
+ */
+CEP_EXPORT int cep_sa_path_to_conn(const struct cep_sa_path *rec,
+				   struct cep_cm_conn_param *p);
 
 /* Counters since open; each read atomically, the set is not a snapshot. */
 struct cep_sa_stats {

@@ -140,6 +140,42 @@ static void test_codecs(void)
 	CHECK_EQ(cep_sa_mad_encode(mad, &h, golden_path, CEP_SA_DATA_SIZE + 1), -EINVAL);
 }
 
+/* A PathRecord into a REQ's parameters, as the kernel's cm_format_req
+ * fills the REQ from rdma_cm's route (primary path from the record;
+ * subnet local: hop limit <= 1). */
+static void test_path_to_conn(void)
+{
+	struct cep_cm_conn_param c;
+	struct cep_sa_path p = golden_path_fields;
+
+	memset(&c, 0, sizeof(c));
+	c.service_id = 42;
+	c.qpn = 0x1234;
+	CHECK_EQ(cep_sa_path_to_conn(&p, &c), 0);
+	CHECK_EQ(c.primary.local_lid, 3);
+	CHECK_EQ(c.primary.remote_lid, 4);
+	CHECK(memcmp(c.primary.local_gid, p.sgid, 16) == 0);
+	CHECK(memcmp(c.primary.remote_gid, p.dgid, 16) == 0);
+	CHECK_EQ(c.primary.flow_label, 0xabcde);
+	CHECK_EQ(c.primary.packet_rate, 3);
+	CHECK_EQ(c.primary.traffic_class, 0x25);
+	CHECK_EQ(c.primary.hop_limit, 0x40);
+	CHECK_EQ(c.primary.sl, 5);
+	CHECK_EQ(c.primary.subnet_local, 0);   /* hop limit 64: routed */
+	CHECK_EQ(c.pkey, 0xffff);
+	CHECK_EQ(c.path_mtu, 4);
+	CHECK_EQ(c.packet_life_time, 0x12);
+	CHECK_EQ(c.service_id, 42);            /* left alone */
+	CHECK_EQ(c.qpn, 0x1234);
+	p.hop_limit = 0;
+	p.packet_life_time = 40;               /* wider than the REQ's 5 bits */
+	CHECK_EQ(cep_sa_path_to_conn(&p, &c), 0);
+	CHECK_EQ(c.primary.subnet_local, 1);
+	CHECK_EQ(c.packet_life_time, 31);
+	p.mtu = 0;
+	CHECK_EQ(cep_sa_path_to_conn(&p, &c), -EINVAL);
+}
+
 /* ---- a fake SA as the client's backend ---- */
 
 #define QLEN 64
@@ -406,9 +442,11 @@ static void test_query_cache(void)
 static void test_retry_timeout(void)
 {
 	struct fake *f = fake_new();
-	/* 400 ms per attempt: an answer is never late on a loaded machine
-	 * (sanitizers, two cores); the all-lost case uses a faster client. */
-	struct cep_sa *sa = client(f, 400, 3, 60000), *fast;
+	/* 2 s per attempt where an answer is expected: on a loaded machine
+	 * (sanitizers, two shared cores) the receive thread has been seen
+	 * to wait over a second for a CPU. The all-lost case uses a faster
+	 * client. */
+	struct cep_sa *sa = client(f, 2000, 3, 60000), *fast;
 	struct cep_sa_path q = lid_query(3, 4), p;
 	struct cep_sa_stats st;
 	uint64_t t0, dt;
@@ -445,10 +483,12 @@ static void test_retry_timeout(void)
 	CHECK_EQ(p.dlid, 7);
 	CHECK_EQ(sends(f), 8);
 	/* BUSY to the end: -EBUSY. */
+	fast = client(f, 500, 2, 60000);
 	f->busy = 100;
 	q = lid_query(3, 8);
-	CHECK_EQ(cep_sa_path_query(sa, LID_MASK, &q, 0, &p), -EBUSY);
+	CHECK_EQ(cep_sa_path_query(fast, LID_MASK, &q, 0, &p), -EBUSY);
 	f->busy = 0;
+	cep_sa_put(fast);
 
 	/* A stray answer (foreign TID) is counted and ignored. */
 	f->stray = true;
@@ -587,6 +627,7 @@ static void test_threads(void)
 int main(void)
 {
 	test_codecs();
+	test_path_to_conn();
 	test_query_cache();
 	test_retry_timeout();
 	test_status();
