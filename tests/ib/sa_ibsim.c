@@ -165,8 +165,9 @@ int main(int argc, char **argv)
 		cep_sa_get_stats(sa, &st);
 		printf("result %d\nelapsed_ms %" PRIu64 "\nsent %" PRIu64 "\ntimeouts %" PRIu64 "\n",
 		       ret, dt, st.sent, st.timeouts);
-		/* Bounded: never longer than the attempts allow (+1 s slack). */
-		ok = ret != 0 && dt <= (uint64_t)attr.timeout_ms * attr.attempts + 1000;
+		/* Bounded: never much longer than the attempts allow (5 s of
+		 * slack for a loaded machine; a hang is caught far beyond). */
+		ok = ret != 0 && dt <= (uint64_t)attr.timeout_ms * attr.attempts + 5000;
 		if (!strcmp(mode, "timeout"))
 			ok = ok && ret == -ETIMEDOUT && st.sent == attr.attempts &&
 			     st.timeouts == 1 && dt >= (uint64_t)attr.timeout_ms * attr.attempts;
