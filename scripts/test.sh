@@ -4,7 +4,8 @@
 # three ways: plain gcc with -Werror, ThreadSanitizer, and
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang, with the libFuzzer
 # targets). Any failure or sanitizer report fails the run. The plain build
-# also checks the ABI against abi/libcep.abi and the man pages (suite api)
+# also checks the ABI against abi/libcep.abi and the man pages (suite api),
+# runs the SA client against OpenSM on ibsim (suite ib)
 # and builds the Debian packages, then the quick start against them (pkg).
 # Environment: CEP_TEST_BUILDS="plain tsan asan" to choose builds,
 # CEP_TEST_ARGS for extra `meson test` arguments.
@@ -19,8 +20,8 @@ for b in $builds; do
 	dir=build-test-$b
 	case $b in
 	plain) cc=gcc; opts="-Dwerror=true -Dbuildtype=debugoptimized"; skip="" ;;
-	tsan)  cc=clang; opts="-Dwerror=true -Db_sanitize=thread -Db_lundef=false"; skip="--no-suite guests --no-suite bench --no-suite model" ;;
-	asan)  cc=clang; opts="-Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true"; skip="--no-suite guests --no-suite bench --no-suite model" ;;
+	tsan)  cc=clang; opts="-Dwerror=true -Db_sanitize=thread -Db_lundef=false"; skip="--no-suite guests --no-suite bench --no-suite model --no-suite ib" ;;
+	asan)  cc=clang; opts="-Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true"; skip="--no-suite guests --no-suite bench --no-suite model --no-suite ib" ;;
 	*) echo "unknown build $b" >&2; exit 2 ;;
 	esac
 	echo "=== build $b ($cc $opts)"

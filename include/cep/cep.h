@@ -19,5 +19,6 @@
 #include <cep/umad.h>
 #include <cep/pcap.h>
 #include <cep/rdma_cm.h>
+#include <cep/sa.h>
 
 #endif /* CEP_CEP_H */

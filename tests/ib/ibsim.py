@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The ib tier: libcep's SA client against the real OpenSM on Debian's
+ibsim. Starts ibsim on a small fabric (one switch, the SM's HCA and two
+more), OpenSM under libumad2sim.so, waits (bounded) for SUBNET UP, then
+runs sa-ibsim on Hca1 and compares its PathRecords (by LIDs and by GIDs)
+and ClassPortInfo with saquery's answers, field by field. A query to a
+LID that does not exist, and one while OpenSM is stopped (SIGSTOP), must
+end in an error within their time bound, never hang. Every wait has a
+timeout; ibsim and OpenSM die with this script (their process groups).
+Exit 77 (skip) with the reason when ibsim, OpenSM or saquery is missing.
+Usage: ibsim.py SA_IBSIM_BINARY"""
+import ipaddress
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+PRELOAD_DIRS = ['/usr/lib/x86_64-linux-gnu/umad2sim', '/usr/lib/umad2sim',
+                '/usr/lib64/umad2sim', '/usr/local/lib/umad2sim']
+NET = """Switch	8 "Switch1"
+[1]	"SmHca"[1]
+[2]	"Hca1"[1]
+[3]	"Hca2"[1]
+
+Hca	1 "SmHca"
+[1]	"Switch1"[1]
+
+Hca	1 "Hca1"
+[1]	"Switch1"[2]
+
+Hca	1 "Hca2"
+[1]	"Switch1"[3]
+"""
+PATH_FIELDS = ['service_id', 'dgid', 'sgid', 'dlid', 'slid', 'hop_flow_raw',
+               'tclass', 'num_path_revers', 'pkey', 'qos_class', 'sl', 'mtu',
+               'rate', 'pkt_life', 'preference']
+
+procs = []
+failures = []
+
+
+def skip(why):
+    print(f'SKIP: {why}')
+    sys.exit(77)
+
+
+def cleanup(*_):
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGCONT)
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    procs.clear()
+
+
+def on_signal(signum, _frame):
+    cleanup()
+    sys.exit(128 + signum)
+
+
+def wait_for(path, text, timeout, proc):
+    """Until the file holds text (True), the process died or time ran out."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if text in open(path, errors='replace').read():
+                return True
+        except FileNotFoundError:
+            pass
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return False
+
+
+def value(v):
+    """saquery's and sa-ibsim's values as one comparable type."""
+    v = v.strip()
+    if ':' in v:
+        return str(ipaddress.IPv6Address(v))
+    return int(v, 0)
+
+
+def parse_saquery(text):
+    fields = {}
+    for line in text.splitlines():
+        m = re.match(r'\s+(\w[\w ]*?)\.{2,}(.*)$', line)
+        if m:
+            fields[m.group(1).strip()] = m.group(2).strip()
+    return fields
+
+
+def parse_kv(text):
+    return dict(l.split(None, 1) for l in text.splitlines() if ' ' in l)
+
+
+def check(cond, what):
+    print(('ok   ' if cond else 'FAIL ') + what)
+    if not cond:
+        failures.append(what)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    prog = os.path.abspath(sys.argv[1])
+    for tool, pkg in (('ibsim', 'ibsim-utils'), ('opensm', 'opensm'),
+                      ('saquery', 'infiniband-diags')):
+        if not shutil.which(tool):
+            skip(f'{tool} not installed (Debian package {pkg}; scripts/deps.sh installs it)')
+    preload = next((os.path.join(d, 'libumad2sim.so') for d in PRELOAD_DIRS
+                    if os.path.exists(os.path.join(d, 'libumad2sim.so'))), None)
+    if not preload:
+        skip('libumad2sim.so not found (Debian package ibsim-utils)')
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    tmp = tempfile.mkdtemp(prefix='cep-ibsim-')
+    # A socket name of our own: other ibsim instances on the host stay apart.
+    base = dict(os.environ, IBSIM_SOCKNAME=f'cep{os.getpid()}')
+    base.pop('LD_PRELOAD', None)
+    sim_env = dict(base, LD_PRELOAD=preload)
+    # Sanitizer builds: libumad2sim.so (ibsim's preload, not libcep) has
+    # its own faults - it starts a thread before initialising the mutex
+    # that thread takes (TSan), and its read() copies 320 bytes out of a
+    # 288-byte buffer for some answers (ASan). Ignore what its own code
+    # does, here only; libcep's code stays fully checked.
+    if 'TSAN_OPTIONS' in base:
+        supp = os.path.join(tmp, 'tsan.supp')
+        m = re.search(r'suppressions=([^:]+)', base['TSAN_OPTIONS'])
+        text = open(m.group(1)).read() if m and os.path.exists(m.group(1)) else ''
+        open(supp, 'w').write(text + '\ncalled_from_lib:libumad2sim.so\nrace:libumad2sim.so\n')
+        sim_env['TSAN_OPTIONS'] = re.sub(r'suppressions=[^:]+', '', base['TSAN_OPTIONS']) + \
+            ':suppressions=' + supp
+    if 'ASAN_OPTIONS' in base:
+        supp = os.path.join(tmp, 'asan.supp')
+        open(supp, 'w').write('interceptor_via_lib:libumad2sim.so\n')
+        sim_env['ASAN_OPTIONS'] = base['ASAN_OPTIONS'] + ':suppressions=' + supp
+    open(os.path.join(tmp, 'net'), 'w').write(NET)
+
+    def start(args, env, log):
+        p = subprocess.Popen(args, cwd=tmp, env=env, stdin=subprocess.DEVNULL,
+                             stdout=open(os.path.join(tmp, log), 'w'),
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(p)
+        return p
+
+    def run(args, host, timeout=30):
+        env = dict(sim_env, SIM_HOST=host)
+        try:
+            r = subprocess.run(args, cwd=tmp, env=env, capture_output=True,
+                               text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, '', f'timed out after {timeout} s'
+        return r.returncode, r.stdout, r.stderr
+
+    try:
+        sim = start(['ibsim', '-s', '-n', 'net'], base, 'ibsim.log')
+        if not wait_for(os.path.join(tmp, 'ibsim.log'), 'simulator ready', 20, sim):
+            print(open(os.path.join(tmp, 'ibsim.log')).read())
+            check(False, 'ibsim starts')
+            return 1
+        osm_log = os.path.join(tmp, 'osm.log')
+        # -d2: flush the log at each line, so SUBNET UP is seen when it happens.
+        osm = start(['opensm', '-d2', '-f', osm_log],
+                    dict(sim_env, SIM_HOST='SmHca', OSM_TMP_DIR=tmp, OSM_CACHE_DIR=tmp),
+                    'opensm.out')
+        if not wait_for(osm_log, 'SUBNET UP', 90, osm):
+            print(open(os.path.join(tmp, 'opensm.out')).read())
+            check(False, 'OpenSM reports SUBNET UP within 90 s')
+            return 1
+        check(True, 'OpenSM reports SUBNET UP')
+
+        ports = {}
+        for host in ('Hca1', 'Hca2'):
+            rc, out, err = run([prog, 'port'], host)
+            check(rc == 0, f'sa-ibsim port on {host}: {out.split()} {err.strip()}')
+            if rc != 0:
+                return 1
+            ports[host] = parse_kv(out)
+        l1, l2 = ports['Hca1']['lid'], ports['Hca2']['lid']
+        g1, g2 = ports['Hca1']['gid'], ports['Hca2']['gid']
+        sm = ports['Hca1']['sm_lid']
+        check(l1 != l2 and sm not in (l1, l2), f'LIDs {l1}, {l2}, SM LID {sm}')
+
+        def compare(what, ref_args, our_args):
+            rc, ref, err = run(['saquery'] + ref_args, 'Hca1')
+            if rc != 0:
+                check(False, f'saquery {" ".join(ref_args)}: {err.strip()}')
+                return
+            rc, ours, err = run([prog] + our_args, 'Hca1')
+            check(rc == 0, f'sa-ibsim {" ".join(our_args)} exits 0 {err.strip()}')
+            want, got = parse_saquery(ref), parse_kv(ours)
+            for f in PATH_FIELDS:
+                if f not in want or f not in got:
+                    check(False, f'{what}: {f} in both answers')
+                    continue
+                check(value(want[f]) == value(got[f]),
+                      f'{what}: {f} saquery {want[f]} libcep {got[f]}')
+            return got
+
+        got = compare('by LIDs', ['--src-to-dst', f'{l1}:{l2}'], ['path-lid', l1, l2])
+        if got:
+            check(int(got['dlid']) == int(l2) and value(got['dgid']) == value(g2),
+                  'the path by LIDs leads to Hca2')
+        got = compare('by GIDs', ['--sgid-to-dgid', f'{g1}-{g2}'], ['path-gid', g1, g2])
+        if got:
+            check(int(got['slid']) == int(l1) and int(got['dlid']) == int(l2),
+                  'the path by GIDs has Hca1 and Hca2 LIDs')
+
+        rc, ref, err = run(['saquery', '-c'], 'Hca1')
+        rc2, ours, err2 = run([prog, 'cpi'], 'Hca1')
+        check(rc == 0 and rc2 == 0, f'ClassPortInfo from both {err.strip()} {err2.strip()}')
+        if rc == 0 and rc2 == 0:
+            want, got = parse_saquery(ref), parse_kv(ours)
+            for theirs, mine in (('Base version', 'base_version'),
+                                 ('Class version', 'class_version'),
+                                 ('Capability mask', 'capability_mask'),
+                                 ('Capability mask 2', 'capability_mask2'),
+                                 ('Response time value', 'resp_time_value'),
+                                 ('Redirect LID', 'redirect_lid'),
+                                 ('Redirect QP', 'redirect_qp'),
+                                 ('Redirect QKey', 'redirect_qkey')):
+                check(theirs in want and value(want[theirs]) == value(got.get(mine, '-1')),
+                      f'ClassPortInfo {mine}: saquery {want.get(theirs)} libcep {got.get(mine)}')
+
+        # No such LID: the SA answers with an error or not at all; either
+        # way the query ends within its bound (300 ms x 2, + 5 s on a loaded host).
+        rc, out, err = run([prog, 'fail', l1, '0xbeef', '300', '2'], 'Hca1', timeout=20)
+        check(rc == 0, f'query to a LID that does not exist ends in an error in time: {out.split()} {err.strip()}')
+
+        # OpenSM stopped: no answer, -ETIMEDOUT after exactly 3 sends.
+        os.killpg(osm.pid, signal.SIGSTOP)
+        try:
+            rc, out, err = run([prog, 'timeout', l1, l2, '300', '3'], 'Hca1', timeout=20)
+            check(rc == 0, f'query while OpenSM is stopped: -ETIMEDOUT after 3 x 300 ms: {out.split()} {err.strip()}')
+        finally:
+            os.killpg(osm.pid, signal.SIGCONT)
+        # OpenSM now answers the 3 stale queries. A client that attaches
+        # to Hca1 while they arrive is killed by libumad2sim.so (SIGSEGV in
+        # its receive thread: a MAD before the class is registered), so
+        # wait until ibsim has dropped all three ("no one to handle").
+        sim_log = os.path.join(tmp, 'ibsim.log')
+        end = time.monotonic() + 20
+        while time.monotonic() < end and \
+                open(sim_log, errors='replace').read().count('no one to handle pkt: class 0x3') < 3:
+            time.sleep(0.1)
+        print(f'stale answers dropped by ibsim after {20 - (end - time.monotonic()):.1f} s')
+        rc, out, err = run([prog, 'path-lid', l1, l2], 'Hca1')
+        check(rc == 0, f'OpenSM resumed: queries answered again: rc {rc} {out.split()} {err.strip()}')
+        print('not tested here: invalidation on an SM change (an ibsim client reads its '
+              'SM LID once, at start; tests/sa covers it with a fake SA)')
+    finally:
+        cleanup()
+        if failures:
+            print(f'logs kept in {tmp}')
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f'{len(failures)} failure(s)')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
