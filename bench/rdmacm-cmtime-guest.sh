@@ -9,7 +9,11 @@
 # counts. Prints
 # "BENCH <cm> n=<n> r=<round>: <line>" for every line of the client's
 # output, and for each guest its CPU time by kind over the run (ticks of
-# /proc/stat: where the time went) and the cmtime process's CPU time.
+# /proc/stat: where the time went) and the cmtime process's CPU time,
+# per thread (name, user and system ticks, voluntary and involuntary
+# context switches: the wake-ups), and, when perf works in the guest
+# (software events and the raw_syscalls tracepoint), each process's
+# system calls and context switches.
 set -u
 . "$GB_LIB"
 wrap=$1
@@ -19,6 +23,24 @@ shift 3
 counts=$*
 ulimit -n 1048576 2>/dev/null || ulimit -n 65536
 gb_rxe_up || exit 1
+mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
+perf=
+perf stat -e raw_syscalls:sys_enter -o /dev/null true 2>/dev/null &&
+	perf="perf stat -x , -e task-clock,context-switches,raw_syscalls:sys_enter"
+# threads PID PREFIX: one line per thread of PID.
+threads() {
+	for t in /proc/$1/task/*; do
+		awk -v p="$2" -v f="$t/status" '{
+			name = $2; sub(/^\(/, "", name); sub(/\)$/, "", name)
+			v = nv = 0
+			while ((getline l < f) > 0) {
+				if (l ~ /^voluntary_ctxt_switches/) { split(l, x, ":"); v = x[2] + 0 }
+				if (l ~ /^nonvoluntary_ctxt_switches/) { split(l, x, ":"); nv = x[2] + 0 }
+			}
+			printf "%s thread %s user %d system %d (ticks) wakeups %d preempted %d\n", p, name, $14, $15, v, nv
+		}' "$t/stat" 2>/dev/null
+	done
+}
 [ "$GB_NAME" = a ] && "$cost" rxe0 "$GB_PEER_IP" 200
 kernel_cm() { # load | unload
 	if [ "$1" = load ]; then
@@ -49,6 +71,12 @@ for n in $counts; do
 			CEP_RDMACM_READY=$GB_SHARE/b.ready-$tag timeout 3000 $w cmtime \
 				>/tmp/server-$tag.out 2>&1 &
 			pid=$!
+			sp=
+			if [ -n "$perf" ]; then
+				sleep 0.5
+				c=$(pgrep -x cmtime | head -n1)
+				[ -n "$c" ] && { $perf -o /tmp/perf-server-$tag.txt -p "$c" & sp=$!; }
+			fi
 			if [ $cm = kernel ]; then
 				gb_wait_cm_listen 7471 $pid 600 || echo "no kernel listener"
 				gb_signal ready-$tag
@@ -58,15 +86,22 @@ for n in $counts; do
 			# The server never exits by itself: its CPU time, then stop it.
 			c=$(pgrep -x cmtime | head -n1)
 			[ -n "$c" ] && echo "$pre server cpu $(awk '{ printf "user %.2f s system %.2f s", $14 / 100, $15 / 100 }' /proc/$c/stat)"
+			[ -n "$c" ] && threads "$c" "$pre server"
+			if [ -n "$sp" ]; then
+				kill -INT $sp 2>/dev/null
+				wait $sp
+				sed -n "s/^\([0-9.]*\),[^,]*,\([^,]*\),.*/$pre server perf \2 \1/p" /tmp/perf-server-$tag.txt
+			fi
 			kill $pid 2>/dev/null
 			wait $pid
 			grep -i "error\|fail" /tmp/server-$tag.out | sed "s/^/$pre server: /"
 		else
 			gb_wait ready-$tag 600 || { rc=1; continue; }
 			c0=$(cpu)
-			CEP_RDMACM_STATS=1 /usr/bin/time -f "client cpu user %U s system %S s wall %e s maxrss %M KiB" \
-				timeout 3000 $w cmtime -s "$GB_PEER_IP" -c "$n" >/tmp/client-$tag.out 2>&1 ||
+			CEP_RDMACM_STATS=1 /usr/bin/time -f "client cpu user %U s system %S s wall %e s maxrss %M KiB wakeups %w preempted %c" \
+				timeout 3000 $w ${perf:+$perf -o /tmp/perf-client-$tag.txt --} cmtime -s "$GB_PEER_IP" -c "$n" >/tmp/client-$tag.out 2>&1 ||
 				{ echo "$pre cmtime exit $?"; rc=1; }
+			[ -n "$perf" ] && sed -n "s/^\([0-9.]*\),[^,]*,\([^,]*\),.*/client perf \2 \1/p" /tmp/perf-client-$tag.txt >>/tmp/client-$tag.out
 			echo "$pre client guest cpu $(cpu_delta "$c0" "$(cpu)") (ticks)"
 			sed "s/^/$pre /" /tmp/client-$tag.out
 			gb_signal done-$tag

@@ -7,7 +7,7 @@ PKGS="meson ninja-build pkg-config gcc clang libclang-rt-14-dev llvm \
       liburcu-dev libck-dev libibumad-dev libibverbs-dev \
       spin tshark gnuplot-nox python3 \
       qemu-system-x86 busybox-static kmod iproute2 ibverbs-utils \
-      ibverbs-providers rdmacm-utils librdmacm-dev cpio \
+      ibverbs-providers rdmacm-utils librdmacm-dev libfabric-bin cpio \
       pandoc man-db abigail-tools debhelper dpkg-dev build-essential lintian \
       ibsim-utils opensm infiniband-diags"
 missing=""

@@ -827,6 +827,8 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	(void)cep_qp_params_active(&id->qpp, &id->cm->port, p); /* our half, defaults applied */
 	m.hdr.tid = cm_next_tid(id);
 	rq->local_comm_id = cep_local_comm_id(id->cep);
+	rq->vendor_id = p->ece_vendor_id & 0xffffff; /* ECE: as cm_format_req */
+	m.hdr.attr_mod = p->ece_options;
 	rq->service_id = p->service_id;
 	rq->local_ca_guid = id->cm->ca_guid;
 	rq->local_qkey = p->qkey;
@@ -943,6 +945,13 @@ int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	rp->rnr_retry_count = p->rnr_retry_count & 7;
 	rp->srq = p->srq ? 1 : 0;
 	rp->local_ca_guid = id->cm->ca_guid;
+	if (p->size >= offsetof(struct cep_cm_accept_param, ece_options) + sizeof(p->ece_options)) {
+		/* ECE: as the kernel's cm_format_rep */
+		rp->vendor_id_h = (uint8_t)(p->ece_vendor_id >> 16);
+		rp->vendor_id_m = (uint8_t)(p->ece_vendor_id >> 8);
+		rp->vendor_id_l = (uint8_t)p->ece_vendor_id;
+		m.hdr.attr_mod = p->ece_options;
+	}
 	cm_copy_pdata(rp->private_data, p->private_data, p->private_data_len);
 	id->local_qpn = p->qpn;
 	id->flags = (uint8_t)((id->flags & ~F_MANUAL_DREP) | (p->manual_drep ? F_MANUAL_DREP : 0));
@@ -1042,8 +1051,9 @@ int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t
 {
 	int ret;
 
-	if (!id || reason == 0 || reason > CEP_REJ_REASON_MAX || (ari_len && !ari) ||
-	    (len && !pdata))
+	if (!id || reason == 0 ||
+	    (reason > CEP_REJ_REASON_MAX && reason != CEP_REJ_VENDOR_OPTION_NOT_SUPPORTED) ||
+	    (ari_len && !ari) || (len && !pdata))
 		return -EINVAL;
 	if (ari_len > CEP_REJ_ARI_SIZE || len > CEP_REJ_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;

@@ -29,7 +29,8 @@
 /* Table 106: REQ */
 #define CEP_FIELDS_REQ(U, G, B, P, R) \
 	U(req, local_comm_id,              local_comm_id,               0, 0, 32) \
-	R(req,                                                          4, 0, 32) \
+	R(req,                                                          4, 0, 8)  \
+	U(req, vendor_id,                  vendor_id,                   5, 0, 24) \
 	U(req, service_id,                 service_id,                  8, 0, 64) \
 	U(req, local_ca_guid,              local_ca_guid,              16, 0, 64) \
 	R(req,                                                         24, 0, 32) \
@@ -111,11 +112,11 @@
 	U(rep, remote_comm_id,          remote_comm_id,           4, 0, 32) \
 	U(rep, local_q_key,             local_qkey,               8, 0, 32) \
 	U(rep, local_qpn,               local_qpn,               12, 0, 24) \
-	R(rep,                                                   15, 0, 8)  \
+	U(rep, vendor_id_h,             vendor_id_h,             15, 0, 8)  \
 	U(rep, local_ee_context_number, local_eecn,              16, 0, 24) \
-	R(rep,                                                   19, 0, 8)  \
+	U(rep, vendor_id_m,             vendor_id_m,             19, 0, 8)  \
 	U(rep, starting_psn,            starting_psn,            20, 0, 24) \
-	R(rep,                                                   23, 0, 8)  \
+	U(rep, vendor_id_l,             vendor_id_l,             23, 0, 8)  \
 	U(rep, responder_resources,     responder_resources,     24, 0, 8)  \
 	U(rep, initiator_depth,         initiator_depth,         25, 0, 8)  \
 	U(rep, target_ack_delay,        target_ack_delay,        26, 0, 5)  \

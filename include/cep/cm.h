@@ -399,7 +399,11 @@ struct cep_cm_conn_param {
 					       application answers (cep_cm_drep
 					       or cep_cm_disconnect), as on the
 					       passive side; read when @size
-					       covers it, else 0 */
+					       covers it, else 0 */	/* Enhanced Connection Establishment (IBTA 1.4), as the kernel's
+	 * ib_cm_req_param.ece: the REQ's vendor ID (24 bits) and its MAD
+	 * attribute modifier. 0: none. Read when @size covers them. */
+	uint32_t ece_vendor_id;
+	uint32_t ece_options;
 };
 
 /* Active side: bind @p->qpn to this id, send REQ (IDLE -> REQ_SENT), arm
@@ -428,7 +432,11 @@ struct cep_cm_accept_param {
 	const void *private_data;
 	size_t private_data_len;        /* <= CEP_REP_PRIVATE_DATA_SIZE */
 	uint8_t flow_control;           /* the REP's end-to-end flow control bit;
-					   read when @size covers it, else 1 */
+					   read when @size covers it, else 1 */	/* ECE for the REP (the kernel's ib_cm_rep_param.ece): vendor ID
+	 * (24 bits) and MAD attribute modifier; read when @size covers them,
+	 * else 0. */
+	uint32_t ece_vendor_id;
+	uint32_t ece_options;
 };
 
 /* Passive side: bind, send REP (REQ_RCVD/MRA_REQ_SENT -> REP_SENT).
@@ -451,8 +459,9 @@ CEP_EXPORT int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len);
  * thread, also from a callback. */
 CEP_EXPORT int cep_cm_notify_established(struct cep_cm_id *id);
 /* Send REJ in any connecting state (and REP_RCVD), with reason, ARI and
- * private data. 0, -EINVAL (NULL, state, reason 0 or >
- * CEP_REJ_REASON_MAX), -EMSGSIZE (private data or ARI too long). Before the peer answered our REQ (REQ_SENT, MRA_REQ_RCVD) it
+ * private data. 0, -EINVAL (NULL, state, reason 0 or > CEP_REJ_REASON_MAX
+ * other than CEP_REJ_VENDOR_OPTION_NOT_SUPPORTED), -EMSGSIZE (private
+ * data or ARI too long). Before the peer answered our REQ (REQ_SENT, MRA_REQ_RCVD) it
  * can match only a REJ "timeout" carrying our CA GUID in the ARI (we do
  * not know its comm ID yet): that is what is sent there,
  * with @pdata; @reason and @ari are not. After a REP of ours (REP_SENT,

@@ -157,6 +157,10 @@ enum cep_rej_reason {
 #undef CEP_REJ_ENUM_
 	CEP_REJ_REASON_MAX = 33
 };
+/* IBTA 1.4 (ECE), the kernel's IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED: sent
+ * by cep_cm_reject; outside the map so that the counters indexed by
+ * reason keep their size (counted as an undefined reason). */
+#define CEP_REJ_VENDOR_OPTION_NOT_SUPPORTED 35
 
 /* APR AP status (table 117). */
 #define CEP_APR_STATUS_MAP(X) \
@@ -237,6 +241,7 @@ struct cep_path {
 
 struct cep_req {
 	uint32_t local_comm_id;
+	uint32_t vendor_id;                  /* 24 bits: ECE (IBTA 1.4), 0 none */
 	uint64_t service_id;
 	uint64_t local_ca_guid;
 	uint32_t local_qkey;
@@ -298,6 +303,12 @@ struct cep_rep {
 	uint8_t srq;                       /* 1 bit */
 	uint64_t local_ca_guid;
 	uint8_t private_data[CEP_REP_PRIVATE_DATA_SIZE];
+	/* ECE vendor ID (IBTA 1.4), 24 bits in three bytes as on the wire
+	 * (high, middle, low); all 0: none. In the tail padding: the
+	 * struct's size and the offsets above are unchanged. */
+	uint8_t vendor_id_h;
+	uint8_t vendor_id_m;
+	uint8_t vendor_id_l;
 };
 
 struct cep_rtu {

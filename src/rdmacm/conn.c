@@ -253,6 +253,38 @@ static int qp_to_rts(struct rcm_id *r, struct ibv_qp *qp, uint8_t resp_res, uint
 
 /* Initialise a new QP for @r (librdmacm ucma_init_conn_qp/ucma_init_ud_qp)
  * and register an RC/UC QP's number with the CM. Caller holds r->mtx. */
+/* A new QP and ECE, as librdmacm's init_ece and set_local_ece: our ECE
+ * becomes the device's (none when it does not support ECE); on the
+ * passive side the device is told the peer's, or only our vendor when
+ * the peer's differs. Caller holds r->mtx. */
+int rcm_qp_ece(struct rcm_id *r, struct ibv_qp *qp)
+{
+	struct ibv_ece ece = { 0 };
+	int ret = ibv_query_ece(qp, &ece);
+
+	if (ret && ret != EOPNOTSUPP)
+		return -ret;
+	r->local_ece.vendor_id = ece.vendor_id;
+	r->local_ece.options = ece.options;
+	if (!r->remote_ece.vendor_id)
+		return 0;
+	if (r->remote_ece.vendor_id != r->local_ece.vendor_id) {
+		ece.vendor_id = r->local_ece.vendor_id;
+		ece.options = 0;
+	} else {
+		ece = r->remote_ece;
+	}
+	ret = ibv_set_ece(qp, &ece);
+	if (ret && ret != EOPNOTSUPP)
+		return -ret;
+	memset(&ece, 0, sizeof(ece));
+	ret = ibv_query_ece(qp, &ece);
+	if (ret && ret != EOPNOTSUPP)
+		return -ret;
+	r->local_ece.options = ece.options;
+	return 0;
+}
+
 int rcm_qp_init(struct rcm_id *r, struct ibv_qp *qp)
 {
 	static const enum ibv_qp_state ud_steps[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
@@ -423,6 +455,8 @@ static int connect_rc(struct rcm_id *r, const struct rdma_conn_param *param)
 	cp.path_mtu = pinfo.active_mtu;
 	cp.transport_service_type = r->id.qp_type == IBV_QPT_UC ? CEP_TS_UC : CEP_TS_RC;
 	cp.manual_rtu = 1; /* RTU once the QP is in RTS */
+	cp.ece_vendor_id = r->local_ece.vendor_id; /* librdmacm's REQ: ours */
+	cp.ece_options = r->local_ece.options;
 	cp.private_data = buf;
 	cp.private_data_len = (size_t)n;
 	cp.peer = &to;
@@ -535,6 +569,9 @@ RCM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
 	acc.initiator_depth = r->init_depth;
 	acc.target_ack_delay = r->port->dev->attr.local_ca_ack_delay;
 	acc.failover_accepted = CEP_FAILOVER_ACCEPTED; /* as ib_cm: RoCE has no alternate */
+	/* librdmacm's REP: the vendor the REQ named, our options */
+	acc.ece_vendor_id = r->remote_ece.vendor_id;
+	acc.ece_options = r->local_ece.options;
 	acc.rnr_retry_count = conn_param ? (conn_param->rnr_retry_count > 7 ? 7 :
 					    conn_param->rnr_retry_count) : 7;
 	ret = rcm_qp_register(r, acc.qpn);
@@ -576,6 +613,61 @@ RCM_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data,
 	else
 		ret = cep_cm_reject(r->cep, CEP_REJ_CONSUMER_DEFINED, NULL, 0, private_data,
 				    private_data_len);
+	pthread_mutex_unlock(&r->mtx);
+	return ret ? rcm_err(-ret) : 0;
+}
+
+/* ECE needs no device support here, as in librdmacm: the values travel in
+ * the REQ (vendor ID, attribute modifier) and REP, and a QP is told of
+ * them when the device supports it (rcm_qp_ece, rep_ece). Both calls
+ * refuse an id that has a QP, as librdmacm's. */
+RCM_EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	struct rcm_id *r;
+
+	if (!id || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
+		return rcm_err(EINVAL);
+	r = rcm_id_of(id);
+	pthread_mutex_lock(&r->mtx);
+	r->local_ece.vendor_id = ece->vendor_id;
+	r->local_ece.options = ece->options;
+	pthread_mutex_unlock(&r->mtx);
+	return 0;
+}
+
+RCM_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	struct rcm_id *r;
+
+	if (!id || id->qp || !ece)
+		return rcm_err(EINVAL);
+	r = rcm_id_of(id);
+	pthread_mutex_lock(&r->mtx);
+	ece->vendor_id = r->remote_ece.vendor_id;
+	ece->options = r->remote_ece.options;
+	pthread_mutex_unlock(&r->mtx);
+	ece->comp_mask = 0;
+	return 0;
+}
+
+/* REJ reason 35 "vendor option not supported", as librdmacm's (the
+ * kernel's ucma lets 28 and 35 through); a UD id: rdma_reject's SIDR_REP. */
+RCM_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
+			       uint8_t private_data_len)
+{
+	struct rcm_id *r;
+	int ret;
+
+	if (!id || id->qp_type == IBV_QPT_UD)
+		return rdma_reject(id, private_data, private_data_len);
+	r = rcm_id_of(id);
+	if (!private_data)
+		private_data_len = 0;
+	if (private_data_len > CEP_REJ_PRIVATE_DATA_SIZE)
+		return rcm_err(EINVAL); /* as the kernel's ib_send_cm_rej */
+	pthread_mutex_lock(&r->mtx);
+	ret = r->cep ? cep_cm_reject(r->cep, CEP_REJ_VENDOR_OPTION_NOT_SUPPORTED, NULL, 0,
+				     private_data, private_data_len) : -EINVAL;
 	pthread_mutex_unlock(&r->mtx);
 	return ret ? rcm_err(-ret) : 0;
 }
@@ -773,6 +865,10 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 	c->cr_pending = 1;
 	c->reuseaddr = l->reuseaddr;
 	c->afonly = l->afonly;
+	if (!ud) { /* the REQ's ECE (librdmacm ucma_process_conn_req) */
+		c->remote_ece.vendor_id = ev->msg.u.req.vendor_id;
+		c->remote_ece.options = ev->msg.hdr.attr_mod;
+	}
 	set_addr(&c->id.route.addr.src_storage, h.ip_version == 4, h.dst_addr, h.dst_port);
 	set_addr(&c->id.route.addr.dst_storage, h.ip_version == 4, h.src_addr, h.src_port);
 	rcm_addr_gid(&c->id.route.addr.src_addr, c->id.route.addr.addr.ibaddr.sgid.raw);
@@ -830,6 +926,9 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 		 * the event (librdmacm's rdma_get_cm_event): rcm_event_taken. */
 		if (cep_qp_params_active_rep(&r->qpp, rp))
 			r->rep_bad = 1;
+		r->rep_ece.vendor_id = (uint32_t)rp->vendor_id_h << 16 |
+				       (uint32_t)rp->vendor_id_m << 8 | rp->vendor_id_l;
+		r->rep_ece.options = ev->msg.hdr.attr_mod;
 		e = rcm_event_new(r, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
 		if (!e)
 			break;
@@ -905,6 +1004,33 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 		rcm_push_locked(e);
 }
 
+/* The REP's ECE on an id with a QP, as librdmacm's
+ * ucma_process_conn_resp_ece: a vendor other than ours is an error
+ * (-EINVAL: CONNECT_ERROR); none, or ours, goes to the device (which may
+ * not support ECE: EOPNOTSUPP is fine). Caller holds r->mtx. */
+static int rep_ece(struct rcm_id *r)
+{
+	struct ibv_ece ece = { .vendor_id = r->rep_ece.vendor_id, .options = r->rep_ece.options };
+	int ret;
+
+	if (!ece.vendor_id) {
+		ece.vendor_id = r->local_ece.vendor_id;
+		ece.options = 0;
+	} else if (ece.vendor_id != r->local_ece.vendor_id) {
+		return -EINVAL;
+	}
+	r->remote_ece.vendor_id = r->rep_ece.vendor_id;
+	ret = ibv_set_ece(r->id.qp, &ece);
+	if (ret && ret != EOPNOTSUPP)
+		return -ret;
+	memset(&ece, 0, sizeof(ece));
+	ret = ibv_query_ece(r->id.qp, &ece);
+	if (ret && ret != EOPNOTSUPP)
+		return -ret;
+	r->local_ece.options = ret ? 0 : ece.options;
+	return 0;
+}
+
 void rcm_event_taken(struct rcm_event *e)
 {
 	struct rcm_id *r = e->owner;
@@ -914,9 +1040,10 @@ void rcm_event_taken(struct rcm_event *e)
 	if (e->work == RCM_WORK_QP_ERR) {
 		rcm_qp_error(r->id.qp);
 	} else if (e->work == RCM_WORK_REP && r->id.qp) {
-		/* librdmacm ucma_process_conn_resp: RTR, RTS, RTU. */
-		ret = r->rep_bad ? -EINVAL : qp_to_rts(r, r->id.qp, RDMA_MAX_RESP_RES,
-							RDMA_MAX_INIT_DEPTH);
+		/* librdmacm ucma_process_conn_resp_ece: ECE, RTR, RTS, RTU. */
+		ret = r->rep_bad ? -EINVAL : rep_ece(r);
+		if (!ret)
+			ret = qp_to_rts(r, r->id.qp, RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH);
 		if (!ret)
 			ret = r->cep ? cep_cm_rtu(r->cep, NULL, 0) : -EINVAL;
 		if (ret) {
@@ -933,6 +1060,8 @@ void rcm_event_taken(struct rcm_event *e)
 		}
 	}
 	/* No QP: CONNECT_RESPONSE stays; rdma_establish sends the RTU. */
+	if (e->work == RCM_WORK_REP && !r->id.qp)
+		r->remote_ece = r->rep_ece;
 	e->work = RCM_WORK_NONE;
 	pthread_mutex_unlock(&r->mtx);
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cep/umad.h>
@@ -185,19 +186,78 @@ struct ibv_pd *rcm_dev_pd(struct rcm_dev *d)
 	return pd;
 }
 
+/* The routing table's answers, kept RCM_ROUTE_TTL_MS: asking it costs a
+ * socket and three more system calls, and rdma_resolve_addr asks once per
+ * connection (cmtime: 1,000 times for one destination). A route that
+ * changes is seen at the latest after the TTL; a failed lookup is never
+ * kept. Direct-mapped by destination; any thread (route.lock). */
+#define RCM_ROUTE_TTL_MS 1000
+#define RCM_ROUTE_SLOTS 64
+static struct {
+	pthread_mutex_t lock;
+	struct {
+		struct sockaddr_storage dst, src;
+		uint64_t until_ms;    /* 0: empty */
+	} slot[RCM_ROUTE_SLOTS];
+} route = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static uint64_t coarse_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* vDSO: no system call */
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* @dst without its port (the route does not depend on it) in @key. */
+static unsigned route_key(const struct sockaddr *dst, size_t len, struct sockaddr_storage *key)
+{
+	const uint8_t *b = (const uint8_t *)key;
+	uint32_t h = 2166136261u;
+
+	memset(key, 0, sizeof(*key));
+	memcpy(key, dst, len);
+	if (dst->sa_family == AF_INET)
+		((struct sockaddr_in *)key)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)key)->sin6_port = 0;
+	for (size_t i = 0; i < len; i++) /* FNV-1a */
+		h = (h ^ b[i]) * 16777619u;
+	return h % RCM_ROUTE_SLOTS;
+}
+
 int rcm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src)
 {
 	socklen_t len = sizeof(*src);
+	size_t dlen = (size_t)rcm_addr_len(dst);
+	struct sockaddr_storage key;
+	unsigned k = route_key(dst, dlen, &key);
+	uint64_t now = coarse_ms();
 	int fd, ret = 0;
 
+	pthread_mutex_lock(&route.lock);
+	if (route.slot[k].until_ms > now && !memcmp(&route.slot[k].dst, &key, sizeof(key))) {
+		*src = route.slot[k].src;
+		pthread_mutex_unlock(&route.lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&route.lock);
 	/* A connected UDP socket asks the routing table; nothing is sent. */
 	fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, dst, (socklen_t)rcm_addr_len(dst)) ||
+	memset(src, 0, sizeof(*src));
+	if (connect(fd, dst, (socklen_t)dlen) ||
 	    getsockname(fd, (struct sockaddr *)src, &len))
 		ret = -errno;
 	close(fd);
+	if (!ret) {
+		pthread_mutex_lock(&route.lock);
+		route.slot[k].dst = key;
+		route.slot[k].src = *src;
+		route.slot[k].until_ms = now + RCM_ROUTE_TTL_MS;
+		pthread_mutex_unlock(&route.lock);
+	}
 	return ret;
 }
 

@@ -63,6 +63,17 @@ int rcm_addr_any(const struct sockaddr *a)
 	return 0;
 }
 
+/* 127.0.0.0/8 or ::1. */
+static int addr_loopback(const struct sockaddr *a)
+{
+	if (a->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr) >> 24) ==
+		       IN_LOOPBACKNET;
+	if (a->sa_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr);
+	return 0;
+}
+
 uint16_t rcm_addr_port(const struct sockaddr *a)
 {
 	if (a->sa_family == AF_INET)
@@ -323,7 +334,11 @@ RCM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 		ret = -EINVAL;
 		goto out;
 	}
-	if (!rcm_addr_any(addr)) {
+	/* A loopback address binds on no device, as the kernel's (its
+	 * rdma_bind_addr translates it to the loopback netdev: id->verbs
+	 * stays NULL). libfabric's verbs provider binds 127.0.0.1 in
+	 * fi_getinfo() for a passive endpoint without an address. */
+	if (!rcm_addr_any(addr) && !addr_loopback(addr)) {
 		ret = rcm_find_addr(addr, &port, &gidx);
 		if (ret)
 			goto out;

@@ -99,7 +99,9 @@ RCM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_
 		return rcm_err(ret ? ret : ENOMEM);
 	}
 	pthread_mutex_lock(&r->mtx);
-	ret = rcm_qp_init(r, qp);
+	ret = rcm_qp_ece(r, qp);
+	if (!ret)
+		ret = rcm_qp_init(r, qp);
 	if (!ret) {
 		id->pd = qp->pd;
 		id->qp = qp;

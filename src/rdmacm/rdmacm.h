@@ -221,6 +221,10 @@ struct rcm_id {
 	struct cep_cm_id *cep;         /* the connection in libcep, or NULL */
 	struct cep_qp_params qpp;      /* INIT/RTR/RTS attributes */
 	uint8_t have_req;              /* passive: qpp holds the REQ's half */
+	/* ECE (librdmacm's local_ece / remote_ece; comp_mask unused): ours
+	 * for the REQ or REP, the peer's from its REQ or REP; rep_ece: the
+	 * REP's until the application takes CONNECT_RESPONSE */
+	struct ibv_ece local_ece, remote_ece, rep_ece;
 	uint32_t qpn_registered;       /* QPN registered with port's CM, 0 none */
 	struct rcm_id *bind_next;      /* port-number table chain */
 	/* listeners */
@@ -336,6 +340,9 @@ int rcm_qp_register(struct rcm_id *r, uint32_t qpn);
 /* Move a new QP to INIT (UD: to RTS) for @r and register an RC QP's
  * number. Caller holds r->mtx. */
 int rcm_qp_init(struct rcm_id *r, struct ibv_qp *qp);
+/* librdmacm's ECE steps for a new QP (init_ece, set_local_ece). Caller
+ * holds r->mtx. 0 or -errno. */
+int rcm_qp_ece(struct rcm_id *r, struct ibv_qp *qp);
 void rcm_qp_unregister(struct rcm_id *r);
 /* Move @qp to ERR (librdmacm's ucma_modify_qp_err). */
 int rcm_qp_error(struct ibv_qp *qp);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * librdmacm on libcep, what is out of scope: multicast, ECE and rsockets
+ * librdmacm on libcep, what is out of scope: multicast and rsockets
  * return -1 with errno ENOSYS (docs/rdmacm.md lists them). They exist so
  * that every program linked against librdmacm 44 loads (Debian's are
  * linked with BIND_NOW). rpoll and rselect keep working: rsocket() never
@@ -32,25 +32,6 @@ RCM_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join
 RCM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
 	(void)id, (void)addr;
-	return rcm_err(ENOSYS);
-}
-
-RCM_EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
-{
-	(void)id, (void)ece;
-	return rcm_err(ENOSYS);
-}
-
-RCM_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
-{
-	(void)id, (void)ece;
-	return rcm_err(ENOSYS);
-}
-
-RCM_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
-			       uint8_t private_data_len)
-{
-	(void)id, (void)private_data, (void)private_data_len;
 	return rcm_err(ENOSYS);
 }
 

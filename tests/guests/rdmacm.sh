@@ -24,7 +24,7 @@ set -u
 wrap=$1
 probe=$2
 phases=${3:-"libcep kserver kclient"}
-progs=${4:-"rping rpingq rping6 ucmatose udaddy rdmaserver cmtime reject notify"}
+progs=${4:-"rping rpingq rping6 ucmatose udaddy rdmaserver cmtime fipingpong reject notify"}
 [ "$probe" = - ] && progs=$(echo "$progs" | sed 's/reject//; s/notify//')
 cmtime_n=${5:-100}
 # cmtime: one RC QP and two completion channels per connection.
@@ -54,6 +54,7 @@ server_cmd() {
 	udaddy) echo "udaddy -c 2";;
 	rdmaserver) echo "rdma_server";;
 	cmtime) echo "cmtime";;
+	fipingpong) echo "fi_pingpong -p verbs -e msg -S 1024 -I 10";;
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-server";;
 	notify) echo "$probe $GB_IP $GB_PEER_IP notify-server";;
 	esac
@@ -68,6 +69,7 @@ client_cmd() {
 	udaddy) echo "udaddy -s $GB_PEER_IP -c 2";;
 	rdmaserver) echo "rdma_client -s $GB_PEER_IP";;
 	cmtime) echo "cmtime -s $GB_PEER_IP -c $cmtime_n";;
+	fipingpong) echo "fi_pingpong -p verbs -e msg -S 1024 -I 10 $GB_PEER_IP";;
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-client";;
 	notify) echo "$probe $GB_IP $GB_PEER_IP notify-client";;
 	esac
@@ -101,6 +103,7 @@ check() {
 	server-reject) [ "$(n '^server: ok$')" = 1 ] || ok=0;;
 	client-reject) [ "$(n '^client: ok$')" = 1 ] || ok=0;;
 	server-notify) [ "$(n '^server: ok$')" = 1 ] || ok=0;;
+	*-fipingpong) [ "$(n '^1k  *10  *=10 ')" = 1 ] || ok=0;;
 	client-notify) [ "$(n '^client: ok$')" = 1 ] || ok=0;;
 	esac
 	if [ $ok = 1 ]; then
@@ -123,7 +126,12 @@ serve() {
 	CEP_RDMACM_READY=$GB_SHARE/$GB_NAME.$flag timeout 200 $w $(server_cmd "$prog") \
 		>"$f" 2>&1 &
 	pid=$!
-	if [ -z "$w" ]; then
+	if [ "$prog" = fipingpong ]; then
+		# Its rdma_cm listener comes after the client's TCP control
+		# connection (port 47592): that socket is the readiness.
+		gb_wait_tcp_listen 47592 || echo "no fi_pingpong control socket"
+		gb_signal "$flag"
+	elif [ -z "$w" ]; then
 		gb_wait_cm_listen "$(port_of "$prog")" $pid || echo "no kernel listener"
 		gb_signal "$flag"
 	fi

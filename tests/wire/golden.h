@@ -27,7 +27,8 @@ struct grow {
 #define GA(m, mem, by, len) { #mem, by, 0, (len) * 8, GM_(m, mem), 1 }
 
 static const struct grow g_req[] = {
-	GU(req, local_comm_id, 0, 0, 32), GU(req, service_id, 8, 0, 64),
+	GU(req, local_comm_id, 0, 0, 32), GU(req, vendor_id, 5, 0, 24), /* ECE, IBTA 1.4 */
+	GU(req, service_id, 8, 0, 64),
 	GU(req, local_ca_guid, 16, 0, 64), GU(req, local_qkey, 28, 0, 32),
 	GU(req, local_qpn, 32, 0, 24), GU(req, responder_resources, 35, 0, 8),
 	GU(req, local_eecn, 36, 0, 24), GU(req, initiator_depth, 39, 0, 8),
@@ -66,6 +67,8 @@ static const struct grow g_rep[] = {
 	GU(rep, local_comm_id, 0, 0, 32), GU(rep, remote_comm_id, 4, 0, 32),
 	GU(rep, local_qkey, 8, 0, 32), GU(rep, local_qpn, 12, 0, 24),
 	GU(rep, local_eecn, 16, 0, 24), GU(rep, starting_psn, 20, 0, 24),
+	GU(rep, vendor_id_h, 15, 0, 8), GU(rep, vendor_id_m, 19, 0, 8), /* ECE, IBTA 1.4 */
+	GU(rep, vendor_id_l, 23, 0, 8),
 	GU(rep, responder_resources, 24, 0, 8), GU(rep, initiator_depth, 25, 0, 8),
 	GU(rep, target_ack_delay, 26, 0, 5), GU(rep, failover_accepted, 26, 5, 2),
 	GU(rep, end_to_end_flow_control, 26, 7, 1), GU(rep, rnr_retry_count, 27, 0, 3),
