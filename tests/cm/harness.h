@@ -332,6 +332,18 @@ static void raw_rep(struct cep_msg *m, uint32_t comm_id, uint32_t qpn)
 	m->u.rep.local_ca_guid = GUID_C;
 }
 
+/* A raw MRA: TID @tid, our comm ID @local, the MRAed side's @remote, for
+ * message @mraed (CEP_MSG_CODE_*), service timeout @st. */
+static void raw_mra(struct cep_msg *m, uint64_t tid, uint32_t local, uint32_t remote, uint8_t mraed,
+		    uint8_t st)
+{
+	cep_msg_init(m, CEP_MSG_MRA, tid);
+	m->u.mra.local_comm_id = local;
+	m->u.mra.remote_comm_id = remote;
+	m->u.mra.message_mraed = mraed;
+	m->u.mra.service_timeout = st;
+}
+
 static void node_init(struct node *n, uint64_t guid, uint16_t lid, unsigned workers, int auto_mra)
 {
 	struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = guid, .lid = lid,

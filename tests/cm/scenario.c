@@ -1244,11 +1244,7 @@ static void t_rej_rep_sent(void)
 	b = raw_to_rep_sent(0x7401, 0x901, 0x101, 2);
 	uint32_t bc = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
 
-	cep_msg_init(&m, CEP_MSG_MRA, 2);
-	m.u.mra.local_comm_id = 0x7401;
-	m.u.mra.remote_comm_id = bc;
-	m.u.mra.message_mraed = CEP_MSG_CODE_REP;
-	m.u.mra.service_timeout = 14;
+	raw_mra(&m, 2, 0x7401, bc, CEP_MSG_CODE_REP, 14);
 	raw_send(&m, LID_B);
 	CHECK(wait_ev(&B, CEP_CM_EV_MRA_RECEIVED, 1));
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REP_RCVD);
@@ -1863,11 +1859,7 @@ static void t_peer_address(void)
 	m.u.rej.reason = CEP_REJ_CONSUMER_DEFINED;
 	m.u.rej.message_rejected = CEP_MSG_CODE_REQ;
 	raw_send_from(&X, &m, LID_A);
-	cep_msg_init(&m, CEP_MSG_MRA, 4);
-	m.u.mra.local_comm_id = 0x7d01;
-	m.u.mra.remote_comm_id = ac;
-	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
-	m.u.mra.service_timeout = 31;
+	raw_mra(&m, 4, 0x7d01, ac, CEP_MSG_CODE_REQ, 31);
 	raw_send_from(&X, &m, LID_A);
 	cep_msg_init(&m, CEP_MSG_REP, raw_last(CEP_MSG_REQ).hdr.tid);
 	m.u.rep.local_comm_id = 0x7d02;
@@ -1889,11 +1881,7 @@ static void t_peer_address(void)
 	settle();
 	CHECK_EQ(cep_cm_id_state(a), CEP_CM_REQ_SENT);
 	/* C's MRA asking for 2.4 hours: clamped to 68.7 s */
-	cep_msg_init(&m, CEP_MSG_MRA, 4);
-	m.u.mra.local_comm_id = 0x7d01;
-	m.u.mra.remote_comm_id = ac;
-	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
-	m.u.mra.service_timeout = 31;
+	raw_mra(&m, 4, 0x7d01, ac, CEP_MSG_CODE_REQ, 31);
 	raw_send(&m, LID_A);
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
 	int reqs = raw_count(CEP_MSG_REQ);
@@ -2180,11 +2168,8 @@ static void t_mra_path_timeout(void)
 	p.packet_life_time = 14;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(raw_wait(CEP_MSG_REQ, 1));
-	cep_msg_init(&m, CEP_MSG_MRA, 4);
-	m.u.mra.local_comm_id = 0x7f40;
-	m.u.mra.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
-	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
-	m.u.mra.service_timeout = 10; /* 5 ms */
+	raw_mra(&m, 4, 0x7f40, raw_last(CEP_MSG_REQ).u.req.local_comm_id, CEP_MSG_CODE_REQ,
+		10); /* 5 ms */
 	raw_send(&m, LID_A);
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
 	advance_ms(139);
@@ -2216,11 +2201,8 @@ static void t_mra_once(void)
 	p.remote_cm_response_timeout = 12;
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(raw_wait(CEP_MSG_REQ, 1));
-	cep_msg_init(&m, CEP_MSG_MRA, 4);
-	m.u.mra.local_comm_id = 0x7f80;
-	m.u.mra.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
-	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
-	m.u.mra.service_timeout = 14; /* 68 ms + the path's 3 ms */
+	raw_mra(&m, 4, 0x7f80, raw_last(CEP_MSG_REQ).u.req.local_comm_id, CEP_MSG_CODE_REQ,
+		14); /* 68 ms + the path's 3 ms */
 	raw_send(&m, LID_A);
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
 	advance_ms(70);
@@ -2271,11 +2253,8 @@ static void t_mra_timeout_24(void)
 	conn_param(&p, 0x100, LID_A, LID_C);
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(raw_wait(CEP_MSG_REQ, 1));
-	cep_msg_init(&m, CEP_MSG_MRA, 4);
-	m.u.mra.local_comm_id = 0x7f90;
-	m.u.mra.remote_comm_id = raw_last(CEP_MSG_REQ).u.req.local_comm_id;
-	m.u.mra.message_mraed = CEP_MSG_CODE_REQ;
-	m.u.mra.service_timeout = 24;
+	raw_mra(&m, 4, 0x7f90, raw_last(CEP_MSG_REQ).u.req.local_comm_id, CEP_MSG_CODE_REQ,
+		24);
 	raw_send(&m, LID_A);
 	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
 	/* 4.096 us x 2^24 = 68720 ms, + the path's ACK timeout (9: 3 ms) */
