@@ -16,6 +16,8 @@
 #define BENCH_MAX_LIST 16
 
 /* Options common to every subcommand (parsed once in main.c). */
+struct cep_sa_path;
+
 struct bench_opts {
 	int json;                        /* --json: JSON lines instead of the table */
 	int quick;                       /* --quick: smoke-test sizes */
@@ -35,6 +37,8 @@ struct bench_opts {
 	int window;                      /* --window: connects in flight */
 	uint64_t seed;                   /* --seed */
 	int quiet;                       /* --quiet: no progress on stderr */
+	const char *sa_port, *sa_dest;   /* connect: --sa CA:PORT --sa-dest LID|GID */
+	const struct cep_sa_path *sa_path; /* connect: their PathRecord, asked once */
 };
 
 /* --- time ------------------------------------------------------------- */

@@ -41,9 +41,12 @@ static int connect_child(const struct bench_opts *o, const struct bench_cm_cfg *
 	FILE *f;
 	int ret = -EPROTO;
 
+	/* --sa: the child asks the SA again (once, in its process) */
 	snprintf(cmd, sizeof(cmd), "CEP_RCU=%s /proc/%d/exe connect --impl %s --threads %u "
-		 "--reps 1 --conns %u --window %d --json --quiet", cfg->qsbr ? "qsbr" : "memb",
-		 (int)getpid(), cfg->name, workers, n, o->window);
+		 "--reps 1 --conns %u --window %d --json --quiet%s%s%s%s",
+		 cfg->qsbr ? "qsbr" : "memb", (int)getpid(), cfg->name, workers, n, o->window,
+		 o->sa_path ? " --sa '" : "", o->sa_path ? o->sa_port : "",
+		 o->sa_path ? "' --sa-dest " : "", o->sa_path ? o->sa_dest : "");
 	f = popen(cmd, "r");
 	if (!f)
 		return -errno;
@@ -68,7 +71,7 @@ static int connect_once(const struct bench_opts *o, const struct bench_cm_cfg *c
 {
 	struct storm_attr sa = {
 		.workers = workers, .capacity = n, .window = (unsigned)o->window,
-		.cfg = cfg, .opts = o,
+		.cfg = cfg, .opts = o, .path = o->sa_path,
 	};
 	struct storm_phase est, rel;
 	struct storm *s;

@@ -16,6 +16,7 @@
 #include <cep/table.h>
 
 #include "bench.h"
+#include "sa_path.h"
 
 static void usage(FILE *f)
 {
@@ -54,7 +55,12 @@ static void usage(FILE *f)
 		"  --window N          connect/scale: connections in flight (default 128)\n"
 		"  --seed N            PRNG seed (default from the clock)\n"
 		"  --quick             smoke-test sizes: 1 rep, short runs, small tables\n"
-		"  --quiet             no progress on stderr\n");
+		"  --quiet             no progress on stderr\n"
+		"  --sa CA:PORT        connect: the path of every connection from the subnet\n"
+		"  --sa-dest LID|GID   administrator of that InfiniBand port (CA empty: the\n"
+		"                      default), asked once for the path to --sa-dest; the\n"
+		"                      nodes take its LIDs and GIDs, each REQ its path and\n"
+		"                      packet life time; the MADs stay on the in-process fabric\n");
 }
 
 static int parse_long_list(const char *s, long *out, int max, long lo, long hi)
@@ -205,6 +211,10 @@ int main(int argc, char **argv)
 			if (n != 1)
 				goto bad;
 			o.window = (int)tmp[0];
+		} else if (!strcmp(a, "--sa")) {
+			o.sa_port = v;
+		} else if (!strcmp(a, "--sa-dest")) {
+			o.sa_dest = v;
 		} else if (!strcmp(a, "--seed")) {
 			char *end;
 
@@ -243,8 +253,26 @@ bad:
 
 	if (!strcmp(cmd, "table"))
 		return bench_table(&o);
-	if (!strcmp(cmd, "connect"))
+	if (!strcmp(cmd, "connect")) {
+		static struct cep_sa_path rec;
+		struct sa_path_opt sa_opt;
+		char why[256];
+
+		if (o.sa_port || o.sa_dest) {
+			if (sa_path_parse(o.sa_port, o.sa_dest, &sa_opt)) {
+				fprintf(stderr, "cep-bench: --sa CA:PORT and --sa-dest LID|GID go together\n");
+				return 2;
+			}
+			if (sa_path_fetch(&sa_opt, &rec, why, sizeof(why))) {
+				fprintf(stderr, "cep-bench: --sa: %s\n", why);
+				return 1;
+			}
+			o.sa_path = &rec;
+			if (!o.quiet)
+				sa_path_print(stderr, "cep-bench", &sa_opt, &rec);
+		}
 		return bench_connect(&o);
+	}
 	if (!strcmp(cmd, "dispatch"))
 		return bench_dispatch(&o);
 	if (!strcmp(cmd, "scale"))

@@ -50,6 +50,7 @@ struct storm {
 	uint32_t *est_remote;   /* their remote (node B) comm IDs (main) */
 	unsigned window;
 	const struct bench_opts *opts;
+	const struct cep_sa_path *path; /* the SA's, or NULL */
 	/* Current phase: set by the main thread before the first issue,
 	 * read by callbacks; relaxed is enough because every callback of
 	 * the phase runs after an issue the main thread made after these
@@ -110,6 +111,14 @@ static int connect_one(struct storm *s, struct conn *c, uint32_t i)
 	p.retry_count = 7;
 	p.rnr_retry_count = 7;
 	p.transport_service_type = CEP_TS_RC;
+	if (s->path) {
+		ret = cep_sa_path_to_conn(s->path, &p);
+		if (ret) {
+			cep_cm_destroy_id(c->id);
+			c->id = NULL;
+			return ret;
+		}
+	}
 	c->comm_id = cep_cm_id_local_comm_id(c->id);
 	atomic_store_explicit(&c->state, C_CONNECTING, memory_order_relaxed);
 	c->t_issue = bench_now_ns();
@@ -227,7 +236,8 @@ static int passive_cb(struct cep_cm_id *id, const struct cep_cm_event *ev)
 }
 
 static int node_create(struct storm *s, struct node *n, uint64_t guid, uint16_t lid,
-		       const struct storm_attr *attr, cep_cm_handler listen_cb)
+		       const uint8_t *gid, const struct storm_attr *attr,
+		       cep_cm_handler listen_cb)
 {
 	struct cep_fabric_port_attr pa = {
 		.size = sizeof(pa), .ca_guid = guid, .lid = lid, .port_num = 1,
@@ -237,6 +247,8 @@ static int node_create(struct storm *s, struct node *n, uint64_t guid, uint16_t 
 
 	int ret;
 
+	if (gid)
+		memcpy(pa.gid, gid, 16);
 	if (attr->cfg && attr->cfg->presized)
 		for (ca.table_size = 1024; ca.table_size < attr->capacity; ca.table_size <<= 1)
 			;
@@ -268,6 +280,15 @@ static int node_create(struct storm *s, struct node *n, uint64_t guid, uint16_t 
 	return ret;
 }
 
+static uint64_t guid_of(const uint8_t gid[16])
+{
+	uint64_t g = 0;
+
+	for (int i = 8; i < 16; i++)
+		g = g << 8 | gid[i];
+	return g;
+}
+
 int storm_create(const struct storm_attr *attr, struct storm **out)
 {
 	struct cep_fabric_attr fa = { .size = sizeof(fa), .seed = 1 };
@@ -289,9 +310,17 @@ int storm_create(const struct storm_attr *attr, struct storm **out)
 	ret = cep_fabric_create(&fa, &s->fab);
 	if (ret)
 		goto fail;
-	ret = node_create(s, &s->a, 0x0002c90300a0000aull, 1, attr, NULL);
-	if (!ret)
-		ret = node_create(s, &s->b, 0x0002c90300b0000bull, 2, attr, passive_cb);
+	s->path = attr->path;
+	if (s->path) /* the SA's two ends; a CA GUID from each GID's interface ID */
+		ret = node_create(s, &s->a, guid_of(s->path->sgid), s->path->slid,
+				  s->path->sgid, attr, NULL);
+	else
+		ret = node_create(s, &s->a, 0x0002c90300a0000aull, 1, NULL, attr, NULL);
+	if (!ret && s->path)
+		ret = node_create(s, &s->b, guid_of(s->path->dgid), s->path->dlid,
+				  s->path->dgid, attr, passive_cb);
+	else if (!ret)
+		ret = node_create(s, &s->b, 0x0002c90300b0000bull, 2, NULL, attr, passive_cb);
 	if (ret)
 		goto fail;
 	*out = s;

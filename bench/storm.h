@@ -16,6 +16,7 @@
 
 #include <cep/cm.h>
 #include <cep/fabric.h>
+#include <cep/sa.h>
 
 #include "bench.h"
 
@@ -28,6 +29,9 @@ struct storm_attr {
 	const struct bench_cm_cfg *cfg; /* index, presized (a bucket per
 			     * connection of capacity, else libcep's default), RCU */
 	const struct bench_opts *opts; /* for progress lines */
+	const struct cep_sa_path *path; /* NULL: LIDs 1 and 2; else node A is
+			     * its source, node B its destination, every REQ
+			     * its path (cep_sa_path_to_conn) */
 };
 
 /* One phase (a connect or a release storm). */

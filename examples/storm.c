@@ -6,6 +6,11 @@
  * left, the core invariants hold and every binding is back to INVALID.
  * Faults (loss, duplication, reordering) come from a seed, so a run
  * reproduces. Exit status 0 only if every check passed.
+ * --sa CA:PORT --sa-dest LID|GID: the path of every connection comes from
+ * the subnet administrator of a real (or ibsim's) InfiniBand port, asked
+ * once; the two simulated nodes take its two ends' LIDs and GIDs and every
+ * REQ its path (cep_sa_path_to_conn), so the CM's timers run on the SA's
+ * packet life time. The CM's MADs still cross the in-process fabric.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -21,7 +26,11 @@
 #include <cep/cm.h>
 #include <cep/fabric.h>
 #include <cep/pcap.h>
+#include <cep/qp.h>
+#include <cep/sa.h>
 #include <cep/table.h>
+
+#include "sa_path.h"
 
 #define QPN_BASE 0x1000u
 #define SID 0x0000000000c0ffeeull
@@ -40,6 +49,29 @@ static uint32_t count = 100000;
 static _Atomic uint64_t established, failed, released, released_timeout, released_rej;
 static _Atomic uint64_t a_destroyed, b_created, b_destroyed, b_established, accept_errors;
 static _Atomic uint64_t fail_reason[CEP_REJ_REASON_MAX + 2]; /* last: timeout */
+/* --sa: the path every REQ must carry, as node B receives it */
+static int use_sa;
+static struct cep_sa_path sa_rec;
+static _Atomic uint64_t req_seen, req_off_path;
+
+/* Does node B's REQ carry the SA's path (cm_format_req's fields)? */
+static int req_matches_path(const struct cep_req *rq)
+{
+	uint8_t plt = sa_rec.packet_life_time ? sa_rec.packet_life_time
+					      : CEP_CM_DEFAULT_PACKET_LIFE_TIME;
+
+	return rq->primary.local_lid == sa_rec.slid &&
+	       rq->primary.remote_lid == sa_rec.dlid &&
+	       !memcmp(rq->primary.local_gid, sa_rec.sgid, 16) &&
+	       !memcmp(rq->primary.remote_gid, sa_rec.dgid, 16) &&
+	       rq->primary.sl == sa_rec.sl && rq->primary.packet_rate == sa_rec.rate &&
+	       rq->primary.flow_label == sa_rec.flow_label &&
+	       rq->primary.traffic_class == sa_rec.traffic_class &&
+	       rq->primary.hop_limit == sa_rec.hop_limit &&
+	       rq->partition_key == sa_rec.pkey && rq->path_mtu == sa_rec.mtu &&
+	       /* the fabric's ports report CA ACK delay 0 */
+	       rq->primary.local_ack_timeout == cep_qp_ack_timeout(0, plt);
+}
 
 static uint64_t now_ns(void)
 {
@@ -126,6 +158,11 @@ static int on_b(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		int ret;
 
 		atomic_fetch_add(&b_created, 1);
+		if (use_sa) {
+			atomic_fetch_add(&req_seen, 1);
+			if (!req_matches_path(&ev->msg.u.req))
+				atomic_fetch_add(&req_off_path, 1);
+		}
 		memcpy(&i, ev->private_data, sizeof(i));
 		if (i >= count)
 			return cep_cm_reject(id, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), 1;
@@ -165,13 +202,18 @@ static void usage(const char *argv0)
 {
 	fprintf(stderr,
 		"usage: %s [--count N] [--workers W] [--window N] [--loss P] [--dup P]\n"
-		"          [--reorder P] [--seed S] [--pcap FILE]\n"
+		"          [--reorder P] [--seed S] [--pcap FILE] [--sa CA:PORT --sa-dest LID|GID]\n"
 		"  A connection storm between two simulated nodes: N connections\n"
 		"  (default 100000) established, then all released; prints rates, setup\n"
 		"  latency and a leak check. --workers: per node (default: half the\n"
 		"  online CPUs, the two nodes share the machine); --window: connections\n"
 		"  in setup (or release) at once (default 256). Faults are probabilities\n"
-		"  in [0,1] drawn from --seed; --pcap FILE captures every MAD.\n",
+		"  in [0,1] drawn from --seed; --pcap FILE captures every MAD.\n"
+		"  --sa: ask the subnet administrator of InfiniBand port CA:PORT (CA\n"
+		"  empty: the default) once for the path to --sa-dest; the nodes take\n"
+		"  its LIDs and GIDs, every REQ its path, P_Key, MTU and packet life\n"
+		"  time. The CM's MADs stay on the in-process fabric (under ibsim's\n"
+		"  libumad2sim.so only the SA query goes to the simulator).\n",
 		argv0);
 }
 
@@ -228,13 +270,16 @@ int main(int argc, char **argv)
 		{ "reorder", required_argument, NULL, 'r' },
 		{ "seed", required_argument, NULL, 's' },
 		{ "pcap", required_argument, NULL, 'p' },
+		{ "sa", required_argument, NULL, 'a' },
+		{ "sa-dest", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned workers = 0, window = 256;
 	double loss = 0, dup = 0, reorder = 0;
 	uint64_t seed = 1;
-	const char *pcap = NULL;
+	const char *pcap = NULL, *sa_port = NULL, *sa_dest = NULL;
+	struct sa_path_opt sa_opt;
 	int opt, ok = 1;
 
 	while ((opt = getopt_long(argc, argv, "n:w:W:l:d:r:s:p:h", opts, NULL)) != -1) {
@@ -247,12 +292,26 @@ int main(int argc, char **argv)
 		case 'r': reorder = strtod(optarg, NULL); break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'p': pcap = optarg; break;
+		case 'a': sa_port = optarg; break;
+		case 'D': sa_dest = optarg; break;
 		default: usage(argv[0]); return opt == 'h' ? 0 : 2;
 		}
 	}
-	if (count == 0 || count > 0xe00000 || window == 0) {
+	if (count == 0 || count > 0xe00000 || window == 0 ||
+	    ((sa_port || sa_dest) && sa_path_parse(sa_port, sa_dest, &sa_opt))) {
 		usage(argv[0]);
 		return 2;
+	}
+	if (sa_port) {
+		char why[256];
+		int ret = sa_path_fetch(&sa_opt, &sa_rec, why, sizeof(why));
+
+		if (ret) {
+			fprintf(stderr, "storm: --sa: %s\n", why);
+			return 1;
+		}
+		use_sa = 1;
+		sa_path_print(stdout, "cep-storm", &sa_opt, &sa_rec);
 	}
 	if (workers == 0) {
 		/* both nodes share this machine: half the CPUs each */
@@ -281,7 +340,16 @@ int main(int argc, char **argv)
 			.port_num = 1, .link_layer = CEP_FABRIC_LINK_IB };
 		struct cep_cm_attr ca = { .size = sizeof(ca), .workers = workers,
 					  .queue_depth = 1u << 15, .table_size = 1u << 17 };
-		int ret = cep_fabric_port_create(fab, &pa, &nodes[k]->tp);
+		int ret;
+
+		if (use_sa) { /* the SA's two ends: A the source, B the destination */
+			const uint8_t *gid = k ? sa_rec.dgid : sa_rec.sgid;
+
+			pa.lid = k ? sa_rec.dlid : sa_rec.slid;
+			memcpy(pa.gid, gid, 16);
+			pa.ca_guid = sa_path_guid(gid);
+		}
+		ret = cep_fabric_port_create(fab, &pa, &nodes[k]->tp);
 
 		ca.transport = nodes[k]->tp;
 		if (ret || (ret = cep_cm_create(&ca, &nodes[k]->cm))) {
@@ -343,6 +411,10 @@ int main(int argc, char **argv)
 	/* the path's ACK timeout (and so timewait) the CM computes from the
 	 * packet life and the CA ACK delay */
 	p.primary.packet_rate = 3;
+	if (use_sa && cep_sa_path_to_conn(&sa_rec, &p)) {
+		fprintf(stderr, "storm: the SA's path has no MTU\n");
+		return 1;
+	}
 
 	uint64_t t_start = now_ns();
 
@@ -476,6 +548,17 @@ int main(int argc, char **argv)
 		ok = 0;
 	}
 
+	if (use_sa) {
+		uint64_t seen = atomic_load(&req_seen), off = atomic_load(&req_off_path);
+
+		printf("REQs on the SA's path:   %" PRIu64 " of %" PRIu64 " (local ACK timeout %u "
+		       "from packet life time %u)%s\n", seen - off, seen,
+		       cep_qp_ack_timeout(0, sa_rec.packet_life_time ? sa_rec.packet_life_time
+					  : CEP_CM_DEFAULT_PACKET_LIFE_TIME),
+		       sa_rec.packet_life_time, off || !seen ? " FAILED" : "");
+		if (off || !seen)
+			ok = 0;
+	}
 	printf("leak check:\n");
 	int bindings_ok = 1;
 

@@ -33,6 +33,7 @@
 #include <cep/rdma_cm.h>
 #include <cep/verbs.h>
 
+#include "ib.h"
 #include "rdmacm.h"
 
 /* ---- QPs and the port's CM ------------------------------------------------ */
@@ -460,6 +461,14 @@ static int connect_rc(struct rcm_id *r, const struct rdma_conn_param *param)
 	cp.private_data = buf;
 	cp.private_data_len = (size_t)n;
 	cp.peer = &to;
+	/* a route the application gave: the REQ's path is that record */
+	if (r->route_given && r->id.route.path_rec) {
+		ret = rcm_ib_conn_from_path(r->id.route.path_rec,
+					    r->port->dev->attr.local_ca_ack_delay,
+					    r->port->link_layer == IBV_LINK_LAYER_ETHERNET, &cp, &to);
+		if (ret)
+			return ret;
+	}
 	ret = cep_qp_params_active(&r->qpp, &pinfo, &cp);
 	if (!ret)
 		ret = cep_cm_connect(r->cep, &cp);

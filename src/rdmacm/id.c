@@ -23,6 +23,7 @@
 
 #include <cep/rdma_cm.h>
 
+#include "ib.h"
 #include "rdmacm.h"
 
 static uint32_t rand32(void)
@@ -774,8 +775,11 @@ RCM_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname,
 	if (!id || !optval)
 		return rcm_err(EINVAL);
 	r = rcm_id_of(id);
+	if (level == RDMA_OPTION_IB)
+		return optname == RDMA_OPTION_IB_PATH ? rcm_ib_set_path(r, optval, optlen)
+						      : rcm_err(ENOSYS);
 	if (level != RDMA_OPTION_ID)
-		return rcm_err(ENOSYS); /* RDMA_OPTION_IB_PATH: no SA/ACM paths */
+		return rcm_err(ENOSYS);
 	pthread_mutex_lock(&r->mtx);
 	switch (optname) {
 	case RDMA_OPTION_ID_TOS:

@@ -221,6 +221,7 @@ struct rcm_id {
 	struct cep_cm_id *cep;         /* the connection in libcep, or NULL */
 	struct cep_qp_params qpp;      /* INIT/RTR/RTS attributes */
 	uint8_t have_req;              /* passive: qpp holds the REQ's half */
+	uint8_t route_given;           /* route.path_rec from RDMA_OPTION_IB_PATH */
 	/* ECE (librdmacm's local_ece / remote_ece; comp_mask unused): ours
 	 * for the REQ or REP, the peer's from its REQ or REP; rep_ece: the
 	 * REP's until the application takes CONNECT_RESPONSE */
@@ -351,5 +352,11 @@ int rcm_qp_error(struct ibv_qp *qp);
 void rcm_event_taken(struct rcm_event *e);
 /* Fill a path record for @r's route (RoCE). */
 void rcm_fill_path(struct rcm_id *r, struct ibv_sa_path_rec *p);
+
+/* ---- ib.c (InfiniBand; more in ib.h) ---------------------------------- */
+
+/* rdma_set_option(RDMA_OPTION_IB, RDMA_OPTION_IB_PATH): -1/errno or 0 and
+ * ROUTE_RESOLVED queued, as the kernel's ucma_set_ib_path. */
+int rcm_ib_set_path(struct rcm_id *r, const void *optval, size_t optlen);
 
 #endif /* RCM_RDMACM_H */

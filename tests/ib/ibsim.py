@@ -8,8 +8,13 @@ and ClassPortInfo with saquery's answers, field by field. A query to a
 LID that does not exist, and one while OpenSM is stopped (SIGSTOP), must
 end in an error within their time bound, never hang. Every wait has a
 timeout; ibsim and OpenSM die with this script (their process groups).
+Then cep-storm and cep-bench connect with --sa on Hca1: their one
+PathRecord (to Hca2, by LID and by GID) must be saquery's, and every REQ
+of the storm must carry it (LIDs, GIDs, P_Key, MTU, SL, rate, and the ACK
+timeout from its packet life time); the CM's MADs cross the in-process
+fabric, only the SA query goes to ibsim.
 Exit 77 (skip) with the reason when ibsim, OpenSM or saquery is missing.
-Usage: ibsim.py SA_IBSIM_BINARY"""
+Usage: ibsim.py SA_IBSIM_BINARY [CEP_STORM CEP_BENCH]"""
 import ipaddress
 import os
 import re
@@ -108,11 +113,54 @@ def check(cond, what):
         failures.append(what)
 
 
+def storms(run, storm, bench, l1, l2, g1, g2):
+    """cep-storm / cep-bench connect --sa on Hca1 towards Hca2."""
+    rc, ref, err = run(['saquery', '--src-to-dst', f'{l1}:{l2}'], 'Hca1')
+    if rc != 0:
+        check(False, f'saquery for the storm path: {err.strip()}')
+        return
+    want = parse_saquery(ref)
+    plt = value(want['pkt_life']) & 0x3f
+    mtu = value(want['mtu']) & 0x3f
+    pkey = value(want['pkey'])
+    # cep_qp_ack_timeout(0, plt): 2 x life time, the fabric's ACK delay 0
+    ack = min(31, plt + 1 + (1 if 0 + 1 >= plt + 1 else 0))
+    for dest, how in ((l2, 'LID'), (g2, 'GID')):
+        rc, out, err = run([storm, '--count', '200', '--workers', '1', '--window', '32',
+                            '--sa', ':1', '--sa-dest', dest], 'Hca1', timeout=180)
+        line = next((x for x in out.splitlines() if 'path from the SA' in x), '')
+        m = re.search(r'SLID (\d+) DLID (\d+) SGID (\S+) DGID (\S+) P_Key (\S+) SL \d+ '
+                      r'MTU (\d+) rate \d+ packet life time (\d+)', line)
+        check(m is not None, f'cep-storm --sa-dest {how}: prints its path: {line!r} {err.strip()}')
+        if m:
+            check(int(m[1]) == int(l1) and int(m[2]) == int(l2) and
+                  value(m[3]) == value(g1) and value(m[4]) == value(g2),
+                  f'cep-storm --sa-dest {how}: the path leads from Hca1 to Hca2: {line}')
+            check(int(m[5], 16) == pkey and int(m[6]) == mtu and int(m[7]) == plt,
+                  f'cep-storm --sa-dest {how}: P_Key, MTU, packet life time as saquery '
+                  f'(0x{pkey:x} {mtu} {plt}): {line}')
+        check(f"REQs on the SA's path:   200 of 200 (local ACK timeout {ack} from packet "
+              f"life time {plt})" in out,
+              f'cep-storm --sa-dest {how}: all 200 REQs carry the path, ACK timeout {ack}')
+        check(rc == 0 and 'result: PASS' in out,
+              f'cep-storm --sa-dest {how}: exit {rc}, '
+              f'{[x for x in out.splitlines() if "FAIL" in x or "established" in x]} {err.strip()[-300:]}')
+    rc, out, err = run([bench, 'connect', '--quick', '--impl', 'libcep-ck', '--threads', '1',
+                        '--conns', '200', '--json', '--sa', ':1', '--sa-dest', str(l2)],
+                       'Hca1', timeout=180)
+    line = next((x for x in err.splitlines() if 'path from the SA' in x), '')
+    check(rc == 0 and '"bench": "connect"' in out and f'SLID {l1} DLID {l2}' in line and
+          f'packet life time {plt}' in line,
+          f'cep-bench connect --sa: exit {rc}, path {line!r}, {out.strip()[:200]} {err.strip()[-300:]}')
+
+
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 4):
         print(__doc__)
         return 2
     prog = os.path.abspath(sys.argv[1])
+    storm, bench = (os.path.abspath(a) for a in sys.argv[2:4]) if len(sys.argv) == 4 \
+        else (None, None)
     for tool, pkg in (('ibsim', 'ibsim-utils'), ('opensm', 'opensm'),
                       ('saquery', 'infiniband-diags')):
         if not shutil.which(tool):
@@ -216,6 +264,9 @@ def main():
         if got:
             check(int(got['slid']) == int(l1) and int(got['dlid']) == int(l2),
                   'the path by GIDs has Hca1 and Hca2 LIDs')
+
+        if storm:
+            storms(run, storm, bench, l1, l2, g1, g2)
 
         rc, ref, err = run(['saquery', '-c'], 'Hca1')
         rc2, ours, err2 = run([prog, 'cpi'], 'Hca1')

@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * librdmacm on libcep, InfiniBand pieces: see ib.h. No state, no locks;
+ * every function may be called from any thread.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <endian.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/neighbour.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <netinet/in.h>
+
+#include <infiniband/ib.h>
+
+#include <cep/cm.h>
+#include <cep/qp.h>
+
+#include "ib.h"
+#include "rdmacm.h"
+
+#define IPOIB_HWADDR_LEN   20
+#define ARPHRD_INFINIBAND_ 32
+
+int rcm_ib_path_option(const void *optval, size_t optlen, struct cep_sa_path *out)
+{
+	const uint32_t want = IBV_PATH_FLAG_GMP | IBV_PATH_FLAG_PRIMARY |
+			      IBV_PATH_FLAG_BIDIRECTIONAL;
+	const struct ibv_path_data *pd = optval;
+
+	if (!optval || optlen == 0 || optlen % sizeof(*pd))
+		return -EINVAL;
+	for (size_t i = 0; i < optlen / sizeof(*pd); i++) {
+		if (pd[i].flags != want)
+			continue;
+		cep_sa_path_decode((const uint8_t *)&pd[i].path, out);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int rcm_ib_hwaddr(const uint8_t *hw, size_t len, uint32_t *qpn, uint8_t gid[16])
+{
+	if (!hw || len != IPOIB_HWADDR_LEN)
+		return -EINVAL;
+	*qpn = (uint32_t)hw[1] << 16 | (uint32_t)hw[2] << 8 | hw[3];
+	memcpy(gid, hw + 4, 16);
+	return 0;
+}
+
+/* Read one line of sysfs file @root/sys/class/net/@ifname/@file. */
+static int read_net(const char *ifname, const char *file, char *buf, size_t len)
+{
+	const char *root = getenv("CEP_RDMACM_SYSROOT");
+	char path[PATH_MAX];
+	FILE *f;
+	int n;
+
+	if (strchr(ifname, '/') || !strcmp(ifname, ".") || !strcmp(ifname, ".."))
+		return -ENODEV;
+	n = snprintf(path, sizeof(path), "%s/sys/class/net/%s/%s", root ? root : "",
+		     ifname, file);
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return -ENAMETOOLONG;
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	if (!fgets(buf, (int)len, f)) {
+		fclose(f);
+		return -EINVAL;
+	}
+	fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}
+
+static int parse_ul(const char *s, int base, unsigned long max, unsigned long *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoul(s, &end, base);
+	return errno || end == s || *end || *v > max ? -EINVAL : 0;
+}
+
+int rcm_ib_netdev(const char *ifname, struct rcm_ib_netdev *out)
+{
+	const char *root = getenv("CEP_RDMACM_SYSROOT");
+	char buf[64], path[PATH_MAX];
+	unsigned long v;
+	struct dirent *de;
+	DIR *d;
+	int ret, found = 0;
+
+	memset(out, 0, sizeof(*out));
+	ret = read_net(ifname, "type", buf, sizeof(buf));
+	if (ret)
+		return -ENODEV;
+	if (parse_ul(buf, 10, UINT16_MAX, &v))
+		return -EINVAL;
+	if (v != ARPHRD_INFINIBAND_)
+		return -ENODEV;
+	if (snprintf(path, sizeof(path), "%s/sys/class/net/%s/device/infiniband",
+		     root ? root : "", ifname) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	d = opendir(path);
+	if (!d)
+		return -ENODEV;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.' && strlen(de->d_name) < sizeof(out->dev)) {
+			strcpy(out->dev, de->d_name);
+			found++;
+		}
+	closedir(d);
+	if (found != 1)
+		return -ENODEV; /* none, or several: which one is unknowable */
+	/* ipoib reports port - 1 in dev_port (older kernels: dev_id) */
+	if (read_net(ifname, "dev_port", buf, sizeof(buf)) == 0)
+		ret = parse_ul(buf, 10, 253, &v);
+	else if (read_net(ifname, "dev_id", buf, sizeof(buf)) == 0)
+		ret = parse_ul(buf, 16, 253, &v);
+	else
+		ret = -EINVAL;
+	if (ret)
+		return -EINVAL;
+	out->port_num = (uint8_t)(v + 1);
+	if (read_net(ifname, "pkey", buf, sizeof(buf)) || parse_ul(buf, 16, 0xffff, &v))
+		return -EINVAL;
+	out->pkey = (uint16_t)v;
+	return 0;
+}
+
+static int same_addr(const struct rtattr *rta, const struct sockaddr *dst)
+{
+	size_t len = RTA_PAYLOAD(rta);
+
+	if (dst->sa_family == AF_INET)
+		return len == 4 && !memcmp(RTA_DATA(rta),
+			&((const struct sockaddr_in *)(const void *)dst)->sin_addr, 4);
+	return len == 16 && !memcmp(RTA_DATA(rta),
+		&((const struct sockaddr_in6 *)(const void *)dst)->sin6_addr, 16);
+}
+
+int rcm_ib_neigh_parse(const void *buf, size_t len, int ifindex,
+		       const struct sockaddr *dst, uint8_t hw[20])
+{
+	const struct nlmsghdr *nh;
+	unsigned int rest = len > UINT_MAX ? UINT_MAX : (unsigned int)len;
+
+	for (nh = buf; NLMSG_OK(nh, rest); nh = NLMSG_NEXT(nh, rest)) {
+		const struct ndmsg *nd;
+		const struct rtattr *rta;
+		const struct rtattr *a_dst = NULL, *a_ll = NULL;
+		unsigned int alen;
+
+		if (nh->nlmsg_type == NLMSG_DONE)
+			return 1;
+		if (nh->nlmsg_type == NLMSG_ERROR)
+			return -EPROTO;
+		if (nh->nlmsg_type != RTM_NEWNEIGH ||
+		    nh->nlmsg_len < NLMSG_LENGTH(sizeof(*nd)))
+			continue;
+		nd = NLMSG_DATA(nh);
+		if (nd->ndm_ifindex != ifindex || nd->ndm_family != dst->sa_family)
+			continue;
+		alen = (unsigned int)(nh->nlmsg_len - NLMSG_LENGTH(sizeof(*nd)));
+		for (rta = (const struct rtattr *)((const char *)nd + NLMSG_ALIGN(sizeof(*nd)));
+		     RTA_OK(rta, alen); rta = RTA_NEXT(rta, alen)) {
+			if (rta->rta_type == NDA_DST)
+				a_dst = rta;
+			else if (rta->rta_type == NDA_LLADDR)
+				a_ll = rta;
+		}
+		if (!a_dst || !same_addr(a_dst, dst))
+			continue;
+		if ((nd->ndm_state & (NUD_INCOMPLETE | NUD_FAILED | NUD_NONE)) || !a_ll ||
+		    RTA_PAYLOAD(a_ll) != IPOIB_HWADDR_LEN)
+			return -EAGAIN;
+		memcpy(hw, RTA_DATA(a_ll), IPOIB_HWADDR_LEN);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+int rcm_ib_neigh(int ifindex, const struct sockaddr *dst, uint8_t hw[20])
+{
+	struct {
+		struct nlmsghdr nh;
+		struct ndmsg nd;
+	} req;
+	static __thread char buf[32768];
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+	int fd, ret = -ENOENT;
+
+	fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (fd < 0)
+		return -errno;
+	memset(&req, 0, sizeof(req));
+	req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(req.nd));
+	req.nh.nlmsg_type = RTM_GETNEIGH;
+	req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+	req.nh.nlmsg_seq = 1;
+	req.nd.ndm_family = (unsigned char)dst->sa_family;
+	if (sendto(fd, &req, req.nh.nlmsg_len, 0, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		int r;
+
+		if (n < 0) {
+			ret = -errno;
+			break;
+		}
+		r = rcm_ib_neigh_parse(buf, (size_t)n, ifindex, dst, hw);
+		if (r == 1 || n == 0)
+			break;        /* dump over; ret keeps any earlier answer */
+		if (r != -ENOENT && ret == -ENOENT)
+			ret = r;      /* read on to the end of the dump */
+	}
+out:
+	close(fd);
+	return ret;
+}
+
+int rcm_ib_sockaddr(const struct sockaddr *a, uint8_t gid[16], uint64_t *sid,
+		    uint16_t *pkey)
+{
+	const struct sockaddr_ib *ib = (const void *)a;
+
+	if (!a || a->sa_family != AF_IB)
+		return -EAFNOSUPPORT;
+	memcpy(gid, ib->sib_addr.sib_raw, 16);
+	*sid = be64toh(ib->sib_sid);
+	*pkey = be16toh(ib->sib_pkey);
+	return 0;
+}
+
+void rcm_ib_path_rec(const struct cep_sa_path *p, struct ibv_sa_path_rec *out)
+{
+	memset(out, 0, sizeof(*out));
+	memcpy(out->dgid.raw, p->dgid, 16);
+	memcpy(out->sgid.raw, p->sgid, 16);
+	out->dlid = htobe16(p->dlid);
+	out->slid = htobe16(p->slid);
+	out->raw_traffic = p->raw_traffic;
+	out->flow_label = htobe32(p->flow_label);
+	out->hop_limit = p->hop_limit;
+	out->traffic_class = p->traffic_class;
+	out->reversible = p->reversible;
+	out->numb_path = p->numb_path;
+	out->pkey = htobe16(p->pkey);
+	out->sl = p->sl;
+	out->mtu_selector = p->mtu_selector;
+	out->mtu = p->mtu;
+	out->rate_selector = p->rate_selector;
+	out->rate = p->rate;
+	out->packet_life_time_selector = p->packet_life_time_selector;
+	out->packet_life_time = p->packet_life_time;
+	out->preference = p->preference;
+}
+
+void rcm_ib_path_of_rec(const struct ibv_sa_path_rec *r, struct cep_sa_path *out)
+{
+	memset(out, 0, sizeof(*out));
+	memcpy(out->dgid, r->dgid.raw, 16);
+	memcpy(out->sgid, r->sgid.raw, 16);
+	out->dlid = be16toh(r->dlid);
+	out->slid = be16toh(r->slid);
+	out->raw_traffic = r->raw_traffic != 0;
+	out->flow_label = be32toh(r->flow_label) & 0xfffff;
+	out->hop_limit = r->hop_limit;
+	out->traffic_class = r->traffic_class;
+	out->reversible = r->reversible != 0;
+	out->numb_path = r->numb_path;
+	out->pkey = be16toh(r->pkey);
+	out->sl = r->sl & 0xf;
+	out->mtu_selector = r->mtu_selector;
+	out->mtu = r->mtu;
+	out->rate_selector = r->rate_selector;
+	out->rate = r->rate;
+	out->packet_life_time_selector = r->packet_life_time_selector;
+	out->packet_life_time = r->packet_life_time;
+	out->preference = r->preference;
+}
+
+int rcm_ib_conn_from_path(const struct ibv_sa_path_rec *rec, uint8_t ack_delay, int roce,
+			  struct cep_cm_conn_param *p, struct cep_mad_addr *to)
+{
+	struct cep_sa_path sp;
+	int ret;
+
+	rcm_ib_path_of_rec(rec, &sp);
+	ret = cep_sa_path_to_conn(&sp, p);
+	if (ret)
+		return ret;
+	/* 0 would mean libcep's default, not the path's */
+	if (p->packet_life_time == 0)
+		p->packet_life_time = 1;
+	p->primary.local_ack_timeout = cep_qp_ack_timeout(ack_delay, p->packet_life_time);
+	to->lid = sp.dlid;
+	to->sl = sp.sl;
+	to->grh_present = roce || !p->primary.subnet_local;
+	to->hop_limit = sp.hop_limit;
+	to->traffic_class = sp.traffic_class;
+	to->flow_label = sp.flow_label;
+	memcpy(to->gid, sp.dgid, 16);
+	return 0;
+}
+
+/* The kernel's ucma_set_ib_path + rdma_set_ib_path: the option's checks,
+ * then the id must be in ADDR_RESOLVED (else EINVAL); the path becomes the
+ * route (one path) and ROUTE_RESOLVED is queued. */
+int rcm_ib_set_path(struct rcm_id *r, const void *optval, size_t optlen)
+{
+	struct ibv_sa_path_rec *path;
+	struct cep_sa_path sp;
+	struct rcm_event *e;
+	int ret = rcm_ib_path_option(optval, optlen, &sp);
+
+	if (ret)
+		return rcm_err(-ret);
+	pthread_mutex_lock(&r->mtx);
+	if (r->state != RCM_ADDR_RESOLVED) {
+		ret = EINVAL;
+		goto out;
+	}
+	path = r->id.route.path_rec ? r->id.route.path_rec : malloc(sizeof(*path));
+	e = rcm_event_new(r, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
+	if (!path || !e) {
+		if (path != r->id.route.path_rec)
+			free(path);
+		if (e)
+			rcm_event_drop(e);
+		ret = ENOMEM;
+		goto out;
+	}
+	rcm_ib_path_rec(&sp, path);
+	r->id.route.path_rec = path;
+	r->id.route.num_paths = 1;
+	r->route_given = 1;
+	r->state = RCM_ROUTE_RESOLVED;
+	rcm_push_locked(e);
+out:
+	pthread_mutex_unlock(&r->mtx);
+	return ret ? rcm_err(ret) : rcm_complete(r);
+}

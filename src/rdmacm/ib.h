@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * librdmacm on libcep, InfiniBand pieces (ib.c): paths given with
+ * RDMA_OPTION_IB_PATH, IPoIB neighbours' hardware addresses and
+ * interfaces, AF_IB addresses, path records for rdma_cm's route. Pure
+ * functions or reads of sysfs/netlink behind seams (a sysroot, a parser of
+ * the netlink answer), so each can be tested without an HCA.
+ */
+#ifndef RCM_IB_H
+#define RCM_IB_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <infiniband/sa.h>
+
+#include <cep/sa.h>
+
+/* RDMA_OPTION_IB_PATH's value checked as the kernel's ucma_set_ib_path:
+ * a non-empty array of struct ibv_path_data (@optlen a multiple of its
+ * size), of which the first entry whose flags are exactly GMP | PRIMARY |
+ * BIDIRECTIONAL is used (any other entry is skipped). 0 and that record
+ * in @out, or -EINVAL. */
+int rcm_ib_path_option(const void *optval, size_t optlen, struct cep_sa_path *out);
+
+/* The 20-byte hardware address of an IPoIB neighbour: byte 0 flags, bytes
+ * 1-3 the peer's QPN, bytes 4-19 its port GID. 0, or -EINVAL when @len is
+ * not 20. */
+int rcm_ib_hwaddr(const uint8_t *hw, size_t len, uint32_t *qpn, uint8_t gid[16]);
+
+/* An IPoIB interface's RDMA port: /sys/class/net/IF/type is 32
+ * (ARPHRD_INFINIBAND), the device is the one entry of
+ * /sys/class/net/IF/device/infiniband/, the port dev_port + 1 (dev_id + 1
+ * when dev_port is absent), the P_Key /sys/class/net/IF/pkey. Read under
+ * $CEP_RDMACM_SYSROOT when set. 0; -ENODEV (no such interface, or not
+ * IPoIB); -EINVAL (a file that does not parse). */
+struct rcm_ib_netdev {
+	char dev[64];
+	uint8_t port_num;
+	uint16_t pkey;
+};
+int rcm_ib_netdev(const char *ifname, struct rcm_ib_netdev *out);
+
+/* Find @dst's neighbour on interface @ifindex in a netlink RTM_NEWNEIGH
+ * dump (@buf, @len bytes, as recv() gave it): 0 and its 20-byte hardware
+ * address in @hw; -ENOENT not in this buffer; -EAGAIN the neighbour is
+ * there but not (yet) reachable (NUD_INCOMPLETE/FAILED, no address);
+ * 1 when the buffer ends the dump (NLMSG_DONE) without it. */
+int rcm_ib_neigh_parse(const void *buf, size_t len, int ifindex,
+		       const struct sockaddr *dst, uint8_t hw[20]);
+/* Dump the kernel's neighbour table (RTM_GETNEIGH) and find @dst on
+ * @ifindex: 0 and @hw, -ENOENT (not known: the kernel has not resolved it
+ * yet), -EAGAIN (incomplete), or -errno of the socket. */
+int rcm_ib_neigh(int ifindex, const struct sockaddr *dst, uint8_t hw[20]);
+
+/* An AF_IB address: its GID (sib_addr), service ID and P_Key, host order.
+ * 0, or -EAFNOSUPPORT when @a is not AF_IB. */
+int rcm_ib_sockaddr(const struct sockaddr *a, uint8_t gid[16], uint64_t *sid,
+		    uint16_t *pkey);
+
+/* The route's path record (id->route.path_rec) from a PathRecord. */
+void rcm_ib_path_rec(const struct cep_sa_path *p, struct ibv_sa_path_rec *out);
+
+/* The inverse: a PathRecord from the route's path record. */
+void rcm_ib_path_of_rec(const struct ibv_sa_path_rec *r, struct cep_sa_path *out);
+
+/* A REQ on a route the application gave (RDMA_OPTION_IB_PATH): @p's
+ * primary path, P_Key, MTU and packet life time from @rec as the kernel's
+ * cm_format_req (cep_sa_path_to_conn), the path's ACK timeout from
+ * @ack_delay and that life time, and the CM's address @to (LID, SL, GRH
+ * from the path: GRH when the path is not subnet-local or @roce).
+ * 0, or -EINVAL for a record without an MTU. */
+struct cep_cm_conn_param;
+struct cep_mad_addr;
+int rcm_ib_conn_from_path(const struct ibv_sa_path_rec *rec, uint8_t ack_delay, int roce,
+			  struct cep_cm_conn_param *p, struct cep_mad_addr *to);
+
+#endif /* RCM_IB_H */
