@@ -410,6 +410,17 @@ static int connect_ud(struct rcm_id *r, const struct rdma_conn_param *param)
 	peer_addr(r, &to);
 	sp.service_id = rcm_service_id(r, 1);
 	sp.pkey = 0xffff;
+	if (r->route_given && r->id.route.path_rec) {
+		/* InfiniBand: the path's LID, SL and P_Key; a GRH only off
+		 * the subnet (hop limit > 1), as ib_init_ah_attr_from_path */
+		const struct ibv_sa_path_rec *pr = r->id.route.path_rec;
+
+		to.lid = be16toh(pr->dlid);
+		to.sl = pr->sl & 0xf;
+		to.grh_present = r->port->link_layer == IBV_LINK_LAYER_ETHERNET ||
+				 pr->hop_limit > 1;
+		sp.pkey = be16toh(pr->pkey);
+	}
 	sp.timeout = RCM_CM_RESPONSE_TIMEOUT;
 	sp.max_cm_retries = RCM_MAX_CM_RETRIES;
 	sp.private_data = buf;
@@ -994,6 +1005,14 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 		/* The UD address of the route (ib_init_ah_attr_from_path). */
 		ah = &e->ev.param.ud.ah_attr;
 		ah->is_global = 1;
+		if (r->route_given && r->id.route.path_rec &&
+		    r->port->link_layer == IBV_LINK_LAYER_INFINIBAND) {
+			const struct ibv_sa_path_rec *pr = r->id.route.path_rec;
+
+			ah->dlid = be16toh(pr->dlid);
+			ah->sl = pr->sl & 0xf;
+			ah->is_global = pr->hop_limit > 1;
+		}
 		memcpy(ah->grh.dgid.raw, r->id.route.addr.addr.ibaddr.dgid.raw, 16);
 		ah->grh.sgid_index = r->sgid_index;
 		ah->grh.hop_limit = 64;

@@ -20,8 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cep/sa.h>
 #include <cep/umad.h>
 
+#include "ib.h"
 #include "rdmacm.h"
 
 struct rcm_global rcm = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -135,7 +137,8 @@ static void gid_cache_fill(struct rcm_dev *dev)
 }
 
 /* Caller holds rcm.lock. */
-static int gid_cache_find(const uint8_t want[16], struct rcm_port **port, uint8_t *gid_index)
+static int gid_cache_find(const uint8_t want[16], enum ibv_gid_type type,
+			  struct rcm_port **port, uint8_t *gid_index)
 {
 	for (unsigned d = 0; d < rcm.ndevs; d++) {
 		struct rcm_dev *dev = &rcm.devs[d];
@@ -143,8 +146,11 @@ static int gid_cache_find(const uint8_t want[16], struct rcm_port **port, uint8_
 		for (size_t i = 0; i < dev->ngids; i++) {
 			const struct ibv_gid_entry *e = &dev->gids[i];
 
-			if (e->gid_type != IBV_GID_TYPE_ROCE_V2 || memcmp(e->gid.raw, want, 16) ||
+			if (e->gid_type != type || memcmp(e->gid.raw, want, 16) ||
 			    e->port_num < 1 || e->port_num > dev->nports)
+				continue;
+			if (type == IBV_GID_TYPE_IB &&
+			    dev->ports[e->port_num - 1].link_layer != IBV_LINK_LAYER_INFINIBAND)
 				continue;
 			*port = &dev->ports[e->port_num - 1];
 			*gid_index = (uint8_t)e->gid_index;
@@ -154,22 +160,57 @@ static int gid_cache_find(const uint8_t want[16], struct rcm_port **port, uint8_
 	return -EADDRNOTAVAIL;
 }
 
-int rcm_find_addr(const struct sockaddr *addr, struct rcm_port **port, uint8_t *gid_index)
+/* @want of @type in the cache, reading the tables again on a miss (GIDs
+ * follow the netdevs' addresses). */
+static int gid_find(const uint8_t want[16], enum ibv_gid_type type, struct rcm_port **port,
+		    uint8_t *gid_index)
 {
-	uint8_t want[16];
 	int ret;
+
+	pthread_mutex_lock(&rcm.lock);
+	ret = gid_cache_find(want, type, port, gid_index);
+	if (ret) {
+		for (unsigned d = 0; d < rcm.ndevs; d++)
+			gid_cache_fill(&rcm.devs[d]);
+		ret = gid_cache_find(want, type, port, gid_index);
+	}
+	pthread_mutex_unlock(&rcm.lock);
+	return ret;
+}
+
+int rcm_find_addr(const struct sockaddr *addr, struct rcm_src *out)
+{
+	int ret, ifindex;
 
 	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
 		return -EAFNOSUPPORT;
-	rcm_addr_gid(addr, want);
+	memset(out, 0, sizeof(*out));
+	out->pkey = 0xffff;
+	rcm_addr_gid(addr, out->gid);
+	/* RoCE first, from the cache: no system call on the common path */
 	pthread_mutex_lock(&rcm.lock);
-	ret = gid_cache_find(want, port, gid_index);
-	if (ret) {
-		/* GIDs follow the netdevs' addresses: read the tables again. */
-		for (unsigned d = 0; d < rcm.ndevs; d++)
-			gid_cache_fill(&rcm.devs[d]);
-		ret = gid_cache_find(want, port, gid_index);
-	}
+	ret = gid_cache_find(out->gid, IBV_GID_TYPE_ROCE_V2, &out->port, &out->gid_index);
+	pthread_mutex_unlock(&rcm.lock);
+	if (!ret)
+		return 0;
+	/* An IPoIB interface's address: the port holding its GID (the
+	 * kernel's cma_acquire_dev by the netdev's hardware address) */
+	if (rcm_ib_local(addr, out->gid, &out->pkey, &ifindex) == 0)
+		return gid_find(out->gid, IBV_GID_TYPE_IB, &out->port, &out->gid_index);
+	rcm_addr_gid(addr, out->gid);
+	out->pkey = 0xffff;
+	return gid_find(out->gid, IBV_GID_TYPE_ROCE_V2, &out->port, &out->gid_index);
+}
+
+int rcm_port_sa(struct rcm_port *p, uint32_t timeout_ms, struct cep_sa **out)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&rcm.lock);
+	if (!p->sa)
+		ret = rcm_ib_sys.sa_get(ibv_get_device_name(p->dev->verbs->device), p->port_num,
+					timeout_ms, &p->sa);
+	*out = p->sa;
 	pthread_mutex_unlock(&rcm.lock);
 	return ret;
 }
@@ -308,8 +349,8 @@ int rcm_port_cm(struct rcm_port *p, struct cep_cm **out)
 		*out = cm;
 		return 0;
 	}
-	if (p->link_layer != IBV_LINK_LAYER_ETHERNET) {
-		ret = -EPROTONOSUPPORT; /* RoCE only: no IPoIB address resolution */
+	if (!rcm_port_usable(p)) {
+		ret = -EPROTONOSUPPORT; /* iWARP, or a port that did not answer */
 		goto out;
 	}
 	ua.dev_name = ibv_get_device_name(p->dev->verbs->device);
@@ -396,6 +437,10 @@ __attribute__((destructor)) static void rcm_fini(void)
 			struct rcm_port *p = &rcm.devs[d].ports[i];
 			struct cep_cm *cm = atomic_exchange(&p->cm, NULL);
 
+			if (p->sa) {
+				cep_sa_put(p->sa);
+				p->sa = NULL;
+			}
 			if (!cm)
 				continue;
 			if (getenv("CEP_RDMACM_STATS"))

@@ -4,13 +4,16 @@
  * every function may be called from any thread.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <endian.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
@@ -313,6 +316,190 @@ int rcm_ib_conn_from_path(const struct ibv_sa_path_rec *rec, uint8_t ack_delay, 
 	to->flow_label = sp.flow_label;
 	memcpy(to->gid, sp.dgid, 16);
 	return 0;
+}
+
+/* ---- the layer on InfiniBand ports ------------------------------------ */
+
+static int sys_ifname_of(const struct sockaddr *a, char name[IF_NAMESIZE], int *ifindex)
+{
+	struct ifaddrs *ifs, *i;
+	uint8_t want[16], have[16];
+	int ret = -EADDRNOTAVAIL;
+
+	if (getifaddrs(&ifs))
+		return -errno;
+	rcm_addr_gid(a, want);
+	for (i = ifs; i; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != a->sa_family)
+			continue;
+		rcm_addr_gid(i->ifa_addr, have);
+		if (memcmp(want, have, 16) || strlen(i->ifa_name) >= IF_NAMESIZE)
+			continue;
+		strcpy(name, i->ifa_name);
+		*ifindex = (int)if_nametoindex(i->ifa_name);
+		ret = *ifindex ? 0 : -ENODEV;
+		break;
+	}
+	freeifaddrs(ifs);
+	return ret;
+}
+
+static int sys_kick(const struct sockaddr *src, const struct sockaddr *dst)
+{
+	struct sockaddr_storage s, d;
+	int len = rcm_addr_len(dst), fd, ret = 0;
+
+	if (!len || rcm_addr_len(src) != len)
+		return -EAFNOSUPPORT;
+	memset(&s, 0, sizeof(s));
+	memset(&d, 0, sizeof(d));
+	memcpy(&s, src, (size_t)len);
+	memcpy(&d, dst, (size_t)len);
+	if (dst->sa_family == AF_INET) {
+		((struct sockaddr_in *)&s)->sin_port = 0;
+		((struct sockaddr_in *)&d)->sin_port = htons(9); /* discard */
+	} else {
+		((struct sockaddr_in6 *)&s)->sin6_port = 0;
+		((struct sockaddr_in6 *)&d)->sin6_port = htons(9);
+	}
+	fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* Sending needs the neighbour: the kernel starts ARP / ND for it. */
+	if (bind(fd, (struct sockaddr *)&s, (socklen_t)len) ||
+	    sendto(fd, "", 0, MSG_DONTWAIT, (struct sockaddr *)&d, (socklen_t)len) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+static int sys_sa_get(const char *dev, uint8_t port_num, uint32_t timeout_ms, struct cep_sa **out)
+{
+	struct cep_sa_attr a = { .size = sizeof(a), .dev_name = dev, .port_num = port_num,
+				 .timeout_ms = timeout_ms };
+
+	return cep_sa_get(&a, out);
+}
+
+struct rcm_ib_sys rcm_ib_sys = {
+	.ifname_of = sys_ifname_of,
+	.neigh = rcm_ib_neigh,
+	.kick = sys_kick,
+	.sa_get = sys_sa_get,
+};
+
+int rcm_ib_netdev_gid(const char *ifname, uint8_t gid[16])
+{
+	uint8_t hw[IPOIB_HWADDR_LEN];
+	char buf[128], *p;
+	uint32_t qpn;
+	size_t n = 0;
+	int ret = read_net(ifname, "address", buf, sizeof(buf));
+
+	if (ret)
+		return -ENODEV;
+	/* "80:00:00:48:fe:80:...": 20 hex bytes separated by colons */
+	for (p = buf; n < sizeof(hw); n++) {
+		unsigned long v;
+		char *end;
+
+		if (!isxdigit((unsigned char)p[0]) || !isxdigit((unsigned char)p[1]))
+			return -EINVAL;
+		v = strtoul(p, &end, 16);
+		if (end != p + 2)
+			return -EINVAL;
+		hw[n] = (uint8_t)v;
+		p = end;
+		if (*p == ':')
+			p++;
+		else if (*p || n + 1 != sizeof(hw))
+			return -EINVAL;
+	}
+	return *p ? -EINVAL : rcm_ib_hwaddr(hw, sizeof(hw), &qpn, gid);
+}
+
+int rcm_ib_local(const struct sockaddr *a, uint8_t gid[16], uint16_t *pkey, int *ifindex)
+{
+	struct rcm_ib_netdev nd;
+	char name[IF_NAMESIZE];
+	int ret;
+
+	if (a->sa_family != AF_INET && a->sa_family != AF_INET6)
+		return -ENODEV;
+	ret = rcm_ib_sys.ifname_of(a, name, ifindex);
+	if (ret)
+		return -ENODEV;
+	ret = rcm_ib_netdev(name, &nd);
+	if (!ret)
+		ret = rcm_ib_netdev_gid(name, gid);
+	if (ret)
+		return -ENODEV;
+	*pkey = nd.pkey;
+	return 0;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int rcm_ib_resolve_neigh(int ifindex, const struct sockaddr *src, const struct sockaddr *dst,
+			 int timeout_ms, uint8_t gid[16])
+{
+	const uint64_t end = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	uint64_t next_kick = 0;
+	uint8_t hw[IPOIB_HWADDR_LEN];
+	uint32_t qpn;
+	int ret;
+
+	for (;;) {
+		uint64_t now;
+
+		ret = rcm_ib_sys.neigh(ifindex, dst, hw);
+		if (ret == 0)
+			return rcm_ib_hwaddr(hw, sizeof(hw), &qpn, gid);
+		if (ret != -ENOENT && ret != -EAGAIN)
+			return ret;
+		now = now_ms();
+		if (now >= end)
+			return -ETIMEDOUT;
+		/* Not (yet) valid: ask the kernel to resolve it, again each
+		 * second while it stays unresolved (a FAILED entry is retried
+		 * by the neighbour layer once traffic asks for it). */
+		if (now >= next_kick) {
+			rcm_ib_sys.kick(src, dst);
+			next_kick = now + 1000;
+		}
+		usleep((useconds_t)(end - now < 10 ? end - now : 10) * 1000u);
+	}
+}
+
+uint64_t rcm_ib_route_query(const struct rcm_id *r, struct cep_sa_path *q)
+{
+	const struct sockaddr *src = &r->id.route.addr.src_addr;
+	uint64_t mask = CEP_SA_PR_DGID | CEP_SA_PR_SGID | CEP_SA_PR_PKEY | CEP_SA_PR_NUMB_PATH |
+			CEP_SA_PR_REVERSIBLE | CEP_SA_PR_SERVICE_ID;
+
+	memset(q, 0, sizeof(*q));
+	memcpy(q->sgid, r->id.route.addr.addr.ibaddr.sgid.raw, 16);
+	memcpy(q->dgid, r->id.route.addr.addr.ibaddr.dgid.raw, 16);
+	q->pkey = be16toh(r->id.route.addr.addr.ibaddr.pkey);
+	q->numb_path = 1;
+	q->reversible = 1;
+	q->service_id = rcm_service_id(r, 1);
+	if (src->sa_family == AF_INET) {
+		q->qos_class = r->tos;
+		mask |= CEP_SA_PR_QOS_CLASS;
+	} else {
+		uint32_t fi = be32toh(((const struct sockaddr_in6 *)(const void *)src)->sin6_flowinfo);
+
+		q->traffic_class = (uint8_t)(fi >> 20);
+		mask |= CEP_SA_PR_TCLASS;
+	}
+	return mask;
 }
 
 /* The kernel's ucma_set_ib_path + rdma_set_ib_path: the option's checks,

@@ -9,6 +9,7 @@
 #ifndef RCM_IB_H
 #define RCM_IB_H
 
+#include <net/if.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -75,5 +76,48 @@ struct cep_cm_conn_param;
 struct cep_mad_addr;
 int rcm_ib_conn_from_path(const struct ibv_sa_path_rec *rec, uint8_t ack_delay, int roce,
 			  struct cep_cm_conn_param *p, struct cep_mad_addr *to);
+
+
+/* ---- the layer on InfiniBand ports ---------------------------------- */
+
+/* What the layer asks the system about IPoIB and the SA: the seams tests
+ * replace (set before any id is used; read without a lock). */
+struct rcm_ib_sys {
+	/* The interface holding local address @a: 0 and its name and index,
+	 * -EADDRNOTAVAIL when none does, or -errno (getifaddrs). */
+	int (*ifname_of)(const struct sockaddr *a, char name[IF_NAMESIZE], int *ifindex);
+	/* rcm_ib_neigh's contract. */
+	int (*neigh)(int ifindex, const struct sockaddr *dst, uint8_t hw[20]);
+	/* Make the kernel resolve @dst's neighbour: a datagram from @src to
+	 * @dst (the discard port), as an ARP/ND trigger. 0 or -errno. */
+	int (*kick)(const struct sockaddr *src, const struct sockaddr *dst);
+	/* The port's SA client (cep_sa_get, a reference). */
+	int (*sa_get)(const char *dev, uint8_t port_num, uint32_t timeout_ms,
+		      struct cep_sa **out);
+};
+extern struct rcm_ib_sys rcm_ib_sys;
+
+/* The port GID of IPoIB interface @ifname: its 20-byte hardware address
+ * (/sys/class/net/IF/address under $CEP_RDMACM_SYSROOT), bytes 4-19.
+ * 0, -ENODEV, -EINVAL. */
+int rcm_ib_netdev_gid(const char *ifname, uint8_t gid[16]);
+
+/* Local IP address @a on an IPoIB interface: 0 with the port GID, P_Key
+ * and interface index; -ENODEV when @a is on no IPoIB interface. */
+int rcm_ib_local(const struct sockaddr *a, uint8_t gid[16], uint16_t *pkey, int *ifindex);
+
+/* @dst's GID from the IPoIB neighbour table of @ifindex, waiting for
+ * the kernel to resolve it (triggered with rcm_ib_sys.kick, as the
+ * kernel's addr.c asks the neighbour layer) for up to @timeout_ms: 0,
+ * -ETIMEDOUT, or -errno of the netlink socket. Blocks the caller. */
+int rcm_ib_resolve_neigh(int ifindex, const struct sockaddr *src, const struct sockaddr *dst,
+			 int timeout_ms, uint8_t gid[16]);
+
+/* The kernel's cma_query_ib_route: a PathRecord query by SGID, DGID,
+ * P_Key, one reversible path and the service ID, with the QoS class
+ * (IPv4: the id's ToS) or traffic class (IPv6: the source's flow info).
+ * Fills @q and returns the component mask. */
+struct rcm_id;
+uint64_t rcm_ib_route_query(const struct rcm_id *r, struct cep_sa_path *q);
 
 #endif /* RCM_IB_H */

@@ -214,24 +214,26 @@ static int port_free(struct rcm_id **tab, uint16_t port, const struct rcm_id *r,
 	return 1;
 }
 
-/* Put @r on @port's device with source GID @src (index @gidx). Caller
- * holds rcm.lock (the device's PD is allocated under it). */
-static void set_device(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port,
-		       uint8_t gidx)
+/* Put @r on @dev's port with its source GID and P_Key. Caller holds
+ * rcm.lock (the device's PD is allocated under it). */
+static void set_device(struct rcm_id *r, const struct rcm_src *dev)
 {
-	struct rcm_dev *d = port->dev;
+	struct rcm_dev *d = dev->port->dev;
 
 	if (!d->pd)
 		d->pd = ibv_alloc_pd(d->verbs);
-	r->port = port;
-	r->sgid_index = gidx;
+	r->port = dev->port;
+	r->sgid_index = dev->gid_index;
 	r->id.verbs = d->verbs;
 	r->id.pd = d->pd;
-	r->id.port_num = port->port_num;
-	rcm_addr_gid(src, r->id.route.addr.addr.ibaddr.sgid.raw);
+	r->id.port_num = dev->port->port_num;
+	memcpy(r->id.route.addr.addr.ibaddr.sgid.raw, dev->gid, 16);
+	/* rdma_cm reports the IPoIB interface's P_Key; 0 on RoCE */
+	r->id.route.addr.addr.ibaddr.pkey =
+		dev->port->link_layer == IBV_LINK_LAYER_INFINIBAND ? htons(dev->pkey) : 0;
 }
 
-int rcm_bind(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port, uint8_t gidx)
+int rcm_bind(struct rcm_id *r, const struct sockaddr *src, const struct rcm_src *dev)
 {
 	struct sockaddr_storage a;
 	struct rcm_id **tab;
@@ -272,13 +274,13 @@ int rcm_bind(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port
 	r->bound = 1;
 	r->any_addr = (uint8_t)rcm_addr_any(src);
 	memcpy(&r->id.route.addr.src_storage, &a, sizeof(a));
-	if (port)
-		set_device(r, src, port, gidx);
+	if (dev)
+		set_device(r, dev);
 	/* As rdma_cm reports a bound id: the destination is the unspecified
 	 * address of the source's family, its GID too once on a device. */
 	memset(&r->id.route.addr.dst_storage, 0, sizeof(r->id.route.addr.dst_storage));
 	r->id.route.addr.dst_addr.sa_family = src->sa_family;
-	if (port)
+	if (dev)
 		rcm_addr_gid(&r->id.route.addr.dst_addr, r->id.route.addr.addr.ibaddr.dgid.raw);
 out:
 	pthread_mutex_unlock(&rcm.lock);
@@ -305,8 +307,7 @@ static void rcm_unbind(struct rcm_id *r)
 }
 
 /* Move a wildcard-bound id onto the port of @src (resolve_addr). */
-static void bind_device(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port,
-			uint8_t gidx)
+static void bind_device(struct rcm_id *r, const struct sockaddr *src, const struct rcm_src *dev)
 {
 	uint16_t pn = rcm_addr_port(&r->id.route.addr.src_addr);
 
@@ -315,16 +316,15 @@ static void bind_device(struct rcm_id *r, const struct sockaddr *src, struct rcm
 	memcpy(&r->id.route.addr.src_storage, src, (size_t)rcm_addr_len(src));
 	addr_set_port(&r->id.route.addr.src_addr, pn);
 	r->any_addr = 0;
-	set_device(r, src, port, gidx);
+	set_device(r, dev);
 	pthread_mutex_unlock(&rcm.lock);
 }
 
 RCM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 {
 	struct rcm_id *r;
-	struct rcm_port *port = NULL;
+	struct rcm_src dev, *devp = NULL;
 	struct cep_cm *cm;
-	uint8_t gidx = 0;
 	int ret;
 
 	if (!id || !rcm_addr_len(addr))
@@ -340,16 +340,17 @@ RCM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	 * stays NULL). libfabric's verbs provider binds 127.0.0.1 in
 	 * fi_getinfo() for a passive endpoint without an address. */
 	if (!rcm_addr_any(addr) && !addr_loopback(addr)) {
-		ret = rcm_find_addr(addr, &port, &gidx);
+		ret = rcm_find_addr(addr, &dev);
 		if (ret)
 			goto out;
 		/* Open the port's CM now: a second process learns at bind
 		 * time that the port is taken. */
-		ret = rcm_port_cm(port, &cm);
+		ret = rcm_port_cm(dev.port, &cm);
 		if (ret)
 			goto out;
+		devp = &dev;
 	}
-	ret = rcm_bind(r, addr, port, gidx);
+	ret = rcm_bind(r, addr, devp);
 	if (!ret)
 		r->state = RCM_ADDR_BOUND;
 out:
@@ -361,14 +362,15 @@ RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
 				 struct sockaddr *dst_addr, int timeout_ms)
 {
 	struct sockaddr_storage src;
-	struct rcm_port *port = NULL;
+	struct rcm_src dev;
 	struct rcm_event *e;
 	struct rcm_id *r;
 	struct cep_cm *cm;
-	uint8_t gidx = 0;
+	uint8_t dgid[16];
 	int dlen = rcm_addr_len(dst_addr), ret = 0, status = 0;
 
-	(void)timeout_ms; /* resolution is local: no ARP round trip here */
+	/* RoCE: resolution is local (the GID is the address). InfiniBand:
+	 * the neighbour's hardware address, waited for up to timeout_ms. */
 	if (!id || !dlen || (src_addr && !rcm_addr_len(src_addr)))
 		return rcm_err(EINVAL);
 	if (src_addr && src_addr->sa_family != dst_addr->sa_family)
@@ -388,13 +390,13 @@ RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
 	else
 		status = rcm_route_source(dst_addr, &src);
 	if (!status)
-		status = r->port ? 0 : rcm_find_addr((struct sockaddr *)&src, &port, &gidx);
+		status = r->port ? 0 : rcm_find_addr((struct sockaddr *)&src, &dev);
 	if (!status && r->state == RCM_IDLE) {
 		addr_set_port((struct sockaddr *)&src,
 			      src_addr ? rcm_addr_port(src_addr) : 0);
-		status = rcm_bind(r, (struct sockaddr *)&src, port, gidx);
+		status = rcm_bind(r, (struct sockaddr *)&src, &dev);
 	} else if (!status && !r->port) {
-		bind_device(r, (struct sockaddr *)&src, port, gidx);
+		bind_device(r, (struct sockaddr *)&src, &dev);
 	}
 	if (!status) {
 		ret = rcm_port_cm(r->port, &cm);
@@ -403,9 +405,23 @@ RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
 		status = ret;
 		ret = 0;
 	}
+	rcm_addr_gid(dst_addr, dgid);
+	if (!status && r->port->link_layer == IBV_LINK_LAYER_INFINIBAND) {
+		uint8_t lgid[16];
+		uint16_t pkey;
+		int ifindex;
+
+		/* the kernel's addr.c: the route's netdev, then its neighbour */
+		status = rcm_ib_local(&r->id.route.addr.src_addr, lgid, &pkey, &ifindex);
+		if (status)
+			status = -EADDRNOTAVAIL;
+		else
+			status = rcm_ib_resolve_neigh(ifindex, &r->id.route.addr.src_addr,
+						      dst_addr, timeout_ms, dgid);
+	}
 	memset(&r->id.route.addr.dst_storage, 0, sizeof(r->id.route.addr.dst_storage));
 	memcpy(&r->id.route.addr.dst_storage, dst_addr, (size_t)dlen);
-	rcm_addr_gid(dst_addr, r->id.route.addr.addr.ibaddr.dgid.raw);
+	memcpy(r->id.route.addr.addr.ibaddr.dgid.raw, dgid, 16);
 	/* The result comes as an event, as from the kernel's resolver. */
 	if (status) {
 		e = rcm_event_new(r, RDMA_CM_EVENT_ADDR_ERROR, status);
@@ -448,11 +464,11 @@ void rcm_fill_path(struct rcm_id *r, struct ibv_sa_path_rec *p)
 RCM_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
 	struct ibv_sa_path_rec *path;
+	struct cep_sa_path sp;
 	struct rcm_event *e;
 	struct rcm_id *r;
-	int ret = 0;
+	int ret = 0, status = 0, ib;
 
-	(void)timeout_ms;
 	if (!id)
 		return rcm_err(EINVAL);
 	r = rcm_id_of(id);
@@ -460,6 +476,27 @@ RCM_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	if (r->state != RCM_ADDR_RESOLVED) {
 		ret = EINVAL;
 		goto out;
+	}
+	/* InfiniBand: one path from the SA (kernel cma_query_ib_route); an
+	 * SA error is ROUTE_ERROR with the id left in ADDR_RESOLVED. */
+	ib = r->port && r->port->link_layer == IBV_LINK_LAYER_INFINIBAND;
+	if (ib) {
+		struct cep_sa_path q;
+		struct cep_sa *sa;
+		uint64_t mask = rcm_ib_route_query(r, &q);
+		uint32_t per = timeout_ms > 0 ? (uint32_t)timeout_ms / 4 : 0;
+
+		status = rcm_port_sa(r->port, per < 100 ? 100 : per, &sa);
+		if (!status)
+			status = cep_sa_path_query(sa, mask, &q, 0, &sp);
+		if (status) {
+			e = rcm_event_new(r, RDMA_CM_EVENT_ROUTE_ERROR, status);
+			if (!e)
+				ret = ENOMEM;
+			else
+				rcm_push_locked(e);
+			goto out;
+		}
 	}
 	/* RoCE: the path is the two GIDs (kernel cma_resolve_iboe_route). */
 	path = r->id.route.path_rec ? r->id.route.path_rec : malloc(sizeof(*path));
@@ -472,9 +509,13 @@ RCM_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 		ret = ENOMEM;
 		goto out;
 	}
-	rcm_fill_path(r, path);
+	if (ib)
+		rcm_ib_path_rec(&sp, path);
+	else
+		rcm_fill_path(r, path);
 	r->id.route.path_rec = path;
 	r->id.route.num_paths = 1;
+	r->route_given = (uint8_t)ib; /* the REQ's path (conn.c) */
 	r->state = RCM_ROUTE_RESOLVED;
 	rcm_push_locked(e);
 out:
@@ -608,7 +649,7 @@ RCM_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 		/* Listen before bind: the IPv4 wildcard, an ephemeral port. */
 		struct sockaddr_in any = { .sin_family = AF_INET };
 
-		ret = rcm_bind(r, (struct sockaddr *)&any, NULL, 0);
+		ret = rcm_bind(r, (struct sockaddr *)&any, NULL);
 		if (!ret)
 			r->state = RCM_ADDR_BOUND;
 	}
@@ -641,7 +682,7 @@ RCM_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 		targets[n++] = r->port;
 	} else {
 		for (unsigned i = 0; i < rcm_port_count() && n < 64; i++)
-			if (rcm_port_at(i)->link_layer == IBV_LINK_LAYER_ETHERNET)
+			if (rcm_port_usable(rcm_port_at(i)))
 				targets[n++] = rcm_port_at(i);
 	}
 	free(r->svcs);

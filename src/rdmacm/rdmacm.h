@@ -64,6 +64,7 @@ struct rcm_port {
 	uint8_t port_num;
 	uint8_t link_layer;            /* IBV_LINK_LAYER_* at init */
 	/* lazily: */
+	struct cep_sa *sa;             /* InfiniBand: the port's SA client */
 	struct cep_transport *t;
 	_Atomic(struct cep_cm *) cm;   /* published after the CM started */
 	struct cep_port_info info;     /* query_port at open */
@@ -221,7 +222,8 @@ struct rcm_id {
 	struct cep_cm_id *cep;         /* the connection in libcep, or NULL */
 	struct cep_qp_params qpp;      /* INIT/RTR/RTS attributes */
 	uint8_t have_req;              /* passive: qpp holds the REQ's half */
-	uint8_t route_given;           /* route.path_rec from RDMA_OPTION_IB_PATH */
+	uint8_t route_given;           /* route.path_rec is the REQ's path: given
+					  (RDMA_OPTION_IB_PATH) or the SA's */
 	/* ECE (librdmacm's local_ece / remote_ece; comp_mask unused): ours
 	 * for the REQ or REP, the peer's from its REQ or REP; rep_ece: the
 	 * REP's until the application takes CONNECT_RESPONSE */
@@ -255,10 +257,19 @@ static inline struct rcm_channel *rcm_channel_of(struct rdma_event_channel *ch)
 /* Open the devices once (librdmacm's ucma_init). 0 or -errno (ENODEV
  * when the machine has no RDMA device). Any thread. */
 int rcm_init(void);
-/* The port whose GID table holds @addr's RoCE v2 GID (IPv4-mapped or
- * IPv6): 0 and *port, *gid_index, or -EADDRNOTAVAIL. Any thread. */
-int rcm_find_addr(const struct sockaddr *addr, struct rcm_port **port,
-		  uint8_t *gid_index);
+/* Where a local address lives: the port, the source GID and its index,
+ * the P_Key (an IPoIB interface's; 0xffff on RoCE). */
+struct rcm_src {
+	struct rcm_port *port;
+	uint8_t gid_index;
+	uint8_t gid[16];
+	uint16_t pkey;
+};
+/* The port of local address @addr: the one whose GID table holds its
+ * RoCE v2 GID (IPv4-mapped or IPv6), or, for an address of an IPoIB
+ * interface, the InfiniBand port whose GID table holds that interface's
+ * GID (ib.h rcm_ib_local). 0 and @out, or -EADDRNOTAVAIL. Any thread. */
+int rcm_find_addr(const struct sockaddr *addr, struct rcm_src *out);
 /* The source address the kernel's routing table picks towards @dst
  * (port untouched). 0 or -errno. */
 int rcm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src);
@@ -266,6 +277,16 @@ int rcm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src);
  * -errno; -EBUSY (with one explanation on stderr) when another process or
  * the kernel's ib_cm owns the CM class on that port. Takes rcm.lock. */
 int rcm_port_cm(struct rcm_port *port, struct cep_cm **out);
+/* The SA client of an InfiniBand port, opened on first use and kept
+ * until exit (@timeout_ms per attempt, for the first open). 0 or -errno.
+ * Takes rcm.lock. */
+int rcm_port_sa(struct rcm_port *port, uint32_t timeout_ms, struct cep_sa **out);
+/* A port rdma_cm runs on: RoCE or InfiniBand. */
+static inline int rcm_port_usable(const struct rcm_port *p)
+{
+	return p->link_layer == IBV_LINK_LAYER_ETHERNET ||
+	       p->link_layer == IBV_LINK_LAYER_INFINIBAND;
+}
 /* Every port of every device, for wildcard listeners. */
 unsigned rcm_port_count(void);
 struct rcm_port *rcm_port_at(unsigned i);
@@ -318,10 +339,10 @@ void rcm_id_put(struct rcm_id *r);
 /* A new id on @channel (NULL: a private one, sync). */
 struct rcm_id *rcm_id_new(struct rcm_channel *channel, void *context,
 			  enum rdma_port_space ps, enum ibv_qp_type qp_type);
-/* Give @r the source address @src on @port (gid index @gidx) and a port
- * number (@src's, or an ephemeral one when 0). 0 or -errno. */
-int rcm_bind(struct rcm_id *r, const struct sockaddr *src, struct rcm_port *port,
-	     uint8_t gidx);
+/* Give @r the source address @src on @dev's port and GID (NULL: no
+ * device yet) and a port number (@src's, or an ephemeral one when 0).
+ * 0 or -errno. */
+int rcm_bind(struct rcm_id *r, const struct sockaddr *src, const struct rcm_src *dev);
 /* Destroy an id nobody outside the library knows yet (a request that
  * cannot be delivered): rejects its connection, frees it. */
 void rcm_id_abandon(struct rcm_id *r);

@@ -10,14 +10,25 @@
  *   4-19) and a netlink RTM_NEWNEIGH dump built here, parsed;
  * - an IPoIB interface's device, port and P_Key from a fake sysfs
  *   (CEP_RDMACM_SYSROOT);
- * - AF_IB addresses.
- * The layer's objects are linked in. Usage: test-rdmacm-ib.
+ * - AF_IB addresses;
+ * and (test-rdmacm-ib resolve) the layer on an InfiniBand port: a stand-in
+ * device whose port is InfiniBand, its GID table cached, an IPoIB
+ * interface in a fake sysfs, the neighbour table and the SA behind the
+ * layer's seams (rcm_ib_sys; the SA a libcep client over a fake backend
+ * as tests/sa uses): rdma_bind_addr finds the port by the interface's GID;
+ * rdma_resolve_addr takes the P_Key from the interface and the peer's GID
+ * from its neighbour, triggering resolution and retrying until the
+ * timeout (ADDR_ERROR -ETIMEDOUT); rdma_resolve_route asks the SA as the
+ * kernel's cma_query_ib_route (its component mask and fields), ROUTE_ERROR
+ * on an SA error, and the REQ's CM address uses LIDs, no GRH.
+ * The layer's objects are linked in. Usage: test-rdmacm-ib [resolve].
  */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
@@ -26,6 +37,7 @@
 #include <infiniband/ib.h>
 
 #include "../common/check.h"
+#include "../../src/sa_backend.h"
 #include "ib.h"
 #include "rdmacm.h"
 
@@ -320,8 +332,387 @@ static void af_ib(void)
 	CHECK_EQ(rcm_ib_sockaddr((struct sockaddr *)&sin, gid, &sid, &pkey), -EAFNOSUPPORT);
 }
 
-int main(void)
+/* ---- the layer on an InfiniBand port (stand-ins, seams) ---------------- */
+
+static const char *GID_A = "fe80::2:c903:0:10", *GID_B = "fe80::2:c903:0:20";
+
+/* The fake neighbour table: answers -ENOENT @misses times, then @hw
+ * (or -EAGAIN forever when @never). */
+static struct {
+	pthread_mutex_t lock;
+	int misses, never, asked, kicks, ifindex;
+	uint8_t hw[20];
+	struct sockaddr_storage kick_src, kick_dst;
+} nb = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int fake_ifname_of(const struct sockaddr *a, char name[IF_NAMESIZE], int *ifindex)
 {
+	const struct sockaddr_in *in = (const void *)a;
+
+	if (a->sa_family != AF_INET || in->sin_addr.s_addr != htonl(0x0a000001))
+		return -EADDRNOTAVAIL;
+	strcpy(name, "ib0");
+	*ifindex = 5;
+	return 0;
+}
+
+static int fake_neigh(int ifindex, const struct sockaddr *dst, uint8_t hw[20])
+{
+	int ret;
+
+	(void)dst;
+	pthread_mutex_lock(&nb.lock);
+	nb.asked++;
+	nb.ifindex = ifindex;
+	if (nb.never) {
+		ret = -EAGAIN;
+	} else if (nb.misses > 0) {
+		nb.misses--;
+		ret = -ENOENT;
+	} else {
+		memcpy(hw, nb.hw, 20);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&nb.lock);
+	return ret;
+}
+
+static int fake_kick(const struct sockaddr *src, const struct sockaddr *dst)
+{
+	pthread_mutex_lock(&nb.lock);
+	nb.kicks++;
+	memcpy(&nb.kick_src, src, sizeof(struct sockaddr_in));
+	memcpy(&nb.kick_dst, dst, sizeof(struct sockaddr_in));
+	pthread_mutex_unlock(&nb.lock);
+	return 0;
+}
+
+/* A fake SA behind a real libcep SA client: answers each PathRecord Get
+ * with @answer (or the error @status), keeping the query. */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint8_t q[8][CEP_SA_MAD_SIZE];
+	unsigned head, tail, sends;
+	uint16_t status;
+	struct cep_sa_mad_hdr last;
+	struct cep_sa_path last_path, answer;
+} fsa = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static int fsa_send(void *ctx, const uint8_t *mad, size_t len, uint16_t dlid, uint8_t sl)
+{
+	struct cep_sa_mad_hdr h;
+	uint8_t rec[CEP_SA_PATH_REC_SIZE];
+
+	(void)ctx, (void)dlid, (void)sl;
+	if (len != CEP_SA_MAD_SIZE || cep_sa_mad_decode(mad, len, &h))
+		return -EINVAL;
+	pthread_mutex_lock(&fsa.lock);
+	fsa.sends++;
+	fsa.last = h;
+	cep_sa_path_decode(mad + CEP_SA_HDR_SIZE, &fsa.last_path);
+	h.method = CEP_SA_METHOD_GET_RESP;
+	h.comp_mask = 0;
+	h.status = fsa.status;
+	CHECK_EQ(cep_sa_path_encode(&fsa.answer, rec), 0);
+	if (fsa.tail - fsa.head < 8) {
+		cep_sa_mad_encode(fsa.q[fsa.tail++ % 8], &h, rec, sizeof(rec));
+		pthread_cond_broadcast(&fsa.cond);
+	}
+	pthread_mutex_unlock(&fsa.lock);
+	return 0;
+}
+
+static int fsa_recv(void *ctx, uint8_t *mad, size_t len, int timeout_ms)
+{
+	struct timespec ts;
+	int n = 0;
+
+	(void)ctx;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)timeout_ms * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&fsa.lock);
+	while (fsa.head == fsa.tail)
+		if (pthread_cond_timedwait(&fsa.cond, &fsa.lock, &ts) == ETIMEDOUT)
+			break;
+	if (fsa.head != fsa.tail) {
+		n = (int)(len < CEP_SA_MAD_SIZE ? len : CEP_SA_MAD_SIZE);
+		memcpy(mad, fsa.q[fsa.head++ % 8], (size_t)n);
+	}
+	pthread_mutex_unlock(&fsa.lock);
+	return n;
+}
+
+static int fsa_port(void *ctx, struct cep_sa_port *out)
+{
+	(void)ctx;
+	memset(out, 0, sizeof(*out));
+	out->lid = 3;
+	out->sm_lid = 1;
+	out->state = 4;
+	out->port_num = 1;
+	out->pkey = 0xffff;
+	inet_pton(AF_INET6, GID_A, out->gid);
+	return 0;
+}
+
+static const struct sa_backend_ops fsa_ops = { .send = fsa_send, .recv = fsa_recv,
+					       .port = fsa_port };
+static char sa_dev[64];
+static uint8_t sa_port_num;
+
+static int fake_sa_get(const char *dev, uint8_t port_num, uint32_t timeout_ms,
+		       struct cep_sa **out)
+{
+	/* 2 s per attempt: a loaded machine (sanitizers) needs it */
+	struct cep_sa_attr a = { .size = sizeof(a), .timeout_ms = 2000, .attempts = 2,
+				 .flags = CEP_SA_ATTR_NO_CACHE };
+
+	(void)timeout_ms;
+	snprintf(sa_dev, sizeof(sa_dev), "%s", dev);
+	sa_port_num = port_num;
+	return sa_create(&fsa_ops, NULL, &a, out);
+}
+
+/* One event off @ch: its type and status; acked. */
+static enum rdma_cm_event_type next_event(struct rcm_channel *ch, int *status)
+{
+	struct rdma_cm_event *ev;
+	enum rdma_cm_event_type t;
+
+	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	t = ev->event;
+	*status = ev->status;
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	return t;
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void resolve(void)
+{
+	static struct ibv_device fdev;
+	static struct ibv_context fctx;
+	static int fake_pd, fake_cm;
+	char root[] = "/tmp/cep-rdmacm-ib-XXXXXX", cmd[256];
+	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
+	struct ibv_gid_entry gids[2];
+	struct rcm_dev dev;
+	struct rcm_port ports[2];
+	struct rcm_channel *ch = rcm_channel_new();
+	struct rcm_id *r, *b;
+	struct cep_cm_conn_param cp;
+	struct cep_mad_addr to;
+	uint8_t ga[16], gb[16];
+	uint64_t t0;
+	uint16_t pkey;
+	int status, ifindex;
+
+	CHECK(ch != NULL);
+	inet_pton(AF_INET6, GID_A, ga);
+	inet_pton(AF_INET6, GID_B, gb);
+	/* ib0: IPoIB on mlx5_0 port 1, P_Key 0x8001, hardware address
+	 * 80:00:00:48 + GID_A */
+	CHECK(mkdtemp(root) != NULL);
+	put_file(root, "sys/class/net/ib0/type", "32\n");
+	put_file(root, "sys/class/net/ib0/dev_port", "0\n");
+	put_file(root, "sys/class/net/ib0/pkey", "0x8001\n");
+	put_file(root, "sys/class/net/ib0/address",
+		 "80:00:00:48:fe:80:00:00:00:00:00:00:00:02:c9:03:00:00:00:10\n");
+	put_file(root, "sys/class/net/ib0/device/infiniband/mlx5_0/x", "");
+	put_file(root, "sys/class/net/ib1/type", "32\n");
+	put_file(root, "sys/class/net/ib1/address", "80:00:00:48:fe:80\n");
+	setenv("CEP_RDMACM_SYSROOT", root, 1);
+	CHECK_EQ(rcm_ib_netdev_gid("ib0", gb), 0);
+	CHECK(!memcmp(gb, ga, 16));
+	CHECK_EQ(rcm_ib_netdev_gid("ib1", gb), -EINVAL); /* 6 bytes, not 20 */
+	CHECK_EQ(rcm_ib_netdev_gid("ib9", gb), -ENODEV);
+	inet_pton(AF_INET6, GID_B, gb);
+
+	/* a device: port 1 InfiniBand (GID_A at index 0), port 2 iWARP */
+	snprintf(fdev.name, sizeof(fdev.name), "mlx5_0");
+	fctx.device = &fdev;
+	memset(&dev, 0, sizeof(dev));
+	memset(ports, 0, sizeof(ports));
+	memset(gids, 0, sizeof(gids));
+	dev.verbs = &fctx;
+	dev.pd = (struct ibv_pd *)&fake_pd;
+	dev.attr.local_ca_ack_delay = 16;
+	dev.nports = 2;
+	dev.ports = ports;
+	for (int i = 0; i < 2; i++) {
+		ports[i].dev = &dev;
+		ports[i].port_num = (uint8_t)(i + 1);
+		pthread_mutex_init(&ports[i].svc_mtx, NULL);
+		pthread_mutex_init(&ports[i].qpn_mtx, NULL);
+	}
+	ports[0].link_layer = IBV_LINK_LAYER_INFINIBAND;
+	ports[1].link_layer = IBV_LINK_LAYER_UNSPECIFIED;
+	/* the port's CM: present, never used by these calls */
+	atomic_store(&ports[0].cm, (struct cep_cm *)(void *)&fake_cm);
+	memcpy(gids[0].gid.raw, ga, 16);
+	gids[0].port_num = 1;
+	gids[0].gid_index = 0;
+	gids[0].gid_type = IBV_GID_TYPE_IB;
+	dev.gids = gids;
+	dev.ngids = 1;
+	rcm.devs = &dev;
+	rcm.ndevs = 1;
+	rcm.inited = 1;
+	rcm_ib_sys.ifname_of = fake_ifname_of;
+	rcm_ib_sys.neigh = fake_neigh;
+	rcm_ib_sys.kick = fake_kick;
+	rcm_ib_sys.sa_get = fake_sa_get;
+	/* wildcard listeners take RoCE and InfiniBand ports, nothing else */
+	CHECK(rcm_port_usable(&ports[0]));
+	CHECK(!rcm_port_usable(&ports[1]));
+
+	/* rdma_bind_addr on the IPoIB address: the port of ib0's GID */
+	src.sin_addr.s_addr = htonl(0x0a000001);
+	dst.sin_addr.s_addr = htonl(0x0a000002);
+	b = rcm_id_new(ch, NULL, RDMA_PS_TCP, IBV_QPT_RC);
+	CHECK(b != NULL);
+	CHECK_EQ(rdma_bind_addr(&b->id, (struct sockaddr *)&src), 0);
+	CHECK(b->port == &ports[0]);
+	CHECK_EQ(b->id.port_num, 1);
+	CHECK(!memcmp(b->id.route.addr.addr.ibaddr.sgid.raw, ga, 16));
+	CHECK_EQ(ntohs(b->id.route.addr.addr.ibaddr.pkey), 0x8001);
+	CHECK_EQ(rdma_destroy_id(&b->id), 0);
+	/* an address on no interface is not IPoIB (rcm_find_addr then reads
+	 * the RoCE GID tables again: verbs, not run on a stand-in device) */
+	src.sin_addr.s_addr = htonl(0x0a000009);
+	CHECK_EQ(rcm_ib_local((struct sockaddr *)&src, gb, &pkey, &ifindex), -ENODEV);
+	src.sin_addr.s_addr = htonl(0x0a000001);
+	CHECK_EQ(rcm_ib_local((struct sockaddr *)&src, gb, &pkey, &ifindex), 0);
+	CHECK(!memcmp(gb, ga, 16));
+	CHECK_EQ(pkey, 0x8001);
+	CHECK_EQ(ifindex, 5);
+	inet_pton(AF_INET6, GID_B, gb);
+
+	/* rdma_resolve_addr: the neighbour unknown twice, then GID_B */
+	nb.hw[0] = 0x80;
+	nb.hw[3] = 0x48;
+	memcpy(nb.hw + 4, gb, 16);
+	nb.misses = 2;
+	r = rcm_id_new(ch, NULL, RDMA_PS_TCP, IBV_QPT_RC);
+	CHECK(r != NULL);
+	CHECK_EQ(rdma_resolve_addr(&r->id, (struct sockaddr *)&src, (struct sockaddr *)&dst,
+				   2000), 0);
+	CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK_EQ(status, 0);
+	CHECK_EQ(nb.asked, 3);
+	CHECK_EQ(nb.ifindex, 5);
+	CHECK(nb.kicks >= 1);         /* resolution was asked for */
+	CHECK_EQ(((struct sockaddr_in *)&nb.kick_dst)->sin_addr.s_addr, dst.sin_addr.s_addr);
+	CHECK_EQ(((struct sockaddr_in *)&nb.kick_src)->sin_addr.s_addr, src.sin_addr.s_addr);
+	CHECK_EQ(r->state, RCM_ADDR_RESOLVED);
+	CHECK(!memcmp(r->id.route.addr.addr.ibaddr.sgid.raw, ga, 16));
+	CHECK(!memcmp(r->id.route.addr.addr.ibaddr.dgid.raw, gb, 16));
+	CHECK_EQ(ntohs(r->id.route.addr.addr.ibaddr.pkey), 0x8001);
+
+	/* rdma_resolve_route: an SA error first (ERR_NO_RECORDS) */
+	memset(&fsa.answer, 0, sizeof(fsa.answer));
+	memcpy(fsa.answer.sgid, ga, 16);
+	memcpy(fsa.answer.dgid, gb, 16);
+	fsa.answer.slid = 3;
+	fsa.answer.dlid = 4;
+	fsa.answer.hop_limit = 0;
+	fsa.answer.reversible = 1;
+	fsa.answer.numb_path = 1;
+	fsa.answer.pkey = 0x8001;
+	fsa.answer.sl = 2;
+	fsa.answer.mtu_selector = fsa.answer.rate_selector = 2;
+	fsa.answer.packet_life_time_selector = 2;
+	fsa.answer.mtu = 4;
+	fsa.answer.rate = 3;
+	fsa.answer.packet_life_time = 14;
+	fsa.status = 0x0300;
+	r->tos = 0x10;
+	CHECK_EQ(rdma_resolve_route(&r->id, 2000), 0);
+	CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ROUTE_ERROR);
+	CHECK_EQ(status, -EHOSTUNREACH);
+	CHECK_EQ(r->state, RCM_ADDR_RESOLVED);
+	CHECK(!strcmp(sa_dev, "mlx5_0"));
+	CHECK_EQ(sa_port_num, 1);
+	/* the query, as cma_query_ib_route */
+	CHECK_EQ(fsa.last.attr_id, CEP_SA_ATTR_PATH_REC);
+	CHECK_EQ(fsa.last.comp_mask, CEP_SA_PR_DGID | CEP_SA_PR_SGID | CEP_SA_PR_PKEY |
+				     CEP_SA_PR_NUMB_PATH | CEP_SA_PR_REVERSIBLE |
+				     CEP_SA_PR_SERVICE_ID | CEP_SA_PR_QOS_CLASS);
+	CHECK(!memcmp(fsa.last_path.sgid, ga, 16));
+	CHECK(!memcmp(fsa.last_path.dgid, gb, 16));
+	CHECK_EQ(fsa.last_path.pkey, 0x8001);
+	CHECK_EQ(fsa.last_path.numb_path, 1);
+	CHECK_EQ(fsa.last_path.reversible, 1);
+	CHECK_EQ(fsa.last_path.qos_class, 0x10);
+	CHECK_EQ(fsa.last_path.service_id, 0x0000000001060000ull | 0); /* TCP, port 0 */
+	/* then the path */
+	fsa.status = 0;
+	CHECK_EQ(rdma_resolve_route(&r->id, 2000), 0);
+	CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ROUTE_RESOLVED);
+	CHECK_EQ(status, 0);
+	CHECK_EQ(r->state, RCM_ROUTE_RESOLVED);
+	CHECK_EQ(r->id.route.num_paths, 1);
+	CHECK_EQ(ntohs(r->id.route.path_rec->dlid), 4);
+	CHECK_EQ(ntohs(r->id.route.path_rec->slid), 3);
+	CHECK_EQ(ntohs(r->id.route.path_rec->pkey), 0x8001);
+	CHECK_EQ(r->id.route.path_rec->packet_life_time, 14);
+	CHECK(r->route_given);
+	/* the REQ's CM address from that path: LID 4, SL 2, no GRH */
+	memset(&cp, 0, sizeof(cp));
+	memset(&to, 0, sizeof(to));
+	cp.size = sizeof(cp);
+	CHECK_EQ(rcm_ib_conn_from_path(r->id.route.path_rec, 16,
+				       r->port->link_layer == IBV_LINK_LAYER_ETHERNET, &cp, &to), 0);
+	CHECK_EQ(to.lid, 4);
+	CHECK_EQ(to.sl, 2);
+	CHECK_EQ(to.grh_present, 0);
+	CHECK_EQ(cp.primary.remote_lid, 4);
+	CHECK_EQ(cp.pkey, 0x8001);
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+
+	/* a neighbour that never resolves: ADDR_ERROR -ETIMEDOUT after the
+	 * call's timeout, not before, and not much later */
+	nb.never = 1;
+	nb.kicks = 0;
+	r = rcm_id_new(ch, NULL, RDMA_PS_TCP, IBV_QPT_RC);
+	t0 = ms_now();
+	CHECK_EQ(rdma_resolve_addr(&r->id, (struct sockaddr *)&src, (struct sockaddr *)&dst,
+				   300), 0);
+	CHECK(ms_now() - t0 >= 300);
+	CHECK(ms_now() - t0 < 5000);
+	CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ADDR_ERROR);
+	CHECK_EQ(status, -ETIMEDOUT);
+	CHECK(nb.kicks >= 1);
+	CHECK(r->state != RCM_ADDR_RESOLVED);
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+
+	if (ports[0].sa)
+		cep_sa_put(ports[0].sa);
+	ports[0].sa = NULL;
+	atomic_store(&ports[0].cm, NULL);
+	rcm.ndevs = 0;
+	rcm.devs = NULL;
+	rcm_channel_free(ch);
+	unsetenv("CEP_RDMACM_SYSROOT");
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	CHECK_EQ(system(cmd), 0);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "resolve")) {
+		resolve();
+		return check_done("rdmacm-ib-resolve");
+	}
 	path_option();
 	set_path();
 	hwaddr();
