@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * librdmacm on libcep, ids: rdma_create_id / rdma_destroy_id, addresses
- * (rdma_bind_addr, rdma_resolve_addr, rdma_resolve_route over RoCE v2),
+ * (rdma_bind_addr, rdma_resolve_addr, rdma_resolve_route over RoCE v2 and
+ * InfiniBand: IPoIB neighbours, the SA),
  * port numbers, rdma_listen, rdma_set_option, rdma_migrate_id and the small
  * accessors. State rules are rdma_cm's (kernel cma.c): bind from IDLE,
  * resolve the address from IDLE or bound, the route once the address is
