@@ -10,7 +10,13 @@
  *
  * Guarantees: a channel's queue and its eventfd change together under the
  * channel mutex, so the fd is readable exactly while events wait. Every
- * queued event holds a reference on its owner id.
+ * queued event holds a reference on its owner id. A channel destroyed
+ * while another thread is inside rdma_get_cm_event on it (rping's CM
+ * thread, back from acking the last event, while main destroys the
+ * channel) stays allocated, fd open, until that call returns: the getter
+ * then blocks on an fd no event will reach, as a read() on librdmacm's
+ * closed ucma fd does, instead of failing with EBADF or touching freed
+ * memory.
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -37,12 +43,10 @@ struct rcm_channel *rcm_channel_new(void)
 	return c;
 }
 
-void rcm_channel_free(struct rcm_channel *c)
+static void channel_release(struct rcm_channel *c)
 {
 	struct rcm_event *e, *next;
 
-	if (!c)
-		return;
 	/* librdmacm requires ids destroyed and events acked first; whatever
 	 * is still queued goes with the channel. */
 	for (e = rcm_evq_take(&c->q); e; e = next) {
@@ -52,6 +56,22 @@ void rcm_channel_free(struct rcm_channel *c)
 	close(c->ch.fd);
 	pthread_mutex_destroy(&c->mtx);
 	free(c);
+}
+
+/* Any thread, once per channel. Frees now, or leaves it to the last
+ * getter still inside rdma_get_cm_event (seq_cst RMWs on one word: of
+ * this call and that getter's exit, exactly one sees the other). */
+void rcm_channel_free(struct rcm_channel *c)
+{
+	if (c && atomic_fetch_or(&c->getters, RCM_CHANNEL_DEAD) == 0)
+		channel_release(c);
+}
+
+/* A getter leaves: the last one out of a destroyed channel frees it. */
+static void getter_leave(struct rcm_channel *c)
+{
+	if (atomic_fetch_sub(&c->getters, 1) == (RCM_CHANNEL_DEAD | 1u))
+		channel_release(c);
 }
 
 RCM_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
@@ -252,6 +272,7 @@ RCM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
 	if (!channel || !event)
 		return rcm_err(EINVAL);
 	c = rcm_channel_of(channel);
+	atomic_fetch_add(&c->getters, 1); /* the channel stays while we are in */
 	for (;;) {
 		struct pollfd pf = { .fd = c->ch.fd, .events = POLLIN };
 		int fl;
@@ -275,13 +296,14 @@ RCM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
 		if (e)
 			break;
 		fl = fcntl(c->ch.fd, F_GETFL);
-		if (fl < 0)
-			return -1;
-		if (fl & O_NONBLOCK)
-			return rcm_err(EAGAIN);
-		if (poll(&pf, 1, -1) < 0 && errno != EINTR)
-			return -1;
+		if (fl < 0 || (fl & O_NONBLOCK) || (poll(&pf, 1, -1) < 0 && errno != EINTR)) {
+			int err = fl < 0 || !(fl & O_NONBLOCK) ? errno : EAGAIN;
+
+			getter_leave(c);
+			return rcm_err(err);
+		}
 	}
+	getter_leave(c); /* the event holds its owner, not the channel */
 	if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST)
 		request_taken(e->owner, rcm_id_of(e->ev.id));
 	if (e->work != RCM_WORK_NONE)

@@ -182,7 +182,12 @@ struct rcm_channel {
 	pthread_mutex_t mtx;
 	struct rcm_evq q;
 	int signaled;                  /* eventfd counter is 1 */
+	/* Threads inside rdma_get_cm_event, plus RCM_CHANNEL_DEAD once
+	 * destroyed: the channel (its memory and fd) is freed by whichever
+	 * of destroy and the last getter comes last (channel.c). */
+	_Atomic unsigned getters;
 };
+#define RCM_CHANNEL_DEAD (1u << 31)
 
 /* ---- ids ------------------------------------------------------------------ */
 

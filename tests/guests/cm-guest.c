@@ -807,6 +807,13 @@ static void teardown(struct app *a)
 			break;
 		pump(a, 20);
 	}
+	/* ids drop when their DESTROYED is posted; the workers deliver it to
+	 * the channel a moment later: let them finish, then take the last
+	 * ones, so the channel is empty and unused when destroyed. */
+	if (a->cm && st.ids == 0) {
+		CHECK(cep_cm_quiesce(a->cm, 5000) == 0, "quiesce");
+		pump(a, 0);
+	}
 	if (a->cm) {
 		CHECK(st.ids == 0, "%" PRIu64 " ids left", st.ids);
 		printf("%s: MADs sent REQ %" PRIu64 " REP %" PRIu64 " RTU %" PRIu64
