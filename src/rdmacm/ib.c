@@ -270,6 +270,37 @@ void rcm_ib_path_rec(const struct cep_sa_path *p, struct ibv_sa_path_rec *out)
 	out->preference = p->preference;
 }
 
+static void path_from_req(const struct cep_req *rq, const struct cep_path *cp,
+			  struct ibv_sa_path_rec *out)
+{
+	memset(out, 0, sizeof(*out));
+	memcpy(out->dgid.raw, cp->local_gid, 16);
+	memcpy(out->sgid.raw, cp->remote_gid, 16);
+	out->dlid = htobe16(cp->local_lid);
+	out->slid = htobe16(cp->remote_lid);
+	out->flow_label = htobe32(cp->flow_label);
+	out->hop_limit = cp->hop_limit;
+	out->traffic_class = cp->traffic_class;
+	out->reversible = htobe32(1);
+	out->pkey = htobe16(rq->partition_key);
+	out->sl = cp->sl;
+	out->mtu_selector = 2; /* IB_SA_EQ */
+	out->mtu = rq->path_mtu;
+	out->rate_selector = 2;
+	out->rate = cp->packet_rate;
+	out->packet_life_time_selector = 2;
+	out->packet_life_time = cp->local_ack_timeout ? (uint8_t)(cp->local_ack_timeout - 1) : 0;
+}
+
+int rcm_ib_paths_from_req(const struct cep_req *rq, struct ibv_sa_path_rec out[2])
+{
+	path_from_req(rq, &rq->primary, &out[0]);
+	if (!rq->alternate.local_lid)
+		return 1;
+	path_from_req(rq, &rq->alternate, &out[1]);
+	return 2;
+}
+
 void rcm_ib_path_of_rec(const struct ibv_sa_path_rec *r, struct cep_sa_path *out)
 {
 	memset(out, 0, sizeof(*out));

@@ -63,6 +63,17 @@ int rcm_ib_sockaddr(const struct sockaddr *a, uint8_t gid[16], uint64_t *sid,
 /* The route's path record (id->route.path_rec) from a PathRecord. */
 void rcm_ib_path_rec(const struct cep_sa_path *p, struct ibv_sa_path_rec *out);
 
+/* The paths a REQ carries, as the receiving side sees them (the kernel's
+ * cm_format_paths_from_req, which cma_ib_new_conn_id copies into the new
+ * id's route): [0] the primary, [1] the alternate when the REQ has one
+ * (its alternate local LID is not 0). SGID/SLID are the REQ's remote
+ * (our) side, DGID/DLID its local (the requester's); flow label, hop
+ * limit, traffic class, SL and rate per path; the REQ's P_Key and MTU;
+ * the packet life time its local ACK timeout less one (not below 0);
+ * reversible; selectors "exactly". Returns the number of paths, 1 or 2. */
+struct cep_req;
+int rcm_ib_paths_from_req(const struct cep_req *rq, struct ibv_sa_path_rec out[2]);
+
 /* The inverse: a PathRecord from the route's path record. */
 void rcm_ib_path_of_rec(const struct ibv_sa_path_rec *r, struct cep_sa_path *out);
 
