@@ -23,6 +23,7 @@
 #include <infiniband/ib.h>
 
 #include <cep/cm.h>
+#include <cep/rdma_cm.h>
 #include <cep/qp.h>
 
 #include "ib.h"
@@ -243,6 +244,30 @@ int rcm_ib_sockaddr(const struct sockaddr *a, uint8_t gid[16], uint64_t *sid,
 	memcpy(gid, ib->sib_addr.sib_raw, 16);
 	*sid = be64toh(ib->sib_sid);
 	*pkey = be16toh(ib->sib_pkey);
+	return 0;
+}
+
+#define IB_PS_MASK 0xffffffffffff0000ull
+
+int rcm_ib_select_ps(int id_ps, struct sockaddr_ib *sib)
+{
+	static const int spaces[] = { RDMA_PS_IB, RDMA_PS_TCP, RDMA_PS_UDP };
+	uint64_t mask = be64toh(sib->sib_sid_mask) & IB_PS_MASK;
+	uint64_t sid = be64toh(sib->sib_sid) & mask;
+
+	for (size_t i = 0; i < sizeof(spaces) / sizeof(spaces[0]); i++) {
+		uint64_t prefix = cep_rdma_service_id((enum cep_rdma_ps)spaces[i], 0);
+		uint16_t port;
+
+		if (id_ps != RDMA_PS_IB && id_ps != spaces[i])
+			continue;
+		if (sid != (prefix & mask))
+			continue;
+		port = (uint16_t)(be64toh(sib->sib_sid) & be64toh(sib->sib_sid_mask));
+		sib->sib_sid = htobe64(prefix | port);
+		sib->sib_sid_mask = htobe64(IB_PS_MASK | be64toh(sib->sib_sid_mask));
+		return spaces[i];
+	}
 	return 0;
 }
 

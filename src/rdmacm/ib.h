@@ -60,6 +60,16 @@ int rcm_ib_neigh(int ifindex, const struct sockaddr *dst, uint8_t hw[20]);
 int rcm_ib_sockaddr(const struct sockaddr *a, uint8_t gid[16], uint64_t *sid,
 		    uint16_t *pkey);
 
+/* The port space an AF_IB source address binds in, as the kernel's
+ * cma_select_ib_ps: the service ID under the mask's port-space part
+ * (upper 48 bits) must name RDMA_PS_IB (an RDMA_PS_IB id only), TCP (a
+ * TCP or IB id) or UDP (a UDP or IB id); then @sib's service ID becomes
+ * that space's prefix | its port (the low 16 bits under the mask) and the
+ * mask gains the port-space bits. Returns that space, or 0 (the kernel's
+ * bind then fails with EPROTONOSUPPORT) with @sib untouched. */
+struct sockaddr_ib;
+int rcm_ib_select_ps(int id_ps, struct sockaddr_ib *sib);
+
 /* The route's path record (id->route.path_rec) from a PathRecord. */
 void rcm_ib_path_rec(const struct cep_sa_path *p, struct ibv_sa_path_rec *out);
 
