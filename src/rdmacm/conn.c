@@ -844,6 +844,7 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 	struct rcm_event *e = NULL;
 	struct cep_cma_hdr h;
 	struct rcm_dev *d;
+	int ib;
 
 	if (!s || s->hdr.kind != RCM_KIND_SERVICE ||
 	    cep_cma_hdr_decode(ev->private_data, ev->private_data_len, sid, &h)) {
@@ -893,7 +894,8 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 	set_addr(&c->id.route.addr.dst_storage, h.ip_version == 4, h.src_addr, h.src_port);
 	rcm_addr_gid(&c->id.route.addr.src_addr, c->id.route.addr.addr.ibaddr.sgid.raw);
 	rcm_addr_gid(&c->id.route.addr.dst_addr, c->id.route.addr.addr.ibaddr.dgid.raw);
-	c->id.route.path_rec = malloc(sizeof(*c->id.route.path_rec));
+	ib = s->port->link_layer == IBV_LINK_LAYER_INFINIBAND && !ud;
+	c->id.route.path_rec = malloc((ib ? 2 : 1) * sizeof(*c->id.route.path_rec));
 	e->ev.id = &c->id;
 	e->ev.listen_id = &l->id;
 	if (ud) {
@@ -921,7 +923,13 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 		copy_pdata(e, ev->private_data + CEP_CMA_HDR_SIZE,
 			   CEP_REQ_PRIVATE_DATA_SIZE - CEP_CMA_HDR_SIZE, 0);
 	}
-	if (c->id.route.path_rec) {
+	if (c->id.route.path_rec && ib) {
+		/* InfiniBand: the REQ's paths (kernel cma_ib_new_conn_id), its
+		 * P_Key the route's */
+		c->id.route.num_paths = rcm_ib_paths_from_req(&ev->msg.u.req,
+							      c->id.route.path_rec);
+		c->id.route.addr.addr.ibaddr.pkey = c->id.route.path_rec[0].pkey;
+	} else if (c->id.route.path_rec) {
 		rcm_fill_path(c, c->id.route.path_rec);
 		c->id.route.num_paths = 1;
 	}

@@ -23,6 +23,7 @@
 #include <infiniband/ib.h>
 
 #include <cep/cm.h>
+#include <cep/rdma_cm.h>
 #include <cep/qp.h>
 
 #include "ib.h"
@@ -246,6 +247,30 @@ int rcm_ib_sockaddr(const struct sockaddr *a, uint8_t gid[16], uint64_t *sid,
 	return 0;
 }
 
+#define IB_PS_MASK 0xffffffffffff0000ull
+
+int rcm_ib_select_ps(int id_ps, struct sockaddr_ib *sib)
+{
+	static const int spaces[] = { RDMA_PS_IB, RDMA_PS_TCP, RDMA_PS_UDP };
+	uint64_t mask = be64toh(sib->sib_sid_mask) & IB_PS_MASK;
+	uint64_t sid = be64toh(sib->sib_sid) & mask;
+
+	for (size_t i = 0; i < sizeof(spaces) / sizeof(spaces[0]); i++) {
+		uint64_t prefix = cep_rdma_service_id((enum cep_rdma_ps)spaces[i], 0);
+		uint16_t port;
+
+		if (id_ps != RDMA_PS_IB && id_ps != spaces[i])
+			continue;
+		if (sid != (prefix & mask))
+			continue;
+		port = (uint16_t)(be64toh(sib->sib_sid) & be64toh(sib->sib_sid_mask));
+		sib->sib_sid = htobe64(prefix | port);
+		sib->sib_sid_mask = htobe64(IB_PS_MASK | be64toh(sib->sib_sid_mask));
+		return spaces[i];
+	}
+	return 0;
+}
+
 void rcm_ib_path_rec(const struct cep_sa_path *p, struct ibv_sa_path_rec *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -268,6 +293,37 @@ void rcm_ib_path_rec(const struct cep_sa_path *p, struct ibv_sa_path_rec *out)
 	out->packet_life_time_selector = p->packet_life_time_selector;
 	out->packet_life_time = p->packet_life_time;
 	out->preference = p->preference;
+}
+
+static void path_from_req(const struct cep_req *rq, const struct cep_path *cp,
+			  struct ibv_sa_path_rec *out)
+{
+	memset(out, 0, sizeof(*out));
+	memcpy(out->dgid.raw, cp->local_gid, 16);
+	memcpy(out->sgid.raw, cp->remote_gid, 16);
+	out->dlid = htobe16(cp->local_lid);
+	out->slid = htobe16(cp->remote_lid);
+	out->flow_label = htobe32(cp->flow_label);
+	out->hop_limit = cp->hop_limit;
+	out->traffic_class = cp->traffic_class;
+	out->reversible = htobe32(1);
+	out->pkey = htobe16(rq->partition_key);
+	out->sl = cp->sl;
+	out->mtu_selector = 2; /* IB_SA_EQ */
+	out->mtu = rq->path_mtu;
+	out->rate_selector = 2;
+	out->rate = cp->packet_rate;
+	out->packet_life_time_selector = 2;
+	out->packet_life_time = cp->local_ack_timeout ? (uint8_t)(cp->local_ack_timeout - 1) : 0;
+}
+
+int rcm_ib_paths_from_req(const struct cep_req *rq, struct ibv_sa_path_rec out[2])
+{
+	path_from_req(rq, &rq->primary, &out[0]);
+	if (!rq->alternate.local_lid)
+		return 1;
+	path_from_req(rq, &rq->alternate, &out[1]);
+	return 2;
 }
 
 void rcm_ib_path_of_rec(const struct ibv_sa_path_rec *r, struct cep_sa_path *out)

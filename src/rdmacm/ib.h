@@ -60,8 +60,29 @@ int rcm_ib_neigh(int ifindex, const struct sockaddr *dst, uint8_t hw[20]);
 int rcm_ib_sockaddr(const struct sockaddr *a, uint8_t gid[16], uint64_t *sid,
 		    uint16_t *pkey);
 
+/* The port space an AF_IB source address binds in, as the kernel's
+ * cma_select_ib_ps: the service ID under the mask's port-space part
+ * (upper 48 bits) must name RDMA_PS_IB (an RDMA_PS_IB id only), TCP (a
+ * TCP or IB id) or UDP (a UDP or IB id); then @sib's service ID becomes
+ * that space's prefix | its port (the low 16 bits under the mask) and the
+ * mask gains the port-space bits. Returns that space, or 0 (the kernel's
+ * bind then fails with EPROTONOSUPPORT) with @sib untouched. */
+struct sockaddr_ib;
+int rcm_ib_select_ps(int id_ps, struct sockaddr_ib *sib);
+
 /* The route's path record (id->route.path_rec) from a PathRecord. */
 void rcm_ib_path_rec(const struct cep_sa_path *p, struct ibv_sa_path_rec *out);
+
+/* The paths a REQ carries, as the receiving side sees them (the kernel's
+ * cm_format_paths_from_req, which cma_ib_new_conn_id copies into the new
+ * id's route): [0] the primary, [1] the alternate when the REQ has one
+ * (its alternate local LID is not 0). SGID/SLID are the REQ's remote
+ * (our) side, DGID/DLID its local (the requester's); flow label, hop
+ * limit, traffic class, SL and rate per path; the REQ's P_Key and MTU;
+ * the packet life time its local ACK timeout less one (not below 0);
+ * reversible; selectors "exactly". Returns the number of paths, 1 or 2. */
+struct cep_req;
+int rcm_ib_paths_from_req(const struct cep_req *rq, struct ibv_sa_path_rec out[2]);
 
 /* The inverse: a PathRecord from the route's path record. */
 void rcm_ib_path_of_rec(const struct ibv_sa_path_rec *r, struct cep_sa_path *out);

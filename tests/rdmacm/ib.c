@@ -10,7 +10,8 @@
  *   4-19) and a netlink RTM_NEWNEIGH dump built here, parsed;
  * - an IPoIB interface's device, port and P_Key from a fake sysfs
  *   (CEP_RDMACM_SYSROOT);
- * - AF_IB addresses;
+ * - AF_IB addresses, and the port space an AF_IB bind takes (the kernel's
+ *   cma_select_ib_ps);
  * and (test-rdmacm-ib resolve) the layer on an InfiniBand port: a stand-in
  * device whose port is InfiniBand, its GID table cached, an IPoIB
  * interface in a fake sysfs, the neighbour table and the SA behind the
@@ -330,6 +331,31 @@ static void af_ib(void)
 	CHECK_EQ(sid, 0x0000000001061d2full);
 	CHECK_EQ(pkey, 0x8002);
 	CHECK_EQ(rcm_ib_sockaddr((struct sockaddr *)&sin, gid, &sid, &pkey), -EAFNOSUPPORT);
+
+	/* the bind's port space, as the kernel's cma_select_ib_ps */
+	struct { int id_ps; uint64_t sid, mask; int ps; uint64_t sid_out, mask_out; } c[] = {
+		/* an IB id takes the IB space, or TCP's, or UDP's */
+		{ RDMA_PS_IB, 0x13f1234, ~0ull, RDMA_PS_IB, 0x13f1234, ~0ull },
+		{ RDMA_PS_IB, 0x1061234, ~0ull, RDMA_PS_TCP, 0x1061234, ~0ull },
+		{ RDMA_PS_IB, 0x1111234, ~0ull, RDMA_PS_UDP, 0x1111234, ~0ull },
+		/* a TCP id not the IB space; nobody an unknown prefix */
+		{ RDMA_PS_TCP, 0x13f1234, ~0ull, 0, 0x13f1234, ~0ull },
+		{ RDMA_PS_TCP, 0x5551234, ~0ull, 0, 0x5551234, ~0ull },
+		{ RDMA_PS_UDP, 0x1061234, ~0ull, 0, 0x1061234, ~0ull },
+		/* no prefix under the mask: the id's space; the port under the
+		 * mask only, the mask widened by the space's bits */
+		{ RDMA_PS_UDP, 0xabcd1234, 0xffff, RDMA_PS_UDP, 0x1111234, 0xffffffffffffffffull },
+		{ RDMA_PS_IB, 0x1234, 0, RDMA_PS_IB, 0x13f0000, 0xffffffffffff0000ull },
+		{ RDMA_PS_TCP, 0x10612ff, 0xffffffffffff00f0ull, RDMA_PS_TCP, 0x10600f0,
+		  0xffffffffffff00f0ull },
+	};
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		sib.sib_sid = htobe64(c[i].sid);
+		sib.sib_sid_mask = htobe64(c[i].mask);
+		CHECK_EQ(rcm_ib_select_ps(c[i].id_ps, &sib), c[i].ps);
+		CHECK_EQ(be64toh(sib.sib_sid), c[i].sid_out);
+		CHECK_EQ(be64toh(sib.sib_sid_mask), c[i].mask_out);
+	}
 }
 
 /* ---- the layer on an InfiniBand port (stand-ins, seams) ---------------- */
