@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -162,14 +163,17 @@ struct ck_set {
 struct ck_shard {
 	pthread_mutex_t lock;           /* writers of this shard */
 	struct ck_set *_Atomic set;     /* acquire: pairs with the release of a shrink */
+	/* Odd while the shard's writer changes its set (under lock); a
+	 * reader's miss counts only if it saw the same even value before and
+	 * after its probe (the race: an entry shifted back past the probe).
+	 * On the line a lookup reads anyway (set). */
+	_Atomic unsigned seq;
 	size_t slots;                   /* under lock: the set's capacity */
 	_Atomic size_t count;           /* written under lock, read relaxed anywhere */
 	_Atomic size_t slots_seen;      /* slots, for readers outside the lock */
-	/* Odd while the shard's writer changes its set (under lock); a
-	 * reader's miss counts only if it saw the same even value before and
-	 * after its probe (the race: an entry shifted back past the probe). */
-	_Atomic unsigned seq;
 } __attribute__((aligned(64)));
+_Static_assert(offsetof(struct ck_shard, seq) + sizeof(unsigned) <= 64,
+	       "a lookup's set pointer and sequence count share one cache line");
 
 struct ck_index {
 	struct cep_index base;
