@@ -152,8 +152,8 @@ static void idle_with_far_timer(void)
 /* Issue 21: on one CPU an idle worker does not spin. A producer cannot
  * post while the worker runs there, so the 64 sched_yield calls after each
  * batch were 64 system calls (and context switches, with other threads
- * runnable) for nothing: the one-vCPU guests' libcep server made 27
- * involuntary context switches per connection. Pinned to one CPU, 50
+ * runnable) for nothing: about two thirds of the one-vCPU guests'
+ * libcep server's system calls per connection. Pinned to one CPU, 50
  * MADs posted one at a time cost no yield; on more CPUs (when this
  * machine has them) the worker still spins after work. */
 static void one_cpu_no_spin(void)
