@@ -164,10 +164,13 @@ uint64_t cm_sidr_source(const struct cep_mad_addr *from)
 	return h | 1;
 }
 
-static int half_open(unsigned s)
+/* A passive id counts against its listener's backlog while its request
+ * waits for the application's answer, as ucma's backlog counts the
+ * CONNECT_REQUESTs not yet taken: once accepted (REP_SENT on) it waits
+ * only for its peer, and its REP retries bound it (issue 21). */
+static int unanswered(unsigned s)
 {
-	return s == CEP_CM_REQ_RCVD || s == CEP_CM_MRA_REQ_SENT || s == CEP_CM_REP_SENT ||
-	       s == CEP_CM_MRA_REP_RCVD || s == CEP_CM_SIDR_REQ_RCVD;
+	return s == CEP_CM_REQ_RCVD || s == CEP_CM_MRA_REQ_SENT || s == CEP_CM_SIDR_REQ_RCVD;
 }
 
 /* Lock held: a child stops counting against its listener's backlog. */
@@ -184,7 +187,7 @@ void cm_set_state(struct cep_cm_id *id, unsigned s)
 {
 	struct cm_wstats *w = &id->cm->ws[id->worker];
 
-	if (id->listener && !half_open(s))
+	if (id->listener && !unanswered(s))
 		half_open_end(id);
 
 	atomic_fetch_sub_explicit(&w->states[id->state], 1, memory_order_relaxed);

@@ -174,12 +174,14 @@ struct cep_cm_id {
 		uint32_t req_inflight; /* lock: REQ/SIDR_REQ events of its children
 					  being delivered (they use its context
 					  and channel) */
-		uint32_t backlog;      /* lock: most half-open children */
-		_Atomic uint32_t half_open; /* children half-open now (incremented
+		uint32_t backlog;      /* lock: most unanswered children */
+		_Atomic uint32_t half_open; /* children whose request awaits the
+					  application's answer now (REQ_RCVD,
+					  MRA_REQ_SENT, SIDR_REQ_RCVD; incremented
 					  under its lock, decremented by each child) */
 	} lis;
-	struct cep_cm_id *listener;    /* lock: a half-open child: the listener it
-					  counts against (a CEP reference held) */
+	struct cep_cm_id *listener;    /* lock: an unanswered child: the listener
+					  it counts against (a CEP reference held) */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
 	struct cm_paths *paths;        /* lock: alternate path ends, or NULL */
 	struct cep_mad_addr peer;      /* lock: where the peer's CM listens; its

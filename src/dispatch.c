@@ -6,7 +6,8 @@
  * with one exchange (no ABA: the consumer never pops single nodes). A worker
  * sleeps on a condition variable only after announcing it, and producers
  * wake it only when it announced, so a wake-up is never lost. An idle
- * worker yields a while before it sleeps only after MADs or work items,
+ * worker yields a while before it sleeps only after MADs or work items
+ * (and only when it may run on more than one CPU),
  * and sleeps until its next timer is due (at most SLEEP_MAX_MS), so armed
  * timers cost a wake-up per expiry, not one per millisecond.
  * With a virtual clock (cep/clock.h) time moves only by an advance, which
@@ -15,10 +16,12 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dispatch.h"
 #include "rcu.h"
@@ -51,7 +54,7 @@ struct worker {
 	_Alignas(64) size_t head;          /* consumer only */
 	_Atomic uint64_t done;             /* items out (quiesce) */
 	_Atomic int in_timers;             /* firing timers now (quiesce) */
-	_Atomic uint64_t st_mads, st_works, st_timers, st_sleeps;
+	_Atomic uint64_t st_mads, st_works, st_timers, st_sleeps, st_yields;
 	_Atomic uint64_t st_armed;         /* wheel.armed after the last item */
 	pthread_mutex_t mtx;
 	pthread_cond_t cv;
@@ -64,6 +67,7 @@ struct worker {
 
 struct cep_dispatch {
 	struct cep_dispatch_attr attr;
+	unsigned spin;                    /* const: yields before a sleep */
 	_Atomic int stop;
 	unsigned started;
 	struct worker *w;
@@ -278,7 +282,13 @@ static int dispatch_clock_is_self(struct cep_clock_sub *s)
 							 offsetof(struct cep_dispatch, sub))) >= 0;
 }
 
-/* Yields of an idle worker before it sleeps, after it did work. */
+/* Yields of an idle worker before it sleeps, after it did work, when the
+ * process may run on more than one CPU. On one CPU the producer cannot
+ * post while the worker spins: each yield is a system call, and a context
+ * switch when another thread is runnable, where one sleep and one futex
+ * wake would do (issue 21: with this and batched umad reads a one-vCPU
+ * guest's libcep server made 58-66 system calls per connection, not
+ * 183-197). */
 #define SPIN_YIELDS 64
 /* The longest sleep: a safety net (a wake-up is never lost), and the bound
  * with a virtual clock, whose advance posts a tick to wake the worker. */
@@ -297,6 +307,18 @@ static long sleep_ns(struct worker *w)
 	due = cep_wheel_next(&w->wheel, SLEEP_MAX_MS) * 1000000u;
 	now = cep_clock_now_ns(c);
 	return due > now ? (long)(due - now) : 0;
+}
+
+/* CPUs the creating thread (and so its workers) may run on. */
+static int cpus_allowed(void)
+{
+	cpu_set_t set;
+	long n;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		return CPU_COUNT(&set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
 }
 
 static void *worker_main(void *arg)
@@ -333,8 +355,9 @@ static void *worker_main(void *arg)
 		 * the next MAD is likely soon, and a sleep costs a futex wake to
 		 * the producer. A wake-up that found nothing (a timer not due
 		 * yet, the bound) sleeps again at once. */
-		if (idle < SPIN_YIELDS) {
+		if (idle < d->spin) {
 			idle++;
+			atomic_fetch_add_explicit(&w->st_yields, 1, memory_order_relaxed);
 			sched_yield();
 			continue;
 		}
@@ -349,7 +372,7 @@ static void *worker_main(void *arg)
 			long ns = sleep_ns(w);
 
 			if (ns == 0) {
-				idle = SPIN_YIELDS;
+				idle = d->spin;
 				atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
 				continue; /* a timer is due: run the wheel */
 			}
@@ -369,7 +392,7 @@ static void *worker_main(void *arg)
 			cep_rcu_worker_idle_end();
 		}
 		atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
-		idle = SPIN_YIELDS; /* spin again once work came */
+		idle = d->spin; /* spin again once work came */
 	}
 	cep_rcu_worker_end();
 	self_d = NULL;
@@ -389,6 +412,7 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 	if (!d)
 		return -ENOMEM;
 	d->attr = *attr;
+	d->spin = cpus_allowed() > 1 ? SPIN_YIELDS : 0;
 	if (posix_memalign((void **)&d->w, 64, sizeof(*d->w) * attr->workers)) {
 		free(d);
 		return -ENOMEM;
@@ -536,6 +560,7 @@ void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st)
 		st->full += atomic_load_explicit(&w->st_full, memory_order_relaxed);
 		st->timers += atomic_load_explicit(&w->st_timers, memory_order_relaxed);
 		st->sleeps += atomic_load_explicit(&w->st_sleeps, memory_order_relaxed);
+		st->yields += atomic_load_explicit(&w->st_yields, memory_order_relaxed);
 		st->armed += atomic_load_explicit(&w->st_armed, memory_order_relaxed);
 	}
 }

@@ -86,6 +86,7 @@ struct cep_dispatch_stats {
 	uint64_t full;      /* MADs dropped: ring full */
 	uint64_t timers;    /* timers fired */
 	uint64_t sleeps;    /* times a worker went to sleep */
+	uint64_t yields;    /* sched_yield calls of idle workers */
 	uint64_t armed;     /* timers armed now (each worker's last pass) */
 };
 void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st);

@@ -2,9 +2,13 @@
 /*
  * libibumad transport: QP1 of one port, CM class 0x07 version 2 (method Send).
  * Sends are lock-free writes on the umad fd from any thread; one receive
- * thread polls the fd and an eventfd, so stop() wakes and joins it promptly.
+ * thread polls the fd and an eventfd, so stop() wakes and joins it promptly;
+ * after each poll it reads every MAD already queued (the fd is non-blocking),
+ * one system call per MAD instead of two while MADs arrive faster than it
+ * handles them.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -258,6 +262,8 @@ static void drain_large(struct umad_transport *u, int need)
 	}
 }
 
+enum { RECV_BATCH = 64 };
+
 /* The receive thread: until the eventfd fires, read and deliver MADs. fn and
  * fn_ctx were written before pthread_create, which orders them for us. */
 static void *recv_thread(void *arg)
@@ -292,18 +298,28 @@ static void *recv_thread(void *arg)
 			}
 			continue;
 		}
-		int len = CEP_MAD_SIZE;
+		/* Read until the queue is empty (EAGAIN), at most RECV_BATCH
+		 * before polling again so stop() is seen during a flood. */
+		for (int i = 0; i < RECV_BATCH; i++) {
+			int len = CEP_MAD_SIZE;
 
-		memset(buf, 0, sizeof(buf));
-		int ret = umad_recv(u->fd, buf, &len, 0);
+			memset(buf, 0, sizeof(buf));
+			errno = 0;
+			int ret = umad_recv(u->fd, buf, &len, 0);
 
-		if (ret >= 0) {
-			deliver(u, buf, len);
-		} else if (ret == -ENOSPC || errno == ENOSPC) {
-			drain_large(u, len > CEP_MAD_SIZE ? len : 4096);
-		} else if (errno != EAGAIN && errno != EINTR) {
-			count(&u->recv_errors);
-			(void)poll(NULL, 0, 1);  /* no busy loop on a sick fd */
+			if (ret >= 0) {
+				deliver(u, buf, len);
+				continue;
+			}
+			if (ret == -ENOSPC || errno == ENOSPC) {
+				drain_large(u, len > CEP_MAD_SIZE ? len : 4096);
+				continue;
+			}
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+				count(&u->recv_errors);
+				(void)poll(NULL, 0, 1);  /* no busy loop on a sick fd */
+			}
+			break;
 		}
 	}
 	return NULL;
@@ -435,6 +451,7 @@ CEP_EXPORT int cep_umad_open(const struct cep_umad_attr *attr,
 	struct ibv_port_attr pa;
 	umad_ca_t ca;
 	long mask[16 / sizeof(long)];
+	int flags;
 	int ret;
 
 	if (!attr || !out ||
@@ -514,6 +531,13 @@ CEP_EXPORT int cep_umad_open(const struct cep_umad_attr *attr,
 		/* libibumad says -EIO for any open() failure; errno is why. */
 		ret = errno ? -errno : u->fd;
 		u->fd = -1;
+		goto fail;
+	}
+	/* Non-blocking reads let the receive thread drain the queue after
+	 * one poll (libibumad may already open it so; sends never block). */
+	flags = fcntl(u->fd, F_GETFL);
+	if (flags < 0 || fcntl(u->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+		ret = -errno;
 		goto fail;
 	}
 	memset(mask, 0, sizeof(mask));

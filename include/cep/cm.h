@@ -130,7 +130,7 @@ enum cep_cm_event_type {
 	X(UNSUPPORTED,  "message type not handled (ClassPortInfo...)") \
 	X(NO_MEMORY,    "allocation failed while handling") \
 	X(STOPPED,      "CM context being destroyed") \
-	X(BACKLOG,      "listener's backlog of half-open connections full") \
+	X(BACKLOG,      "listener's backlog of unanswered requests full") \
 	X(ADDRESS,      "message for a connection from an address not its peer's")
 
 enum cep_cm_drop {
@@ -199,10 +199,12 @@ struct cep_cm_attr {
 	 * it returns only when every timer due by then has fired. Fields
 	 * from here on are read only when @size covers them. */
 	struct cep_clock *clock;
-	/* Default backlog of a listener: how many of its passive ids may be
-	 * half-open at once (REQ_RCVD .. MRA_REP_RCVD, SIDR_REQ_RCVD); a
-	 * request beyond it is dropped and counted (CEP_CM_DROP_BACKLOG) and
-	 * the peer retries. 0 = 1024 (librdmacm's default). */
+	/* Default backlog of a listener: how many of its passive ids may
+	 * wait for the application's answer at once (REQ_RCVD, MRA_REQ_SENT,
+	 * SIDR_REQ_RCVD; an accepted id waiting for its RTU does not count,
+	 * as ucma's backlog counts only unfetched requests); a request
+	 * beyond it is dropped unanswered and counted (CEP_CM_DROP_BACKLOG)
+	 * and the peer retries. 0 = 1024 (librdmacm's default). */
 	unsigned listen_backlog;
 	/* The longest a passive id may stay half-open unanswered (REQ_RCVD,
 	 * MRA_REQ_SENT, SIDR_REQ_RCVD), in ms from its request, whatever
@@ -345,9 +347,10 @@ CEP_EXPORT struct cep *cep_cm_id_cep(const struct cep_cm_id *id);
  * connected), -EADDRINUSE (same key listened on), -ENOMEM.
  * The backlog is the context's default (cep_cm_attr.listen_backlog). */
 CEP_EXPORT int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask);
-/* As cep_cm_listen() with @backlog half-open passive ids at most (0: the
- * context's default). A passive id counts from its REQ (or SIDR_REQ)
- * until it is established, rejected, timed out or destroyed; an
+/* As cep_cm_listen() with @backlog unanswered passive ids at most (0:
+ * the context's default). A passive id counts from its REQ (or SIDR_REQ)
+ * until the application answers it (accept, reject, SIDR reply), it times
+ * out or it is destroyed; an
  * unanswered one expires once the requester has given up, or at the
  * latest cep_cm_attr.half_open_timeout_ms after its request (REQ_ERROR /
  * SIDR_REQ_ERROR, status -ETIMEDOUT). Returns as cep_cm_listen(): 0,

@@ -1608,6 +1608,97 @@ static void t_backlog(void)
 	teardown_all();
 }
 
+/* Issue 21, the 10,000-connection storm in small: a burst of REQs beyond
+ * the listener's backlog to a slow application (it accepts 4 requests per
+ * 5 ms) whose peer is slow too (each RTU 200 ms after its REP, longer than the REQ retry period of
+ * 136 ms, as cmtime's
+ * client sends it after RTR/RTS). ucma's backlog (the kernel's rdma_cm)
+ * counts only requests the application has not taken; a REQ past it is
+ * dropped unanswered (cm_destroy_id in REQ_RCVD with -ENOMEM: "Do not
+ * reject to allow future retries") and retried by the requester. So an
+ * accepted child, waiting for its RTU in REP_SENT, must not hold a slot:
+ * when it did, the backlog filled with REP_SENT ids and most REQs were
+ * dropped again and again. Every connection completes; the REQs per
+ * connection are printed and bounded. */
+static void t_backlog_storm(void)
+{
+	enum { N = 48, BACKLOG = 8, STEP_MS = 5, TAKE = 4, RTU_STEPS = 40 };
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a[N], *l;
+	int rep_step[N], rtu_sent = 0, taken = 0, step;
+	struct cep_cm_stats sa, sb;
+
+	setup(2, 0);
+	for (uint32_t q = 0; q < N; q++) {
+		CHECK_EQ(cep_cm_qp_register(A.cm, 0x200 + q), 0);
+		CHECK_EQ(cep_cm_qp_register(B.cm, 0x300 + q), 0);
+	}
+	l = make_id(&B);
+	CHECK_EQ(cep_cm_listen_backlog(l, SID, ~0ull, BACKLOG), 0);
+	B.pol.on_req = ON_REQ_NOTHING; /* the test thread accepts, slowly */
+	for (int i = 0; i < N; i++) {
+		a[i] = make_id(&A);
+		rep_step[i] = -1;
+		conn_param(&p, 0x200 + (uint32_t)i, LID_A, LID_B);
+		p.manual_rtu = 1;
+		p.max_cm_retries = 15;
+		CHECK_EQ(cep_cm_connect(a[i], &p), 0);
+	}
+	for (step = 0; step < 4000 && rtu_sent < N; step++) {
+		struct cep_cm_id *req[N];
+		int nreq = 0, took = 0;
+
+		advance_ms(STEP_MS);
+		pthread_mutex_lock(&B.mtx);
+		for (int k = 0; k < B.n && nreq < N; k++)
+			if (B.log[k].ev.type == CEP_CM_EV_REQ_RECEIVED)
+				req[nreq++] = B.log[k].id;
+		pthread_mutex_unlock(&B.mtx);
+		for (int k = taken; k < nreq && took < TAKE; k++, took++) {
+			struct cep_cm_accept_param ap = { .size = sizeof(ap),
+				.qpn = 0x300 + (uint32_t)k, .starting_psn = 0x4242,
+				.responder_resources = 4, .initiator_depth = 4 };
+
+			CHECK_EQ(cep_cm_accept(req[k], &ap), 0);
+		}
+		taken += took;
+		for (int i = 0; i < N; i++) {
+			if (rep_step[i] < 0 && cep_cm_id_state(a[i]) == CEP_CM_REP_RCVD)
+				rep_step[i] = step;
+			if (rep_step[i] >= 0 && step - rep_step[i] == RTU_STEPS) {
+				CHECK_EQ(cep_cm_rtu(a[i], NULL, 0), 0);
+				rtu_sent++;
+			}
+		}
+	}
+	advance_ms(STEP_MS);
+	CHECK_EQ(rtu_sent, N);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_RTU_RECEIVED, NULL), N);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(cep_cm_id_state(a[i]), CEP_CM_ESTABLISHED);
+	sa = stats_of(&A);
+	sb = stats_of(&B);
+	printf("backlog-storm: %d connections, backlog %d: all established after %d ms; "
+	       "REQs sent %llu (%.2f per connection), dropped on the backlog %llu, "
+	       "REQ_RECEIVED %llu\n", N, BACKLOG, step * STEP_MS,
+	       (unsigned long long)sa.sent[CEP_MSG_REQ], (double)sa.sent[CEP_MSG_REQ] / N,
+	       (unsigned long long)sb.drops[CEP_CM_DROP_BACKLOG],
+	       (unsigned long long)sb.events[CEP_CM_EV_REQ_RECEIVED]);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), N);
+	/* Only unanswered requests fill the backlog: each round of retries
+	 * (all REQs went out at once) admits BACKLOG, the application has
+	 * answered them long before the next round, so N + (N - BACKLOG) +
+	 * ... REQs in all (168: 3.5 per connection). With the REP_SENT ids
+	 * counted until their RTU came 200 ms later, a round found the
+	 * slots still held: 288 REQs, 6.0 per connection, 1610 ms. */
+	unsigned want = 0;
+
+	for (int r = N; r > 0; r -= BACKLOG)
+		want += (unsigned)r;
+	CHECK(sa.sent[CEP_MSG_REQ] <= want);
+	teardown_all();
+}
+
 /* A REQ nobody answers does not hold its id forever: once the requester
  * has given up (1 + Max CM Retries periods of its response timeout plus
  * two packet lifetimes) the passive id goes back to IDLE with REQ_ERROR,
@@ -2497,6 +2588,7 @@ static const struct {
 	{ "disconnect-crossed", t_disconnect_crossed },
 	{ "peer-address", t_peer_address },
 	{ "backlog", t_backlog },
+	{ "backlog-storm", t_backlog_storm },
 	{ "half-open-expiry", t_half_open_expiry },
 	{ "half-open-limit", t_half_open_limit },
 	{ "half-open-limit-auto-mra", t_half_open_limit_auto_mra },
