@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <infiniband/ib.h>
+
 #include <cep/rdma_cm.h>
 #include <cep/verbs.h>
 
@@ -324,7 +326,9 @@ static void peer_addr(const struct rcm_id *r, struct cep_mad_addr *to)
 	memcpy(to->gid, r->id.route.addr.addr.ibaddr.dgid.raw, 16);
 }
 
-/* The CMA header (rdma_cm's IP addressing) + the user's data into @buf. */
+/* The CMA header (rdma_cm's IP addressing) + the user's data into @buf;
+ * AF_IB has no header (the kernel's cma_user_data_offset is 0 for it,
+ * cma_format_hdr writes nothing): the user's data alone. */
 static int cma_pdata(const struct rcm_id *r, const struct rdma_conn_param *param,
 		     uint8_t *buf, size_t size)
 {
@@ -354,6 +358,13 @@ static int cma_pdata(const struct rcm_id *r, const struct rdma_conn_param *param
 	if (param && param->private_data && param->private_data_len) {
 		memcpy(user + n, param->private_data, param->private_data_len);
 		n += param->private_data_len;
+	}
+	if (s->sa_family == AF_IB) {
+		if (n > size)
+			return -EINVAL;
+		if (n)
+			memcpy(buf, user, n);
+		return (int)n;
 	}
 	n = (size_t)cep_cma_hdr_encode(&h, user, n, buf, size);
 	return (int)n < 0 ? -EINVAL : (int)n; /* too long for the message: EINVAL (kernel) */
@@ -807,6 +818,49 @@ static struct rcm_id *pick_listener(struct rcm_service *s, const struct cep_cma_
 	return best;
 }
 
+/* An AF_IB listener of @s (cma_match_private_data: AF_IB matches any
+ * request), a reference taken; NULL when none. */
+static struct rcm_id *pick_ib_listener(struct rcm_service *s)
+{
+	struct rcm_id *l = NULL;
+
+	pthread_mutex_lock(&s->mtx);
+	for (unsigned i = 0; i < s->nlisteners && !l; i++)
+		if (s->listeners[i]->id.route.addr.src_addr.sa_family == AF_IB)
+			l = s->listeners[i];
+	if (l)
+		rcm_id_get(l);
+	pthread_mutex_unlock(&s->mtx);
+	return l;
+}
+
+/* A new id's AF_IB addresses (the kernel's cma_save_ib_info): source our
+ * GID, the REQ's P_Key, flow label and service ID, mask all ones;
+ * destination the requester's GID, same P_Key and flow label. A SIDR_REQ
+ * has no path: the listener's source, the destination family only. */
+static void set_ib_addrs(struct rcm_id *c, const struct rcm_id *l, const struct cep_cm_event *ev,
+			 int ud)
+{
+	struct sockaddr_ib *src = (struct sockaddr_ib *)(void *)&c->id.route.addr.src_storage;
+	struct sockaddr_ib *dst = (struct sockaddr_ib *)(void *)&c->id.route.addr.dst_storage;
+
+	memset(&c->id.route.addr.src_storage, 0, sizeof(c->id.route.addr.src_storage));
+	memset(&c->id.route.addr.dst_storage, 0, sizeof(c->id.route.addr.dst_storage));
+	src->sib_family = dst->sib_family = AF_IB;
+	if (ud) {
+		memcpy(src, &l->id.route.addr.src_storage, sizeof(*src));
+	} else {
+		const struct cep_req *rq = &ev->msg.u.req;
+
+		src->sib_pkey = dst->sib_pkey = htobe16(rq->partition_key);
+		src->sib_flowinfo = dst->sib_flowinfo = htobe32(rq->primary.flow_label);
+		memcpy(src->sib_addr.sib_raw, rq->primary.remote_gid, 16);
+		memcpy(dst->sib_addr.sib_raw, rq->primary.local_gid, 16);
+		src->sib_sid = htobe64(rq->service_id);
+	}
+	src->sib_sid_mask = htobe64(~0ull);
+}
+
 static void set_addr(struct sockaddr_storage *ss, int v4, const uint8_t a[16], uint16_t port)
 {
 	memset(ss, 0, sizeof(*ss));
@@ -844,14 +898,22 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 	struct rcm_event *e = NULL;
 	struct cep_cma_hdr h;
 	struct rcm_dev *d;
-	int ib;
+	size_t off = CEP_CMA_HDR_SIZE; /* where the user's data starts */
+	int ib, af_ib = 0;
 
-	if (!s || s->hdr.kind != RCM_KIND_SERVICE ||
-	    cep_cma_hdr_decode(ev->private_data, ev->private_data_len, sid, &h)) {
+	if (!s || s->hdr.kind != RCM_KIND_SERVICE) {
 		refuse(cid, ud, ud ? CEP_SIDR_REJECT : CEP_REJ_CONSUMER_DEFINED);
 		return;
 	}
-	l = pick_listener(s, &h);
+	/* An IP listener the header names; else an AF_IB listener, which
+	 * takes the request with or without a header, all of its private
+	 * data the user's */
+	l = cep_cma_hdr_decode(ev->private_data, ev->private_data_len, sid, &h) ? NULL :
+	    pick_listener(s, &h);
+	if (!l && (l = pick_ib_listener(s)) != NULL) {
+		af_ib = 1;
+		off = 0;
+	}
 	if (!l) {
 		refuse(cid, ud, ud ? CEP_SIDR_REJECT : CEP_REJ_CONSUMER_DEFINED);
 		return;
@@ -890,8 +952,12 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 		c->remote_ece.vendor_id = ev->msg.u.req.vendor_id;
 		c->remote_ece.options = ev->msg.hdr.attr_mod;
 	}
-	set_addr(&c->id.route.addr.src_storage, h.ip_version == 4, h.dst_addr, h.dst_port);
-	set_addr(&c->id.route.addr.dst_storage, h.ip_version == 4, h.src_addr, h.src_port);
+	if (af_ib) {
+		set_ib_addrs(c, l, ev, ud);
+	} else {
+		set_addr(&c->id.route.addr.src_storage, h.ip_version == 4, h.dst_addr, h.dst_port);
+		set_addr(&c->id.route.addr.dst_storage, h.ip_version == 4, h.src_addr, h.src_port);
+	}
 	rcm_addr_gid(&c->id.route.addr.src_addr, c->id.route.addr.addr.ibaddr.sgid.raw);
 	rcm_addr_gid(&c->id.route.addr.dst_addr, c->id.route.addr.addr.ibaddr.dgid.raw);
 	ib = s->port->link_layer == IBV_LINK_LAYER_INFINIBAND && !ud;
@@ -899,8 +965,7 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 	e->ev.id = &c->id;
 	e->ev.listen_id = &l->id;
 	if (ud) {
-		copy_pdata(e, ev->private_data + CEP_CMA_HDR_SIZE,
-			   CEP_SIDR_REQ_PRIVATE_DATA_SIZE - CEP_CMA_HDR_SIZE, 1);
+		copy_pdata(e, ev->private_data + off, CEP_SIDR_REQ_PRIVATE_DATA_SIZE - off, 1);
 	} else {
 		const struct cep_req *rq = &ev->msg.u.req;
 
@@ -920,8 +985,7 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 		e->ev.param.conn.rnr_retry_count = rq->rnr_retry_count;
 		e->ev.param.conn.srq = rq->srq;
 		e->ev.param.conn.qp_num = rq->local_qpn;
-		copy_pdata(e, ev->private_data + CEP_CMA_HDR_SIZE,
-			   CEP_REQ_PRIVATE_DATA_SIZE - CEP_CMA_HDR_SIZE, 0);
+		copy_pdata(e, ev->private_data + off, CEP_REQ_PRIVATE_DATA_SIZE - off, 0);
 	}
 	if (c->id.route.path_rec && ib) {
 		/* InfiniBand: the REQ's paths (kernel cma_ib_new_conn_id), its

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <infiniband/ib.h>
+
 #include <cep/sa.h>
 #include <cep/umad.h>
 
@@ -115,6 +117,8 @@ void rcm_addr_gid(const struct sockaddr *a, uint8_t gid[16])
 		memcpy(gid + 12, &((const struct sockaddr_in *)(const void *)a)->sin_addr, 4);
 	} else if (a->sa_family == AF_INET6) {
 		memcpy(gid, &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr, 16);
+	} else if (a->sa_family == AF_IB) {
+		memcpy(gid, ((const struct sockaddr_ib *)(const void *)a)->sib_addr.sib_raw, 16);
 	}
 }
 
@@ -200,6 +204,52 @@ int rcm_find_addr(const struct sockaddr *addr, struct rcm_src *out)
 	rcm_addr_gid(addr, out->gid);
 	out->pkey = 0xffff;
 	return gid_find(out->gid, IBV_GID_TYPE_ROCE_V2, &out->port, &out->gid_index);
+}
+
+/* Caller holds rcm.lock. The first InfiniBand GID whose subnet prefix
+ * is @want's. */
+static int gid_cache_prefix(const uint8_t want[16], struct rcm_src *out)
+{
+	for (unsigned d = 0; d < rcm.ndevs; d++) {
+		struct rcm_dev *dev = &rcm.devs[d];
+
+		for (size_t i = 0; i < dev->ngids; i++) {
+			const struct ibv_gid_entry *e = &dev->gids[i];
+
+			if (e->gid_type != IBV_GID_TYPE_IB || memcmp(e->gid.raw, want, 8) ||
+			    e->port_num < 1 || e->port_num > dev->nports ||
+			    dev->ports[e->port_num - 1].link_layer != IBV_LINK_LAYER_INFINIBAND)
+				continue;
+			out->port = &dev->ports[e->port_num - 1];
+			out->gid_index = (uint8_t)e->gid_index;
+			memcpy(out->gid, e->gid.raw, 16);
+			return 0;
+		}
+	}
+	return -EADDRNOTAVAIL;
+}
+
+int rcm_find_ib_gid(const uint8_t gid[16], int prefix_ok, struct rcm_src *out)
+{
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	memcpy(out->gid, gid, 16);
+	out->pkey = 0xffff; /* the default P_Key */
+	/* the cache first: a stand-in device has no verbs to refill it */
+	pthread_mutex_lock(&rcm.lock);
+	ret = gid_cache_find(gid, IBV_GID_TYPE_IB, &out->port, &out->gid_index);
+	if (ret && prefix_ok)
+		ret = gid_cache_prefix(gid, out);
+	pthread_mutex_unlock(&rcm.lock);
+	if (ret)
+		ret = gid_find(gid, IBV_GID_TYPE_IB, &out->port, &out->gid_index);
+	if (ret && prefix_ok) {
+		pthread_mutex_lock(&rcm.lock);
+		ret = gid_cache_prefix(gid, out);
+		pthread_mutex_unlock(&rcm.lock);
+	}
+	return ret;
 }
 
 int rcm_port_sa(struct rcm_port *p, uint32_t timeout_ms, struct cep_sa **out)

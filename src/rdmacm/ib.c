@@ -549,6 +549,11 @@ uint64_t rcm_ib_route_query(const struct rcm_id *r, struct cep_sa_path *q)
 	if (src->sa_family == AF_INET) {
 		q->qos_class = r->tos;
 		mask |= CEP_SA_PR_QOS_CLASS;
+	} else if (src->sa_family == AF_IB) {
+		uint32_t fi = be32toh(((const struct sockaddr_ib *)(const void *)src)->sib_flowinfo);
+
+		q->traffic_class = (uint8_t)(fi >> 20);
+		mask |= CEP_SA_PR_TCLASS;
 	} else {
 		uint32_t fi = be32toh(((const struct sockaddr_in6 *)(const void *)src)->sin6_flowinfo);
 

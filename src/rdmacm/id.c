@@ -22,6 +22,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <infiniband/ib.h>
+
 #include <cep/rdma_cm.h>
 
 #include "ib.h"
@@ -45,6 +47,14 @@ static uint32_t rand32(void)
 
 /* ---- addresses ----------------------------------------------------------- */
 
+/* AF_IB (struct sockaddr_ib) as the kernel's cma: the address is the GID
+ * (sib_addr, the wildcard when zero), the "port" the low 16 bits of the
+ * service ID under its mask, the service ID itself what a REQ carries. */
+static const struct sockaddr_ib *sib_of(const struct sockaddr *a)
+{
+	return (const struct sockaddr_ib *)(const void *)a;
+}
+
 int rcm_addr_len(const struct sockaddr *a)
 {
 	if (!a)
@@ -53,6 +63,8 @@ int rcm_addr_len(const struct sockaddr *a)
 		return sizeof(struct sockaddr_in);
 	if (a->sa_family == AF_INET6)
 		return sizeof(struct sockaddr_in6);
+	if (a->sa_family == AF_IB)
+		return sizeof(struct sockaddr_ib);
 	return 0;
 }
 
@@ -62,6 +74,11 @@ int rcm_addr_any(const struct sockaddr *a)
 		return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr == INADDR_ANY;
 	if (a->sa_family == AF_INET6)
 		return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr);
+	if (a->sa_family == AF_IB) {
+		static const uint8_t zero[16];
+
+		return !memcmp(sib_of(a)->sib_addr.sib_raw, zero, 16);
+	}
 	return 0;
 }
 
@@ -82,6 +99,8 @@ uint16_t rcm_addr_port(const struct sockaddr *a)
 		return ntohs(((const struct sockaddr_in *)(const void *)a)->sin_port);
 	if (a->sa_family == AF_INET6)
 		return ntohs(((const struct sockaddr_in6 *)(const void *)a)->sin6_port);
+	if (a->sa_family == AF_IB)
+		return (uint16_t)(be64toh(sib_of(a)->sib_sid) & be64toh(sib_of(a)->sib_sid_mask));
 	return 0;
 }
 
@@ -91,6 +110,13 @@ static void addr_set_port(struct sockaddr *a, uint16_t port)
 		((struct sockaddr_in *)(void *)a)->sin_port = htons(port);
 	else if (a->sa_family == AF_INET6)
 		((struct sockaddr_in6 *)(void *)a)->sin6_port = htons(port);
+	else if (a->sa_family == AF_IB) {
+		/* the kernel's cma_bind_port: the service ID is now exact */
+		struct sockaddr_ib *sib = (struct sockaddr_ib *)(void *)a;
+
+		sib->sib_sid = htobe64((be64toh(sib->sib_sid) & be64toh(sib->sib_sid_mask)) | port);
+		sib->sib_sid_mask = htobe64(~0ull);
+	}
 }
 
 /* Same address (ports aside). */
@@ -107,6 +133,8 @@ uint64_t rcm_service_id(const struct rcm_id *r, int dst)
 {
 	const struct sockaddr *a = dst ? &r->id.route.addr.dst_addr : &r->id.route.addr.src_addr;
 
+	if (a->sa_family == AF_IB) /* cma_get_service_id */
+		return be64toh(sib_of(a)->sib_sid);
 	return cep_rdma_service_id((enum cep_rdma_ps)r->id.ps, rcm_addr_port(a));
 }
 
@@ -171,8 +199,9 @@ RCM_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm
 		return rcm_err(-ret);
 	if (!id)
 		return rcm_err(EINVAL);
-	/* RoCE with IP addressing: the TCP (RC) and UDP (UD) port spaces. */
-	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP)
+	/* The TCP and IB (RC) and UDP (UD) port spaces, as librdmacm's
+	 * rdma_create_id picks the QP type. */
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB)
 		return rcm_err(ENOSYS);
 	r = rcm_id_new(channel ? rcm_channel_of(channel) : NULL, context, ps,
 		       ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
@@ -184,9 +213,10 @@ RCM_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm
 
 /* ---- port numbers (rcm.lock) ------------------------------------------- */
 
-static struct rcm_id **port_table(enum rdma_port_space ps)
+static struct rcm_id **port_table(int ps)
 {
-	struct rcm_id ***t = ps == RDMA_PS_UDP ? &rcm.ports_udp : &rcm.ports_tcp;
+	struct rcm_id ***t = ps == RDMA_PS_UDP ? &rcm.ports_udp :
+			     ps == RDMA_PS_IB ? &rcm.ports_ib : &rcm.ports_tcp;
 
 	if (!*t)
 		*t = calloc(65536, sizeof(**t));
@@ -239,14 +269,21 @@ int rcm_bind(struct rcm_id *r, const struct sockaddr *src, const struct rcm_src 
 	struct sockaddr_storage a;
 	struct rcm_id **tab;
 	uint16_t pn;
-	int len = rcm_addr_len(src), ret = 0;
+	int len = rcm_addr_len(src), ret = 0, ps;
 
 	if (!len)
 		return -EAFNOSUPPORT;
 	memset(&a, 0, sizeof(a));
 	memcpy(&a, src, (size_t)len);
+	/* AF_IB: the space named by the service ID (cma_select_ib_ps;
+	 * cma_get_port's EPROTONOSUPPORT when none fits) */
+	ps = src->sa_family == AF_IB ? rcm_ib_select_ps(r->id.ps, (struct sockaddr_ib *)&a)
+				     : (int)r->id.ps;
+	if (!ps)
+		return -EPROTONOSUPPORT;
+	src = (const struct sockaddr *)&a;
 	pthread_mutex_lock(&rcm.lock);
-	tab = port_table(r->id.ps);
+	tab = port_table(ps);
 	if (!tab) {
 		ret = -ENOMEM;
 		goto out;
@@ -273,10 +310,14 @@ int rcm_bind(struct rcm_id *r, const struct sockaddr *src, const struct rcm_src 
 	r->bind_next = tab[pn];
 	tab[pn] = r;
 	r->bound = 1;
+	r->bind_ps = ps;
 	r->any_addr = (uint8_t)rcm_addr_any(src);
 	memcpy(&r->id.route.addr.src_storage, &a, sizeof(a));
 	if (dev)
 		set_device(r, dev);
+	/* AF_IB: the P_Key is the address's (cma_translate_ib) */
+	if (dev && src->sa_family == AF_IB && sib_of(src)->sib_pkey)
+		r->id.route.addr.addr.ibaddr.pkey = sib_of(src)->sib_pkey;
 	/* As rdma_cm reports a bound id: the destination is the unspecified
 	 * address of the source's family, its GID too once on a device. */
 	memset(&r->id.route.addr.dst_storage, 0, sizeof(r->id.route.addr.dst_storage));
@@ -293,7 +334,7 @@ static void rcm_unbind(struct rcm_id *r)
 	struct rcm_id **tab, **pp;
 
 	pthread_mutex_lock(&rcm.lock);
-	tab = r->bound ? port_table(r->id.ps) : NULL;
+	tab = r->bound ? port_table(r->bind_ps) : NULL;
 	if (tab) {
 		for (pp = &tab[rcm_addr_port(&r->id.route.addr.src_addr)]; *pp;
 		     pp = &(*pp)->bind_next) {
@@ -341,7 +382,10 @@ RCM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	 * stays NULL). libfabric's verbs provider binds 127.0.0.1 in
 	 * fi_getinfo() for a passive endpoint without an address. */
 	if (!rcm_addr_any(addr) && !addr_loopback(addr)) {
-		ret = rcm_find_addr(addr, &dev);
+		/* AF_IB: the port whose GID table holds sib_addr */
+		ret = addr->sa_family == AF_IB ?
+		      rcm_find_ib_gid(sib_of(addr)->sib_addr.sib_raw, 0, &dev) :
+		      rcm_find_addr(addr, &dev);
 		if (ret)
 			goto out;
 		/* Open the port's CM now: a second process learns at bind
@@ -357,6 +401,70 @@ RCM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 out:
 	pthread_mutex_unlock(&r->mtx);
 	return ret ? rcm_err(-ret) : 0;
+}
+
+/* rdma_resolve_addr to an AF_IB destination, as the kernel's
+ * cma_resolve_ib_addr: the source is the bound one, the given one
+ * (AF_IB), or the port holding the destination's GID or, failing that,
+ * its subnet prefix (cma_resolve_ib_dev); the destination GID is
+ * sib_addr, no neighbour is asked, ADDR_RESOLVED is queued at once. The
+ * P_Key is the destination's sib_pkey, the port's default 0xffff when 0.
+ * 0, or -errno for the call (nothing queued). @r->mtx held. */
+static int resolve_ib(struct rcm_id *r, const struct sockaddr *src_addr,
+		      const struct sockaddr *dst_addr)
+{
+	const struct sockaddr_ib *dst = sib_of(dst_addr);
+	struct sockaddr_ib src;
+	struct rcm_src dev;
+	struct rcm_event *e;
+	struct cep_cm *cm;
+	uint16_t pkey = dst->sib_pkey ? be16toh(dst->sib_pkey) : 0xffff;
+	int ret;
+
+	if (r->state == RCM_ADDR_BOUND && r->id.route.addr.src_addr.sa_family != AF_IB)
+		return -EINVAL;
+	memset(&src, 0, sizeof(src));
+	if (r->state == RCM_ADDR_BOUND)
+		memcpy(&src, &r->id.route.addr.src_storage, sizeof(src));
+	else if (src_addr)
+		memcpy(&src, src_addr, sizeof(src));
+	src.sib_family = AF_IB;
+	src.sib_pkey = htobe16(pkey); /* cma_bind_addr: the destination's */
+	if (!r->port) {
+		ret = rcm_addr_any((struct sockaddr *)&src) ?
+		      rcm_find_ib_gid(dst->sib_addr.sib_raw, 1, &dev) :
+		      rcm_find_ib_gid(src.sib_addr.sib_raw, 0, &dev);
+		if (ret)
+			return ret;
+		memcpy(src.sib_addr.sib_raw, dev.gid, 16);
+		dev.pkey = pkey;
+		if (r->state == RCM_IDLE) {
+			ret = rcm_bind(r, (struct sockaddr *)&src, &dev);
+			if (ret)
+				return ret;
+		} else {
+			/* bound to the wildcard GID: now to this port's */
+			pthread_mutex_lock(&rcm.lock);
+			memcpy(((struct sockaddr_ib *)&r->id.route.addr.src_storage)->sib_addr.sib_raw,
+			       dev.gid, 16);
+			r->any_addr = 0;
+			set_device(r, &dev);
+			pthread_mutex_unlock(&rcm.lock);
+		}
+	}
+	ret = rcm_port_cm(r->port, &cm);
+	if (ret)
+		return ret;
+	r->id.route.addr.addr.ibaddr.pkey = htobe16(pkey);
+	memset(&r->id.route.addr.dst_storage, 0, sizeof(r->id.route.addr.dst_storage));
+	memcpy(&r->id.route.addr.dst_storage, dst, sizeof(*dst));
+	memcpy(r->id.route.addr.addr.ibaddr.dgid.raw, dst->sib_addr.sib_raw, 16);
+	e = rcm_event_new(r, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
+	if (!e)
+		return -ENOMEM;
+	r->state = RCM_ADDR_RESOLVED;
+	rcm_push_locked(e);
+	return 0;
 }
 
 RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
@@ -379,6 +487,16 @@ RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
 	r = rcm_id_of(id);
 	pthread_mutex_lock(&r->mtx);
 	if (r->state != RCM_IDLE && r->state != RCM_ADDR_BOUND) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (dst_addr->sa_family == AF_IB) {
+		ret = resolve_ib(r, src_addr, dst_addr);
+		goto out;
+	}
+	/* an id bound to AF_IB resolves only AF_IB (the kernel compares
+	 * cma_family with the destination's) */
+	if (r->state == RCM_ADDR_BOUND && r->id.route.addr.src_addr.sa_family == AF_IB) {
 		ret = -EINVAL;
 		goto out;
 	}
@@ -661,7 +779,7 @@ RCM_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 		struct rcm_id **tab;
 
 		pthread_mutex_lock(&rcm.lock);
-		tab = port_table(r->id.ps);
+		tab = port_table(r->bind_ps);
 		for (struct rcm_id *o = tab ? tab[rcm_addr_port(&r->id.route.addr.src_addr)] : NULL;
 		     o; o = o->bind_next)
 			if (o != r && o->listening &&

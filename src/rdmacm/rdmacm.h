@@ -215,6 +215,8 @@ struct rcm_id {
 	uint8_t any_addr;              /* bound to the wildcard address */
 	uint8_t reuseaddr, afonly;     /* written under rcm.lock too */
 	uint8_t listening;             /* rcm.lock: in LISTEN for port checks */
+	int bind_ps;                   /* port space of its port number (AF_IB:
+					  rcm_ib_select_ps's), rcm.lock */
 	uint8_t tos, tos_set, ack_timeout, ack_timeout_set;
 	uint8_t resp_res, init_depth;  /* rdma_cm's responder res./initiator depth */
 	uint8_t disconnected;          /* DISCONNECTED delivered */
@@ -275,6 +277,11 @@ struct rcm_src {
  * interface, the InfiniBand port whose GID table holds that interface's
  * GID (ib.h rcm_ib_local). 0 and @out, or -EADDRNOTAVAIL. Any thread. */
 int rcm_find_addr(const struct sockaddr *addr, struct rcm_src *out);
+/* AF_IB: the InfiniBand port whose GID table holds @gid (bind). With
+ * @prefix_ok, failing that the first whose GID shares @gid's subnet
+ * prefix, its GID the source (the kernel's cma_resolve_ib_dev). @out's
+ * P_Key is left to the caller. 0 or -EADDRNOTAVAIL. */
+int rcm_find_ib_gid(const uint8_t gid[16], int prefix_ok, struct rcm_src *out);
 /* The source address the kernel's routing table picks towards @dst
  * (port untouched). 0 or -errno. */
 int rcm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src);
@@ -307,7 +314,7 @@ extern struct rcm_global {
 	int inited, init_err;
 	struct rcm_dev *devs;
 	unsigned ndevs;
-	struct rcm_id **ports_tcp, **ports_udp; /* [65536] chains, lazily */
+	struct rcm_id **ports_tcp, **ports_udp, **ports_ib; /* [65536] chains, lazily */
 } rcm;
 
 /* ---- channel.c --------------------------------------------------------- */

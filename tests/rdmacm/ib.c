@@ -21,7 +21,16 @@
  * from its neighbour, triggering resolution and retrying until the
  * timeout (ADDR_ERROR -ETIMEDOUT); rdma_resolve_route asks the SA as the
  * kernel's cma_query_ib_route (its component mask and fields), ROUTE_ERROR
- * on an SA error, and the REQ's CM address uses LIDs, no GRH.
+ * on an SA error, and the REQ's CM address uses LIDs, no GRH. AF_IB on
+ * that port, as the kernel's cma: rdma_create_id takes RDMA_PS_IB (an RC
+ * space); rdma_bind_addr finds the port by sib_addr in its GID table and
+ * binds in the space cma_select_ib_ps names, the service ID then exact
+ * (cma_bind_port: prefix | port, mask all ones), a space the id may not
+ * use EPROTONOSUPPORT; rdma_resolve_addr to an AF_IB destination takes
+ * the GID from it, asks no neighbour, queues ADDR_RESOLVED at once, the
+ * source the port sharing the GID's subnet prefix (cma_resolve_ib_dev),
+ * the P_Key sib_pkey (0xffff when 0), a source of another family EINVAL;
+ * the SA query's service ID is the destination's sib_sid.
  * The layer's objects are linked in. Usage: test-rdmacm-ib [resolve].
  */
 #include <arpa/inet.h>
@@ -523,6 +532,153 @@ static uint64_t ms_now(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+static void sib_set(struct sockaddr_ib *s, const uint8_t gid[16], uint16_t pkey, uint64_t sid,
+		    uint64_t mask)
+{
+	memset(s, 0, sizeof(*s));
+	s->sib_family = AF_IB;
+	s->sib_pkey = htobe16(pkey);
+	memcpy(s->sib_addr.sib_raw, gid, 16);
+	s->sib_sid = htobe64(sid);
+	s->sib_sid_mask = htobe64(mask);
+}
+
+#define SID_IB  0x00000000013f0000ull
+#define SID_TCP 0x0000000001060000ull
+#define SID_UDP 0x0000000001110000ull
+
+/* AF_IB on the stand-in InfiniBand port ports[0] (GID @ga), the peer @gb. */
+static void af_ib_layer(struct rcm_channel *ch, struct rcm_port *ports, const uint8_t ga[16],
+			const uint8_t gb[16])
+{
+	struct sockaddr_in in = { .sin_family = AF_INET };
+	struct sockaddr_ib a, d;
+	const struct sockaddr_ib *s;
+	struct rdma_cm_id *id, *id2;
+	struct rcm_id *r, *t;
+	int status, asked;
+	uint16_t pn;
+
+	/* librdmacm's rdma_create_id: RDMA_PS_IB is RC; IPoIB still refused */
+	CHECK_EQ(rdma_create_id(&ch->ch, &id, NULL, RDMA_PS_IB), 0);
+	CHECK_EQ(id->ps, RDMA_PS_IB);
+	CHECK_EQ(id->qp_type, IBV_QPT_RC);
+	errno = 0;
+	CHECK_EQ(rdma_create_id(&ch->ch, &id2, NULL, RDMA_PS_IPOIB), -1);
+	CHECK_EQ(errno, ENOSYS);
+	r = rcm_id_of(id);
+
+	/* bind by GID, no service ID: the IB space, an ephemeral port */
+	sib_set(&a, ga, 0x8001, 0, 0);
+	CHECK_EQ(rdma_bind_addr(id, (struct sockaddr *)&a), 0);
+	CHECK(r->port == &ports[0]);
+	CHECK_EQ(id->port_num, 1);
+	CHECK(!memcmp(id->route.addr.addr.ibaddr.sgid.raw, ga, 16));
+	CHECK_EQ(ntohs(id->route.addr.addr.ibaddr.pkey), 0x8001);
+	s = (const void *)&id->route.addr.src_addr;
+	CHECK_EQ(s->sib_family, AF_IB);
+	CHECK(!memcmp(s->sib_addr.sib_raw, ga, 16));
+	pn = (uint16_t)be64toh(s->sib_sid);
+	CHECK(pn >= RCM_PORT_LOW && pn <= RCM_PORT_HIGH);
+	CHECK_EQ(be64toh(s->sib_sid), SID_IB | pn);
+	CHECK_EQ(be64toh(s->sib_sid_mask), ~0ull);
+	CHECK_EQ(ntohs(rdma_get_src_port(id)), pn);
+	CHECK_EQ(rdma_destroy_id(id), 0);
+
+	/* a TCP id, service ID TCP | 7000: that space and port; the P_Key
+	 * 0xffff without sib_pkey */
+	t = rcm_id_new(ch, NULL, RDMA_PS_TCP, IBV_QPT_RC);
+	CHECK(t != NULL);
+	sib_set(&a, ga, 0, SID_TCP | 7000, ~0ull);
+	CHECK_EQ(rdma_bind_addr(&t->id, (struct sockaddr *)&a), 0);
+	s = (const void *)&t->id.route.addr.src_addr;
+	CHECK_EQ(be64toh(s->sib_sid), SID_TCP | 7000);
+	CHECK_EQ(ntohs(rdma_get_src_port(&t->id)), 7000);
+	CHECK_EQ(ntohs(t->id.route.addr.addr.ibaddr.pkey), 0xffff);
+	/* the TCP space's port 7000 is now taken for IP binds too (one
+	 * bind list per space and port, as the kernel's) */
+	r = rcm_id_new(ch, NULL, RDMA_PS_TCP, IBV_QPT_RC);
+	CHECK(r != NULL);
+	in.sin_port = htons(7000);
+	errno = 0;
+	CHECK_EQ(rdma_bind_addr(&r->id, (struct sockaddr *)&in), -1);
+	CHECK_EQ(errno, EADDRNOTAVAIL);
+	/* the UDP space is not a TCP id's (cma_get_port: EPROTONOSUPPORT) */
+	sib_set(&a, ga, 0, SID_UDP | 7001, ~0ull);
+	errno = 0;
+	CHECK_EQ(rdma_bind_addr(&r->id, (struct sockaddr *)&a), -1);
+	CHECK_EQ(errno, EPROTONOSUPPORT);
+	CHECK_EQ(r->state, RCM_IDLE);
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+	CHECK_EQ(rdma_destroy_id(&t->id), 0);
+
+	/* rdma_resolve_addr to AF_IB, no source: GID_A's port (GID_B's
+	 * subnet prefix), ADDR_RESOLVED at once, no neighbour asked */
+	r = rcm_id_new(ch, NULL, RDMA_PS_IB, IBV_QPT_RC);
+	CHECK(r != NULL);
+	sib_set(&d, gb, 0x8001, SID_TCP | 7471, ~0ull);
+	asked = nb.asked;
+	CHECK_EQ(rdma_resolve_addr(&r->id, NULL, (struct sockaddr *)&d, 2000), 0);
+	CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK_EQ(status, 0);
+	CHECK_EQ(nb.asked, asked);
+	CHECK_EQ(r->state, RCM_ADDR_RESOLVED);
+	CHECK(r->port == &ports[0]);
+	CHECK(!memcmp(r->id.route.addr.addr.ibaddr.sgid.raw, ga, 16));
+	CHECK(!memcmp(r->id.route.addr.addr.ibaddr.dgid.raw, gb, 16));
+	CHECK_EQ(ntohs(r->id.route.addr.addr.ibaddr.pkey), 0x8001);
+	s = (const void *)&r->id.route.addr.src_addr;
+	CHECK_EQ(s->sib_family, AF_IB);
+	CHECK(!memcmp(s->sib_addr.sib_raw, ga, 16));
+	CHECK_EQ(be64toh(s->sib_sid) & ~0xffffull, SID_IB);
+	s = (const void *)&r->id.route.addr.dst_addr;
+	CHECK_EQ(s->sib_family, AF_IB);
+	CHECK_EQ(be64toh(s->sib_sid), SID_TCP | 7471);
+	CHECK_EQ(ntohs(rdma_get_dst_port(&r->id)), 7471);
+	/* its route: the SA query asks for the destination's sib_sid and
+	 * the traffic class (cma_query_ib_route's AF_IB case) */
+	fsa.status = 0;
+	CHECK_EQ(rdma_resolve_route(&r->id, 2000), 0);
+	CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ROUTE_RESOLVED);
+	CHECK_EQ(fsa.last_path.service_id, SID_TCP | 7471);
+	CHECK_EQ(fsa.last_path.pkey, 0x8001);
+	CHECK(!memcmp(fsa.last_path.dgid, gb, 16));
+	CHECK(fsa.last.comp_mask & CEP_SA_PR_TCLASS);
+	CHECK(!(fsa.last.comp_mask & CEP_SA_PR_QOS_CLASS));
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+
+	/* sib_pkey 0: the port's default P_Key; bound by GID first, the
+	 * bound source stays */
+	r = rcm_id_new(ch, NULL, RDMA_PS_IB, IBV_QPT_RC);
+	sib_set(&a, ga, 0, SID_IB | 7100, ~0ull);
+	CHECK_EQ(rdma_bind_addr(&r->id, (struct sockaddr *)&a), 0);
+	d.sib_pkey = 0;
+	CHECK_EQ(rdma_resolve_addr(&r->id, NULL, (struct sockaddr *)&d, 2000), 0);
+	CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK_EQ(ntohs(r->id.route.addr.addr.ibaddr.pkey), 0xffff);
+	CHECK_EQ(ntohs(rdma_get_src_port(&r->id)), 7100);
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+
+	/* a source of another family: EINVAL, the id untouched */
+	r = rcm_id_new(ch, NULL, RDMA_PS_IB, IBV_QPT_RC);
+	in.sin_port = 0;
+	in.sin_addr.s_addr = htonl(0x0a000001);
+	errno = 0;
+	CHECK_EQ(rdma_resolve_addr(&r->id, (struct sockaddr *)&in, (struct sockaddr *)&d, 2000),
+		 -1);
+	CHECK_EQ(errno, EINVAL);
+	CHECK_EQ(r->state, RCM_IDLE);
+	CHECK(r->port == NULL);
+	/* nor an id bound to IPv4 (the kernel: cma_family != the destination's) */
+	in.sin_addr.s_addr = 0;
+	CHECK_EQ(rdma_bind_addr(&r->id, (struct sockaddr *)&in), 0);
+	errno = 0;
+	CHECK_EQ(rdma_resolve_addr(&r->id, NULL, (struct sockaddr *)&d, 2000), -1);
+	CHECK_EQ(errno, EINVAL);
+	CHECK_EQ(r->state, RCM_ADDR_BOUND);
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+}
+
 static void resolve(void)
 {
 	static struct ibv_device fdev;
@@ -720,6 +876,8 @@ static void resolve(void)
 	CHECK(nb.kicks >= 1);
 	CHECK(r->state != RCM_ADDR_RESOLVED);
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+
+	af_ib_layer(ch, ports, ga, gb);
 
 	if (ports[0].sa)
 		cep_sa_put(ports[0].sa);

@@ -11,11 +11,21 @@
  * route stays the one the layer builds from the GIDs. The in-process
  * fabric of tests/cm/harness.h (raw peer C sends the REQ to B's CM, which
  * a stand-in port's listener uses); the layer's objects linked in.
+ *
+ * AF_IB (af-ib, connect): a listener bound to an AF_IB address takes a
+ * REQ that carries no CMA header, all of its private data the user's, and
+ * the new id's addresses are AF_IB as the kernel's cma_save_ib_info (ours
+ * the REQ's remote GID, the peer's its local GID, the REQ's P_Key, flow
+ * label and service ID, mask all ones); an AF_IB id's REQ carries the
+ * destination's sib_sid as service ID (cma_get_service_id) and no CMA
+ * header (cma_user_data_offset 0 for AF_IB).
  * Usage: test-rdmacm-ib-listen NAME.
  */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <poll.h>
+
+#include <infiniband/ib.h>
 
 #include <cep/rdma_cm.h>
 
@@ -32,8 +42,8 @@ static const uint8_t GID_ALT_REMOTE[16] = { 0xfe, 0x80, [8] = 0x00, 0x02, 0xc9, 
 
 /* One REQ from C to an rdma_cm listener on a port of link layer @ll;
  * the new id's CONNECT_REQUEST is checked by @check, then rejected. */
-static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_id *, int alt),
-		    uint32_t comm_id)
+static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_event *, int alt),
+		    uint32_t comm_id, int af_ib)
 {
 	static int fake_pd;
 	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = rcm_cep_handler };
@@ -70,6 +80,13 @@ static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_id *
 	l = rcm_id_new(ch, NULL, RDMA_PS_TCP, IBV_QPT_RC); /* 0.0.0.0:PORT_RDMA */
 	l->any_addr = 1;
 	l->id.route.addr.src_addr.sa_family = AF_INET;
+	if (af_ib) { /* bound to the wildcard GID, service ID exact */
+		struct sockaddr_ib *sib = (struct sockaddr_ib *)&l->id.route.addr.src_storage;
+
+		sib->sib_family = AF_IB;
+		sib->sib_sid = htobe64(tcp.sid);
+		sib->sib_sid_mask = htobe64(~0ull);
+	}
 	l->state = RCM_LISTEN;
 	l->backlog = 8;
 	tcp.listeners = &l;
@@ -95,9 +112,13 @@ static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_id *
 		memcpy(m.u.req.alternate.local_gid, GID_ALT_LOCAL, 16);
 		memcpy(m.u.req.alternate.remote_gid, GID_ALT_REMOTE, 16);
 	}
-	cep_cma_hdr_ipv4(&h, htonl(0x0a000001), 5555, htonl(0x0a000002), PORT_RDMA);
-	CHECK_EQ(cep_cma_hdr_encode(&h, NULL, 0, m.u.req.private_data,
-				    sizeof(m.u.req.private_data)), CEP_CMA_HDR_SIZE);
+	if (af_ib) { /* no CMA header: the first byte is not its version 0 */
+		memcpy(m.u.req.private_data, "\x7fhello", 7);
+	} else {
+		cep_cma_hdr_ipv4(&h, htonl(0x0a000001), 5555, htonl(0x0a000002), PORT_RDMA);
+		CHECK_EQ(cep_cma_hdr_encode(&h, NULL, 0, m.u.req.private_data,
+					    sizeof(m.u.req.private_data)), CEP_CMA_HDR_SIZE);
+	}
 	raw_send(&m, LID_B);
 	settle();
 	/* never block: a REQ the CM refused leaves the channel empty */
@@ -105,7 +126,7 @@ static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_id *
 	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
 	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
 	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
-	check(ev->id, alt);
+	check(ev, alt);
 	CHECK_EQ(rdma_reject(ev->id, NULL, 0), 0);
 	CHECK(raw_wait(CEP_MSG_REJ, 1));
 	struct rdma_cm_id *c = ev->id;
@@ -120,8 +141,9 @@ static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_id *
 	rcm_channel_free(ch);
 }
 
-static void check_ib(const struct rdma_cm_id *id, int alt)
+static void check_ib(const struct rdma_cm_event *ev, int alt)
 {
+	const struct rdma_cm_id *id = ev->id;
 	const struct ibv_sa_path_rec *p = id->route.path_rec;
 
 	CHECK(p != NULL);
@@ -160,8 +182,9 @@ static void check_ib(const struct rdma_cm_id *id, int alt)
 }
 
 /* RoCE: the layer's path from the GIDs (cma_resolve_iboe_route's view). */
-static void check_roce(const struct rdma_cm_id *id, int alt)
+static void check_roce(const struct rdma_cm_event *ev, int alt)
 {
+	const struct rdma_cm_id *id = ev->id;
 	const struct ibv_sa_path_rec *p = id->route.path_rec;
 
 	(void)alt;
@@ -173,25 +196,137 @@ static void check_roce(const struct rdma_cm_id *id, int alt)
 	CHECK_EQ(p[0].packet_life_time, RCM_ROCE_PACKET_LIFE);
 }
 
+/* AF_IB: the route as on InfiniBand, the addresses cma_save_ib_info's,
+ * the private data from byte 0. */
+static void check_af_ib(const struct rdma_cm_event *ev, int alt)
+{
+	const struct sockaddr_ib *src = (const void *)&ev->id->route.addr.src_addr;
+	const struct sockaddr_ib *dst = (const void *)&ev->id->route.addr.dst_addr;
+
+	check_ib(ev, alt);
+	CHECK_EQ(src->sib_family, AF_IB);
+	CHECK_EQ(dst->sib_family, AF_IB);
+	CHECK(!memcmp(src->sib_addr.sib_raw, GID_REQ_REMOTE, 16));
+	CHECK(!memcmp(dst->sib_addr.sib_raw, GID_REQ_LOCAL, 16));
+	CHECK_EQ(be16toh(src->sib_pkey), 0x7fff);
+	CHECK_EQ(be16toh(dst->sib_pkey), 0x7fff);
+	CHECK_EQ(be32toh(src->sib_flowinfo), 0x12345);
+	CHECK_EQ(be64toh(src->sib_sid), cep_rdma_service_id(CEP_RDMA_PS_TCP, PORT_RDMA));
+	CHECK_EQ(be64toh(src->sib_sid_mask), ~0ull);
+	CHECK_EQ(rdma_get_src_port(ev->id), htons(PORT_RDMA));
+	CHECK(ev->param.conn.private_data != NULL);
+	CHECK(!memcmp(ev->param.conn.private_data, "\x7fhello", 7));
+}
+
 static void t_primary(void)
 {
-	one_req(IBV_LINK_LAYER_INFINIBAND, 0, check_ib, 0x9500);
+	one_req(IBV_LINK_LAYER_INFINIBAND, 0, check_ib, 0x9500, 0);
 }
 
 static void t_alternate(void)
 {
-	one_req(IBV_LINK_LAYER_INFINIBAND, 1, check_ib, 0x9501);
+	one_req(IBV_LINK_LAYER_INFINIBAND, 1, check_ib, 0x9501, 0);
 }
 
 static void t_roce(void)
 {
-	one_req(IBV_LINK_LAYER_ETHERNET, 1, check_roce, 0x9502);
+	one_req(IBV_LINK_LAYER_ETHERNET, 1, check_roce, 0x9502, 0);
+}
+
+static void t_af_ib(void)
+{
+	one_req(IBV_LINK_LAYER_INFINIBAND, 0, check_af_ib, 0x9503, 1);
+}
+
+/* An AF_IB id's REQ (from A's CM to raw C): the service ID is the
+ * destination's sib_sid, here in the IB port space, and the private data
+ * is the user's from byte 0, no CMA header. */
+static void t_connect(void)
+{
+	static int fake_pd;
+	/* a TCP-space ID on an IB id: sent as given, not rebuilt from the port */
+	const uint64_t sid = cep_rdma_service_id(CEP_RDMA_PS_TCP, 0x4242);
+	struct rdma_conn_param cp = { .qp_num = 0x777, .private_data = "abc",
+				      .private_data_len = 4, .retry_count = 7,
+				      .rnr_retry_count = 7 };
+	struct ibv_sa_path_rec path;
+	struct sockaddr_ib *src, *dst;
+	struct rcm_channel *ch;
+	struct rcm_dev dev;
+	struct rcm_port port;
+	struct rcm_id *r;
+	struct cep_msg q;
+
+	setup(2, 0);
+	memset(&dev, 0, sizeof(dev));
+	memset(&port, 0, sizeof(port));
+	dev.pd = (struct ibv_pd *)(void *)&fake_pd; /* never used as one */
+	dev.attr.local_ca_ack_delay = 16;
+	port.dev = &dev;
+	port.port_num = 1;
+	port.link_layer = IBV_LINK_LAYER_INFINIBAND;
+	port.info.active_mtu = IBV_MTU_2048;
+	port.info.port_num = 1;
+	port.info.link_layer = IBV_LINK_LAYER_INFINIBAND;
+	pthread_mutex_init(&port.qpn_mtx, NULL);
+	pthread_mutex_init(&port.svc_mtx, NULL);
+	atomic_store(&port.cm, A.cm);
+	ch = rcm_channel_new();
+	CHECK(ch != NULL);
+	r = rcm_id_new(ch, NULL, RDMA_PS_IB, IBV_QPT_RC);
+	CHECK(r != NULL);
+	/* where rdma_resolve_addr / rdma_resolve_route on AF_IB leave it */
+	src = (struct sockaddr_ib *)&r->id.route.addr.src_storage;
+	dst = (struct sockaddr_ib *)&r->id.route.addr.dst_storage;
+	src->sib_family = dst->sib_family = AF_IB;
+	memcpy(src->sib_addr.sib_raw, GID_REQ_LOCAL, 16);
+	memcpy(dst->sib_addr.sib_raw, GID_REQ_REMOTE, 16);
+	src->sib_sid = htobe64(cep_rdma_service_id(CEP_RDMA_PS_IB, 0x9999));
+	src->sib_sid_mask = htobe64(~0ull);
+	dst->sib_sid = htobe64(sid);
+	dst->sib_sid_mask = htobe64(~0ull);
+	r->port = &port;
+	r->id.port_num = 1;
+	memcpy(r->id.route.addr.addr.ibaddr.sgid.raw, GID_REQ_LOCAL, 16);
+	memcpy(r->id.route.addr.addr.ibaddr.dgid.raw, GID_REQ_REMOTE, 16);
+	memset(&path, 0, sizeof(path));
+	memcpy(path.sgid.raw, GID_REQ_LOCAL, 16);
+	memcpy(path.dgid.raw, GID_REQ_REMOTE, 16);
+	path.slid = htobe16(LID_A);
+	path.dlid = htobe16(LID_C);
+	path.pkey = htobe16(0xffff);
+	path.mtu = IBV_MTU_2048;
+	path.mtu_selector = path.rate_selector = path.packet_life_time_selector = 2;
+	path.rate = 3;
+	path.packet_life_time = 14;
+	path.reversible = htobe32(1);
+	path.numb_path = 1;
+	r->id.route.path_rec = malloc(sizeof(path));
+	CHECK(r->id.route.path_rec != NULL);
+	memcpy(r->id.route.path_rec, &path, sizeof(path));
+	r->id.route.num_paths = 1;
+	r->route_given = 1;
+	r->state = RCM_ROUTE_RESOLVED;
+	if (rdma_connect(&r->id, &cp))
+		perror("rdma_connect");
+	CHECK_EQ(r->state, RCM_CONNECT);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	q = raw_last(CEP_MSG_REQ);
+	CHECK_EQ(q.u.req.service_id, sid);
+	CHECK(!memcmp(q.u.req.private_data, "abc", 4));
+	CHECK_EQ(q.u.req.local_qpn, 0x777);
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+	teardown_all();
+	free(port.qpns);
+	rcm_channel_free(ch);
 }
 
 static const struct named_test tests[] = {
 	{ "primary", t_primary },
 	{ "alternate", t_alternate },
 	{ "roce", t_roce },
+	{ "af-ib", t_af_ib },
+	{ "connect", t_connect },
 };
 
 int main(int argc, char **argv)
