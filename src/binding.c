@@ -218,13 +218,17 @@ CEP_EXPORT int cep_unbind(struct cep *cep)
 	l = atomic_load(&cep->qp_link);
 	if (CEP_LINK_KIND(l) != CEP_LINK_LINKED)
 		return -ENOENT; /* BINDING is the binder's, not ours to undo */
-	/* Take the link: then the binding's reference, and the record, are
-	 * ours to release. */
-	if (!atomic_compare_exchange_strong(&cep->qp_link, &l, CEP_LINK_UNLINKED))
+	/* Take the link to BINDING, not straight to UNLINKED: while it is
+	 * BINDING the record (cep.qp_rec) is ours and no bind of this CEP can
+	 * start (the race: an unbind that gave the link back first would read
+	 * qp_rec while a rebind on another thread writes its new record). A
+	 * destroy meanwhile treats it as a bind in progress: it drops the
+	 * binding's reference and leaves the word to us. */
+	if (!atomic_compare_exchange_strong(&cep->qp_link, &l, CEP_LINK_BINDING | CEP_LINK_QPN(l)))
 		return -ENOENT;
 	CEP_YIELD();
 	cep_binding_release(cep);
-	cep_put(cep);
+	link_rollback(cep, CEP_LINK_QPN(l)); /* BINDING -> UNLINKED, and the reference */
 	return 0;
 }
 

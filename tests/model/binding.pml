@@ -328,6 +328,40 @@ inline bind(c, r) {
 
 /* cep_unbind: the caller holds a reference. */
 inline unbind(c, r) {
+#ifdef FIX_BINDING
+	/* The implemented protocol (issue 17): take the link to BINDING, so
+	 * the QP record the link carries stays ours and no rebind starts;
+	 * clear the word; then BINDING -> UNLINKED and put, unless a destroy
+	 * took it (DEAD) and dropped the reference itself. */
+	atomic {
+		touch(c);
+		if
+		:: qp_link[c] == LINKED -> qp_link[c] = BINDING; believes[c] = 0; r = OK
+		:: else -> r = ENOENT
+		fi;
+		printf("p%d: unbind cep%d: CAS qp_link LINKED -> BINDING: %d (0: ok)\n",
+		       _pid, c, r)
+	}
+	if
+	:: r == OK ->
+		cas_binding_to_invalid(c);
+		atomic {
+			touch(c);
+			if
+			:: qp_link[c] == BINDING -> qp_link[c] = UNLINKED; lk = 1
+			:: else -> lk = 0
+			fi;
+			printf("p%d: unbind cep%d: CAS qp_link BINDING -> UNLINKED: %d\n",
+			       _pid, c, lk)
+		}
+		if
+		:: lk == 1 -> put(c)
+		:: else
+		fi;
+		lk = 0
+	:: else
+	fi
+#else
 	atomic {
 		touch(c);
 		if
@@ -341,6 +375,7 @@ inline unbind(c, r) {
 	:: r == OK -> cas_binding_to_invalid(c); put(c)
 	:: else
 	fi
+#endif
 }
 
 /* cep_create: fully initialised with the table's and the caller's
