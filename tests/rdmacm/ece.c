@@ -16,8 +16,8 @@
 
 #include "../cm/harness.h"
 #include "rdmacm.h"
+#include "standin.h"
 
-#define PORT_RDMA 7471
 #define VENDOR 0x02c9a5u    /* 24 bits, every byte different */
 #define OPTIONS 0xc0de1234u
 
@@ -137,45 +137,25 @@ static void t_wire(void)
  * ucma_process_conn_req), and rdma_reject_ece answers REJ 35. */
 static void t_layer(void)
 {
-	static int fake_pd;
-	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = rcm_cep_handler };
 	struct rcm_service tcp;
 	struct rcm_dev dev;
 	struct rcm_port port;
 	struct rcm_channel *ch;
 	struct rcm_id *l;
-	struct cep_cm_id *lc = NULL;
+	struct cep_cm_id *lc;
 	struct rdma_cm_event *ev = NULL;
 	struct cep_cma_hdr h;
 	struct ibv_ece e;
 	struct cep_msg m;
 
 	setup(2, 0);
-	memset(&tcp, 0, sizeof(tcp));
-	memset(&dev, 0, sizeof(dev));
-	memset(&port, 0, sizeof(port));
-	dev.pd = (struct ibv_pd *)(void *)&fake_pd; /* never used as one */
-	port.dev = &dev;
-	port.port_num = 1;
-	pthread_mutex_init(&port.qpn_mtx, NULL);
-	pthread_mutex_init(&port.svc_mtx, NULL);
-	atomic_store(&port.cm, B.cm);
-	tcp.hdr.kind = RCM_KIND_SERVICE;
-	tcp.sid = cep_rdma_service_id(CEP_RDMA_PS_TCP, PORT_RDMA);
+	standin_port(&dev, &port, B.cm, 0);
+	lc = service_listener(&tcp, CEP_RDMA_PS_TCP);
 	tcp.port = &port;
-	pthread_mutex_init(&tcp.mtx, NULL);
-	ia.context = &tcp.hdr;
-	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &lc), 0);
-	CHECK_EQ(cep_cm_listen(lc, tcp.sid, ~0ull), 0);
 	ch = rcm_channel_new();
 	CHECK(ch != NULL);
-	l = rcm_id_new(ch, NULL, RDMA_PS_TCP, IBV_QPT_RC); /* 0.0.0.0:PORT_RDMA */
-	l->any_addr = 1;
-	l->id.route.addr.src_addr.sa_family = AF_INET;
-	l->state = RCM_LISTEN;
+	rdma_listener(&tcp, ch, RDMA_PS_TCP, IBV_QPT_RC, &l);
 	l->backlog = 8;
-	tcp.listeners = &l;
-	tcp.nlisteners = tcp.cap = 1;
 	raw_req(&m, 0x9400, 0x900);
 	m.u.req.service_id = tcp.sid;
 	m.u.req.vendor_id = VENDOR;

@@ -32,8 +32,8 @@
 #include "../cm/harness.h"
 #include "ib.h"
 #include "rdmacm.h"
+#include "standin.h"
 
-#define PORT_RDMA 7471
 
 static const uint8_t GID_REQ_LOCAL[16] = { 0xfe, 0x80, [8] = 0x00, 0x02, 0xc9, 0x03, 0, 0, 0x0c, 0x03 };
 static const uint8_t GID_REQ_REMOTE[16] = { 0xfe, 0x80, [8] = 0x00, 0x02, 0xc9, 0x03, 0, 0, 0x0b, 0x02 };
@@ -45,41 +45,23 @@ static const uint8_t GID_ALT_REMOTE[16] = { 0xfe, 0x80, [8] = 0x00, 0x02, 0xc9, 
 static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_event *, int alt),
 		    uint32_t comm_id, int af_ib)
 {
-	static int fake_pd;
-	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = rcm_cep_handler };
 	struct rcm_service tcp;
 	struct rcm_dev dev;
 	struct rcm_port port;
 	struct rcm_channel *ch;
 	struct rcm_id *l;
-	struct cep_cm_id *lc = NULL;
+	struct cep_cm_id *lc;
 	struct rdma_cm_event *ev = NULL;
 	struct cep_cma_hdr h;
 	struct cep_msg m;
 
 	setup(2, 0);
-	memset(&tcp, 0, sizeof(tcp));
-	memset(&dev, 0, sizeof(dev));
-	memset(&port, 0, sizeof(port));
-	dev.pd = (struct ibv_pd *)(void *)&fake_pd; /* never used as one */
-	port.dev = &dev;
-	port.port_num = 1;
-	port.link_layer = ll;
-	pthread_mutex_init(&port.qpn_mtx, NULL);
-	pthread_mutex_init(&port.svc_mtx, NULL);
-	atomic_store(&port.cm, B.cm);
-	tcp.hdr.kind = RCM_KIND_SERVICE;
-	tcp.sid = cep_rdma_service_id(CEP_RDMA_PS_TCP, PORT_RDMA);
+	standin_port(&dev, &port, B.cm, ll);
+	lc = service_listener(&tcp, CEP_RDMA_PS_TCP);
 	tcp.port = &port;
-	pthread_mutex_init(&tcp.mtx, NULL);
-	ia.context = &tcp.hdr;
-	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &lc), 0);
-	CHECK_EQ(cep_cm_listen(lc, tcp.sid, ~0ull), 0);
 	ch = rcm_channel_new();
 	CHECK(ch != NULL);
-	l = rcm_id_new(ch, NULL, RDMA_PS_TCP, IBV_QPT_RC); /* 0.0.0.0:PORT_RDMA */
-	l->any_addr = 1;
-	l->id.route.addr.src_addr.sa_family = AF_INET;
+	rdma_listener(&tcp, ch, RDMA_PS_TCP, IBV_QPT_RC, &l);
 	if (af_ib) { /* bound to the wildcard GID, service ID exact */
 		struct sockaddr_ib *sib = (struct sockaddr_ib *)&l->id.route.addr.src_storage;
 
@@ -87,10 +69,7 @@ static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_even
 		sib->sib_sid = htobe64(tcp.sid);
 		sib->sib_sid_mask = htobe64(~0ull);
 	}
-	l->state = RCM_LISTEN;
 	l->backlog = 8;
-	tcp.listeners = &l;
-	tcp.nlisteners = tcp.cap = 1;
 
 	raw_req(&m, comm_id, 0x900);
 	m.u.req.service_id = tcp.sid;
@@ -243,7 +222,6 @@ static void t_af_ib(void)
  * is the user's from byte 0, no CMA header. */
 static void t_connect(void)
 {
-	static int fake_pd;
 	/* a TCP-space ID on an IB id: sent as given, not rebuilt from the port */
 	const uint64_t sid = cep_rdma_service_id(CEP_RDMA_PS_TCP, 0x4242);
 	struct rdma_conn_param cp = { .qp_num = 0x777, .private_data = "abc",
@@ -258,19 +236,11 @@ static void t_connect(void)
 	struct cep_msg q;
 
 	setup(2, 0);
-	memset(&dev, 0, sizeof(dev));
-	memset(&port, 0, sizeof(port));
-	dev.pd = (struct ibv_pd *)(void *)&fake_pd; /* never used as one */
+	standin_port(&dev, &port, A.cm, IBV_LINK_LAYER_INFINIBAND);
 	dev.attr.local_ca_ack_delay = 16;
-	port.dev = &dev;
-	port.port_num = 1;
-	port.link_layer = IBV_LINK_LAYER_INFINIBAND;
 	port.info.active_mtu = IBV_MTU_2048;
 	port.info.port_num = 1;
 	port.info.link_layer = IBV_LINK_LAYER_INFINIBAND;
-	pthread_mutex_init(&port.qpn_mtx, NULL);
-	pthread_mutex_init(&port.svc_mtx, NULL);
-	atomic_store(&port.cm, A.cm);
 	ch = rcm_channel_new();
 	CHECK(ch != NULL);
 	r = rcm_id_new(ch, NULL, RDMA_PS_IB, IBV_QPT_RC);

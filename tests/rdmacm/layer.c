@@ -15,23 +15,7 @@
 
 #include "../cm/harness.h"
 #include "rdmacm.h"
-
-#define PORT_RDMA 7471
-
-static struct cep_cm_id *service_listener(struct rcm_service *s, enum cep_rdma_ps ps)
-{
-	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = rcm_cep_handler,
-				     .context = &s->hdr };
-	struct cep_cm_id *l = NULL;
-
-	memset(s, 0, sizeof(*s));
-	s->hdr.kind = RCM_KIND_SERVICE;
-	s->sid = cep_rdma_service_id(ps, PORT_RDMA);
-	pthread_mutex_init(&s->mtx, NULL);
-	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &l), 0);
-	CHECK_EQ(cep_cm_listen(l, s->sid, ~0ull), 0);
-	return l;
-}
+#include "standin.h"
 
 /* A CMA header from 10.0.0.1:5555 to 10.0.0.2:PORT_RDMA. */
 static void cma_hdr(uint8_t *pdata, size_t len)
@@ -96,7 +80,6 @@ static void t_no_listener(void)
  * REJ 28. Before, a connection request of the wrong type was queued. */
 static void t_qp_type(void)
 {
-	static int fake_pd;
 	struct rcm_service udp;
 	struct rcm_dev dev;
 	struct rcm_port port;
@@ -107,20 +90,11 @@ static void t_qp_type(void)
 
 	setup(2, 0);
 	lu = service_listener(&udp, CEP_RDMA_PS_UDP);
-	memset(&dev, 0, sizeof(dev));
-	memset(&port, 0, sizeof(port));
-	dev.pd = (struct ibv_pd *)(void *)&fake_pd; /* never used as one */
-	port.dev = &dev;
-	port.port_num = 1;
+	standin_port(&dev, &port, NULL, 0);
 	udp.port = &port;
 	ch = rcm_channel_new();
 	CHECK(ch != NULL);
-	ul = rcm_id_new(ch, NULL, RDMA_PS_UDP, IBV_QPT_UD); /* 0.0.0.0:PORT_RDMA */
-	ul->any_addr = 1;
-	ul->id.route.addr.src_addr.sa_family = AF_INET;
-	ul->state = RCM_LISTEN;
-	udp.listeners = &ul;
-	udp.nlisteners = udp.cap = 1;
+	rdma_listener(&udp, ch, RDMA_PS_UDP, IBV_QPT_UD, &ul);
 	raw_req(&m, 0x9110, 0x900);
 	m.u.req.service_id = udp.sid;
 	cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
@@ -153,13 +127,7 @@ static void t_pdata_einval(void)
 	struct cep_msg req;
 
 	setup(2, 0);
-	memset(&dev, 0, sizeof(dev));
-	memset(&port, 0, sizeof(port));
-	port.dev = &dev;
-	port.port_num = 1;
-	pthread_mutex_init(&port.qpn_mtx, NULL);
-	pthread_mutex_init(&port.svc_mtx, NULL);
-	atomic_store(&port.cm, B.cm);
+	standin_port(&dev, &port, B.cm, 0);
 	ch = rcm_channel_new();
 	CHECK(ch != NULL);
 	/* UD: a connection request taken (RCM_CONNECT), SIDR_REP 136 bytes */

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared set-up of the librdmacm layer tests that run without a device
+ * (layer.c, ece.c, ib_listen.c): a stand-in device and port on a node of
+ * tests/cm/harness.h, a port-space service with its libcep listener, and
+ * an rdma_cm listener id on 0.0.0.0:PORT_RDMA. Include after
+ * "../cm/harness.h" and "rdmacm.h". Test threads only.
+ */
+#ifndef CEP_TEST_RDMACM_STANDIN_H
+#define CEP_TEST_RDMACM_STANDIN_H
+
+#define PORT_RDMA 7471
+
+/* A device that is never used as one (its PD is a dummy) and its port 1,
+ * of link layer @ll, served by @cm (NULL: none). */
+static void standin_port(struct rcm_dev *dev, struct rcm_port *port, struct cep_cm *cm,
+			 uint8_t ll)
+{
+	static int fake_pd;
+
+	memset(dev, 0, sizeof(*dev));
+	memset(port, 0, sizeof(*port));
+	dev->pd = (struct ibv_pd *)(void *)&fake_pd; /* never used as one */
+	port->dev = dev;
+	port->port_num = 1;
+	port->link_layer = ll;
+	pthread_mutex_init(&port->qpn_mtx, NULL);
+	pthread_mutex_init(&port->svc_mtx, NULL);
+	atomic_store(&port->cm, cm);
+}
+
+/* Port space @ps's service for PORT_RDMA, with its libcep listener on B. */
+static struct cep_cm_id *service_listener(struct rcm_service *s, enum cep_rdma_ps ps)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = rcm_cep_handler,
+				     .context = &s->hdr };
+	struct cep_cm_id *l = NULL;
+
+	memset(s, 0, sizeof(*s));
+	s->hdr.kind = RCM_KIND_SERVICE;
+	s->sid = cep_rdma_service_id(ps, PORT_RDMA);
+	pthread_mutex_init(&s->mtx, NULL);
+	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &l), 0);
+	CHECK_EQ(cep_cm_listen(l, s->sid, ~0ull), 0);
+	return l;
+}
+
+/* An rdma_cm id of @ps / @qpt on channel @ch listening on 0.0.0.0:PORT_RDMA,
+ * stored in *@slot, which becomes the only listener of service @s. */
+static void rdma_listener(struct rcm_service *s, struct rcm_channel *ch, enum rdma_port_space ps,
+			  enum ibv_qp_type qpt, struct rcm_id **slot)
+{
+	struct rcm_id *l = rcm_id_new(ch, NULL, ps, qpt);
+
+	CHECK(l != NULL);
+	l->any_addr = 1;
+	l->id.route.addr.src_addr.sa_family = AF_INET;
+	l->state = RCM_LISTEN;
+	*slot = l;
+	s->listeners = slot;
+	s->nlisteners = s->cap = 1;
+}
+
+#endif /* CEP_TEST_RDMACM_STANDIN_H */
