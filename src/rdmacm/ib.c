@@ -568,9 +568,7 @@ uint64_t rcm_ib_route_query(const struct rcm_id *r, struct cep_sa_path *q)
  * route (one path) and ROUTE_RESOLVED is queued. */
 int rcm_ib_set_path(struct rcm_id *r, const void *optval, size_t optlen)
 {
-	struct ibv_sa_path_rec *path;
 	struct cep_sa_path sp;
-	struct rcm_event *e;
 	int ret = rcm_ib_path_option(optval, optlen, &sp);
 
 	if (ret)
@@ -580,22 +578,7 @@ int rcm_ib_set_path(struct rcm_id *r, const void *optval, size_t optlen)
 		ret = EINVAL;
 		goto out;
 	}
-	path = r->id.route.path_rec ? r->id.route.path_rec : malloc(sizeof(*path));
-	e = rcm_event_new(r, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
-	if (!path || !e) {
-		if (path != r->id.route.path_rec)
-			free(path);
-		if (e)
-			rcm_event_drop(e);
-		ret = ENOMEM;
-		goto out;
-	}
-	rcm_ib_path_rec(&sp, path);
-	r->id.route.path_rec = path;
-	r->id.route.num_paths = 1;
-	r->route_given = 1;
-	r->state = RCM_ROUTE_RESOLVED;
-	rcm_push_locked(e);
+	ret = rcm_route_resolved(r, &sp);
 out:
 	pthread_mutex_unlock(&r->mtx);
 	return ret ? rcm_err(ret) : rcm_complete(r);

@@ -582,7 +582,6 @@ void rcm_fill_path(struct rcm_id *r, struct ibv_sa_path_rec *p)
 
 RCM_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
-	struct ibv_sa_path_rec *path;
 	struct cep_sa_path sp;
 	struct rcm_event *e;
 	struct rcm_id *r;
@@ -618,6 +617,17 @@ RCM_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 		}
 	}
 	/* RoCE: the path is the two GIDs (kernel cma_resolve_iboe_route). */
+	ret = rcm_route_resolved(r, ib ? &sp : NULL);
+out:
+	pthread_mutex_unlock(&r->mtx);
+	return ret ? rcm_err(ret) : rcm_complete(r);
+}
+
+int rcm_route_resolved(struct rcm_id *r, const struct cep_sa_path *sp)
+{
+	struct ibv_sa_path_rec *path;
+	struct rcm_event *e;
+
 	path = r->id.route.path_rec ? r->id.route.path_rec : malloc(sizeof(*path));
 	e = rcm_event_new(r, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
 	if (!path || !e) {
@@ -625,21 +635,18 @@ RCM_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 			free(path);
 		if (e)
 			rcm_event_drop(e);
-		ret = ENOMEM;
-		goto out;
+		return ENOMEM;
 	}
-	if (ib)
-		rcm_ib_path_rec(&sp, path);
+	if (sp)
+		rcm_ib_path_rec(sp, path);
 	else
 		rcm_fill_path(r, path);
 	r->id.route.path_rec = path;
 	r->id.route.num_paths = 1;
-	r->route_given = (uint8_t)ib; /* the REQ's path (conn.c) */
+	r->route_given = sp != NULL; /* the REQ's path (conn.c) */
 	r->state = RCM_ROUTE_RESOLVED;
 	rcm_push_locked(e);
-out:
-	pthread_mutex_unlock(&r->mtx);
-	return ret ? rcm_err(ret) : rcm_complete(r);
+	return 0;
 }
 
 /* ---- listening ----------------------------------------------------------- */

@@ -385,6 +385,12 @@ int rcm_qp_error(struct ibv_qp *qp);
 void rcm_event_taken(struct rcm_event *e);
 /* Fill a path record for @r's route (RoCE). */
 void rcm_fill_path(struct rcm_id *r, struct ibv_sa_path_rec *p);
+/* id.c, r->mtx held, the id in ADDR_RESOLVED: its one path is @sp's
+ * record (an SA's or the application's: the REQ is built from it), or with
+ * @sp NULL the RoCE path of its two GIDs; ROUTE_RESOLVED queued. 0 or
+ * ENOMEM (nothing changed). */
+struct cep_sa_path;
+int rcm_route_resolved(struct rcm_id *r, const struct cep_sa_path *sp);
 
 /* ---- ib.c (InfiniBand; more in ib.h) ---------------------------------- */
 
