@@ -45,6 +45,17 @@ until grep -qi "^fd77:0000:0000:0000:0000:0000:0000:000$n" \
 echo "rxe0 up (no ib_cm): gid[1] $(gb_gid 1), $self6 in the GID table"
 gb_signal up
 
+# DAPL's rdma_cm provider (libdaplofa) on this guest's interface; tgtd's
+# target name for iSER (libiscsi's iser:// URLs).
+printf '%s\n' 'ofa-v2-cep u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 "eth0 0" ""' \
+	>$out/dat.conf
+export DAT_OVERRIDE=$out/dat.conf
+# UCX: connect through its rdma_cm component only (not its TCP one).
+export UCX_SOCKADDR_TLS_PRIORITY=rdmacm
+iqn=iqn.2026-12.org.libcep:t1
+printf '%s\n' "t=iser://$GB_PEER_IP/$iqn/1" 'iscsi-inq "$t" && iscsi-readcapacity16 "$t"' \
+	>$out/iser-client.sh
+
 server_cmd() {
 	case $1 in
 	rping) echo "rping -s -a $GB_IP -v -C 5";;
@@ -55,6 +66,18 @@ server_cmd() {
 	rdmaserver) echo "rdma_server";;
 	cmtime) echo "cmtime";;
 	fipingpong) echo "fi_pingpong -p verbs -e msg -S 1024 -I 10";;
+	sendbw) echo "ib_send_bw -R -F -n 100 -s 4096";;
+	readlat) echo "ib_read_lat -R -F -n 100";;
+	writebw) echo "ib_write_bw -R -F -n 100 -s 4096";;
+	sendud) echo "ib_send_lat -R -F -c UD -n 100";;
+	atomicbw) echo "ib_atomic_bw -R -F -n 100";;
+	sendz) echo "ib_send_bw -z -F -n 100 -s 4096";;
+	readz) echo "ib_read_lat -z -F -n 100";;
+	qperf) echo "qperf";;
+	fio) echo "fio --name=server --ioengine=rdma --port=7472 --rw=read --bs=4k --size=256k --iodepth=4";;
+	iser) echo "tgtd -f --iser pool_sz_mb=16";;
+	ucx) echo "io_demo -p 7473";;
+	dapl) echo "dtest -P ofa-v2-cep -s";;
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-server";;
 	notify) echo "$probe $GB_IP $GB_PEER_IP notify-server";;
 	esac
@@ -70,22 +93,36 @@ client_cmd() {
 	rdmaserver) echo "rdma_client -s $GB_PEER_IP";;
 	cmtime) echo "cmtime -s $GB_PEER_IP -c $cmtime_n";;
 	fipingpong) echo "fi_pingpong -p verbs -e msg -S 1024 -I 10 $GB_PEER_IP";;
+	sendbw|readlat|writebw|sendud|atomicbw|sendz|readz) echo "$(server_cmd $1) $GB_PEER_IP";;
+	qperf) echo "qperf $GB_PEER_IP -cm1 -t 1 rc_bw rc_lat rc_rdma_read_lat rc_rdma_write_bw";;
+	fio) echo "fio --name=client --ioengine=rdma --hostname=$GB_PEER_IP --port=7472 --verb=write --rw=write --bs=4k --size=256k --iodepth=1";;
+	iser) echo "sh $out/iser-client.sh";;
+	ucx) echo "io_demo -p 7473 -i 100 $GB_PEER_IP";;
+	dapl) echo "dtest -P ofa-v2-cep -h $GB_PEER_IP";;
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-client";;
 	notify) echo "$probe $GB_IP $GB_PEER_IP notify-client";;
 	esac
 }
 
+tcp_port_of() { case $1 in fipingpong) echo 47592;; qperf) echo 19765;; dapl) echo 15828;; esac; }
+
 port_of() {
-	case $1 in rping*|udaddy) echo 7174;; reject) echo 7480;; notify) echo 7481;; *) echo 7471;; esac
+	case $1 in
+	rping*|udaddy) echo 7174;; reject) echo 7480;; notify) echo 7481;;
+	sendbw|readlat|writebw|sendud|atomicbw|sendz|readz) echo 18515;;
+	fio) echo 7472;; iser) echo 3260;; ucx) echo 7473;;
+	*) echo 7471;;
+	esac
 }
 
 # check ROLE PROG OUTPUT RC: the program's own verdict.
 check() {
 	role=$1 prog=$2 f=$3 rc=$4
 	n() { grep -c "$1" "$f"; }
+	# fio's rdma engine reports errors as "fio: ..." and still exits 0.
+	fio_errors() { grep '^fio: ' "$f" | grep -vc '^fio: waiting for connection$'; }
 	ok=1
 	case $role-$prog in
-	server-cmtime) ;; # runs until killed: judged by its output alone
 	*) [ "$rc" = 0 ] || ok=0;;
 	esac
 	case $role-$prog in
@@ -105,6 +142,17 @@ check() {
 	server-notify) [ "$(n '^server: ok$')" = 1 ] || ok=0;;
 	*-fipingpong) [ "$(n '^1k  *10  *=10 ')" = 1 ] || ok=0;;
 	client-notify) [ "$(n '^client: ok$')" = 1 ] || ok=0;;
+	*-sendz|client-readz) [ "$(n '^ *[0-9][0-9]* *100  ')" = 1 ] || ok=0;;
+	server-readz) [ "$(n '^ remote address: LID ')" = 1 ] || ok=0;; # the client reports
+	client-qperf) { [ "$(n '^    bw  =  [0-9.]* [KMG]*B/sec$')" = 2 ] &&
+		[ "$(n '^    latency  =  [0-9.]* [mun]*s$')" = 2 ]; } || ok=0;;
+	server-qperf) [ "$(n 'fail\|error')" = 0 ] || ok=0;;
+	server-fio) { [ "$(n ': err= 0: ')" = 1 ] && [ "$(fio_errors)" = 0 ]; } || ok=0;;
+	client-fio) { [ "$(n ': err= 0: ')" = 1 ] && [ "$(fio_errors)" = 0 ] &&
+		[ "$(n '^     issued rwts: total=0,64,0,0 ')" = 1 ]; } || ok=0;;
+	server-ucx) { [ "$(n '] got new connection request ')" = 1 ] &&
+		[ "$(n '] Remote id is 1, ')" = 1 ]; } || ok=0;;
+	client-ucx) [ "$(n "Client exit with status 'OK'$")" = 1 ] || ok=0;;
 	esac
 	if [ $ok = 1 ]; then
 		echo "PASS $role $prog (exit $rc)"
@@ -115,34 +163,79 @@ check() {
 	fi
 }
 
+# forever PROG: a server that never ends by itself (stopped once its client
+# is done, judged by its output).
+forever() { case $1 in cmtime|qperf|iser|ucx) return 0;; esac; return 1; }
+
+# iser_setup: give the running tgtd one target with one 4 MiB LUN, open to
+# every initiator (tgtadm over tgtd's management socket).
+iser_setup() {
+	truncate -s 4M /tmp/iser.img &&
+	tgtadm --lld iser --mode target --op new --tid 1 --targetname $iqn &&
+	tgtadm --lld iser --mode logicalunit --op new --tid 1 --lun 1 \
+		--backing-store /tmp/iser.img &&
+	tgtadm --lld iser --mode target --op bind --tid 1 --initiator-address ALL
+}
+
+# stop PID: end a server started under timeout(1), SIGKILL after 5 s.
+# timeout(1) leads its own process group: the whole group, so that a
+# server that outlives timeout (tgtd) cannot hold the port's CM class.
+stop() {
+	kill -- "-$1" 2>/dev/null
+	i=0
+	while kill -0 "$1" 2>/dev/null && [ $i -lt 250 ]; do sleep 0.02; i=$((i + 1)); done
+	kill -9 -- "-$1" 2>/dev/null
+	wait "$1"
+}
+
 # serve PHASE PROG [WRAPPER]: start the server, signal readiness, wait for
-# the client's end, then for the server (cmtime's never ends: stopped).
+# the client's end, then for the server (one that never ends: stopped).
 serve() {
 	phase=$1 prog=$2 w=${3:-}
 	f=$out/$phase-$prog-server.out
 	flag=ready-$phase-$prog
-	rm -f "$GB_SHARE/$GB_NAME.$flag"
+	ready=$GB_SHARE/$GB_NAME.$flag
+	# tgtd listens before it has a target: set up first, then signal.
+	[ "$prog" = iser ] && ready=$out/$flag
+	rm -f "$GB_SHARE/$GB_NAME.$flag" "$out/$flag"
 	echo "== $phase: server $prog ($([ -n "$w" ] && echo libcep || echo kernel CM))"
-	CEP_RDMACM_READY=$GB_SHARE/$GB_NAME.$flag timeout 200 $w $(server_cmd "$prog") \
+	CEP_RDMACM_READY=$ready timeout 200 $w $(server_cmd "$prog") \
 		>"$f" 2>&1 &
 	pid=$!
-	if [ "$prog" = fipingpong ]; then
-		# Its rdma_cm listener comes after the client's TCP control
-		# connection (port 47592): that socket is the readiness.
-		gb_wait_tcp_listen 47592 || echo "no fi_pingpong control socket"
-		gb_signal "$flag"
-	elif [ -z "$w" ]; then
-		gb_wait_cm_listen "$(port_of "$prog")" $pid || echo "no kernel listener"
-		gb_signal "$flag"
-	fi
+	case $prog in
+	fipingpong|qperf|dapl)
+		# Their rdma_cm listener comes after the client's TCP control
+		# connection (fi_pingpong: port 47592, qperf: 19765): that
+		# socket is the readiness.
+		gb_wait_tcp_listen "$(tcp_port_of "$prog")" || echo "no $prog control socket"
+		gb_signal "$flag";;
+	*)
+		if [ -z "$w" ]; then
+			gb_wait_cm_listen "$(port_of "$prog")" $pid || echo "no kernel listener"
+		else
+			while [ ! -e "$ready" ] && kill -0 $pid 2>/dev/null; do sleep 0.02; done
+		fi
+		if [ "$prog" = iser ]; then
+			iser_setup || echo "tgtadm failed"
+		fi
+		[ -e "$GB_SHARE/$GB_NAME.$flag" ] || gb_signal "$flag";;
+	esac
 	gb_wait "done-$phase-$prog" 300 || true
-	if [ "$prog" = cmtime ]; then
-		kill $pid 2>/dev/null
-		wait $pid
+	if forever "$prog"; then
+		stop $pid
 		rc=0
 	else
-		wait $pid
-		rc=$?
+		# A server whose client is gone gets 30 s to end by itself.
+		i=0
+		while kill -0 $pid 2>/dev/null && [ $i -lt 1500 ]; do sleep 0.02; i=$((i + 1)); done
+		if kill -0 $pid 2>/dev/null; then
+			echo "server $prog still running 30 s after its client: stopped"
+			stop $pid
+			rc=1
+		else
+			wait $pid
+			rc=$?
+		fi
 	fi
 	cat "$f"
 	check server "$prog" "$f" $rc
@@ -183,9 +276,10 @@ busy() {
 }
 
 for phase in $phases; do
-	if [ "$phase" != libcep ] && [ "$GB_NAME" = b ] && [ ! -d /sys/module/ib_cm ]; then
+	if { [ "$phase" != libcep ] && [ "$GB_NAME" = b ] || [ "$phase" = kernel ]; } &&
+		[ ! -d /sys/module/ib_cm ]; then
 		modprobe -a ib_cm iw_cm rdma_cm rdma_ucm || { echo "modprobe kernel CM failed"; exit 1; }
-		echo "kernel CM loaded on b"
+		echo "kernel CM loaded on $GB_NAME"
 	fi
 	t0=$(date +%s.%N)
 	if [ "$phase" = libcep ] && [ "$GB_NAME" = b ]; then
@@ -227,6 +321,8 @@ for phase in $phases; do
 		kserver-b) serve $phase $prog;;
 		kclient-a) serve $phase $prog "$wrap";;
 		kclient-b) connect $phase $prog;;
+		kernel-a) connect $phase $prog;;
+		kernel-b) serve $phase $prog;;
 		esac
 	done
 	echo "== $phase done in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }") s"
