@@ -9,7 +9,8 @@ PKGS="meson ninja-build pkg-config gcc clang libclang-rt-14-dev llvm \
       qemu-system-x86 busybox-static kmod iproute2 ibverbs-utils \
       ibverbs-providers rdmacm-utils librdmacm-dev libfabric-bin cpio \
       pandoc man-db abigail-tools debhelper dpkg-dev build-essential lintian \
-      ibsim-utils opensm infiniband-diags"
+      ibsim-utils opensm infiniband-diags \
+      perftest qperf fio tgt libiscsi-bin ucx-utils"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -1,8 +1,10 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Guest script: Debian's rdmacm-utils programs, unmodified, on libcep's
-# librdmacm.so.1 (docs/rdmacm.md), judged by their own success output and
-# exit status. Guest a always runs libcep (started through cep-rdmacm, no
+# Guest script: Debian's programs built on librdmacm, unmodified, on
+# libcep's librdmacm.so.1 (docs/rdmacm.md), judged by their own success
+# output and exit status: rdmacm-utils, libfabric's fi_pingpong, and (test
+# guests-rdmacm-apps) qperf, fio's rdma engine, UCX's io_demo, perftest,
+# tgtd's iSER target with libiscsi's initiator. Guest a always runs libcep (started through cep-rdmacm, no
 # ib_cm); guest b runs libcep in the first phase, then loads the kernel CM
 # (ib_cm, iw_cm, rdma_cm, rdma_ucm) and runs the same programs on Debian's
 # librdmacm:
@@ -14,6 +16,8 @@
 # rdmacm-probe's rejected connection (rdma_reject, private data both ways),
 # "notify" its connection established by rdma_notify(IBV_EVENT_COMM_EST)
 # before the RTU (rdma_establish 3 s later).
+# A fourth phase, "kernel" (both guests on the kernel CM), is for runs by
+# hand: what a program does without libcep in the same bed.
 # Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
 # [cmtime connections].
 # Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
@@ -53,8 +57,9 @@ export DAT_OVERRIDE=$out/dat.conf
 # UCX: connect through its rdma_cm component only (not its TCP one).
 export UCX_SOCKADDR_TLS_PRIORITY=rdmacm
 iqn=iqn.2026-12.org.libcep:t1
-printf '%s\n' "t=iser://$GB_PEER_IP/$iqn/1" 'iscsi-inq "$t" && iscsi-readcapacity16 "$t"' \
-	>$out/iser-client.sh
+ini=iqn.2026-12.org.libcep:initiator
+printf '%s\n' "t=iser://$GB_PEER_IP/$iqn/1" "i=$ini" \
+	'iscsi-inq -i "$i" "$t" && iscsi-readcapacity16 -i "$i" "$t"' >$out/iser-client.sh
 
 server_cmd() {
 	case $1 in
@@ -145,7 +150,7 @@ check() {
 	*-sendz|client-readz) [ "$(n '^ *[0-9][0-9]* *100  ')" = 1 ] || ok=0;;
 	server-readz) [ "$(n '^ remote address: LID ')" = 1 ] || ok=0;; # the client reports
 	client-qperf) { [ "$(n '^    bw  =  [0-9.]* [KMG]*B/sec$')" = 2 ] &&
-		[ "$(n '^    latency  =  [0-9.]* [mun]*s$')" = 2 ]; } || ok=0;;
+		[ "$(n '^    latency  =  [0-9.]* [mun]*s\(ec\)*$')" = 2 ]; } || ok=0;;
 	server-qperf) [ "$(n 'fail\|error')" = 0 ] || ok=0;;
 	server-fio) { [ "$(n ': err= 0: ')" = 1 ] && [ "$(fio_errors)" = 0 ]; } || ok=0;;
 	client-fio) { [ "$(n ': err= 0: ')" = 1 ] && [ "$(fio_errors)" = 0 ] &&
@@ -153,6 +158,11 @@ check() {
 	server-ucx) { [ "$(n '] got new connection request ')" = 1 ] &&
 		[ "$(n '] Remote id is 1, ')" = 1 ]; } || ok=0;;
 	client-ucx) [ "$(n "Client exit with status 'OK'$")" = 1 ] || ok=0;;
+	# iscsi-inq and iscsi-readcapacity16: two iSER connections, two logins.
+	client-iser) { [ "$(n '^Vendor:IET *$')" = 1 ] &&
+		[ "$(n '^Total size:4194304$')" = 1 ]; } || ok=0;;
+	server-iser) { [ "$(n '^tgtd: iser_cm_conn_established(.*, established$')" = 2 ] &&
+		[ "$(n 'login failed')" = 0 ]; } || ok=0;;
 	esac
 	if [ $ok = 1 ]; then
 		echo "PASS $role $prog (exit $rc)"
@@ -168,23 +178,26 @@ check() {
 forever() { case $1 in cmtime|qperf|iser|ucx) return 0;; esac; return 1; }
 
 # iser_setup: give the running tgtd one target with one 4 MiB LUN, open to
-# every initiator (tgtadm over tgtd's management socket).
+# every address, and to libiscsi's initiator name (tgt 1.0.85's iSER login
+# requires an initiator-name ACL as well) - tgtadm over tgtd's socket.
 iser_setup() {
 	truncate -s 4M /tmp/iser.img &&
 	tgtadm --lld iser --mode target --op new --tid 1 --targetname $iqn &&
 	tgtadm --lld iser --mode logicalunit --op new --tid 1 --lun 1 \
 		--backing-store /tmp/iser.img &&
-	tgtadm --lld iser --mode target --op bind --tid 1 --initiator-address ALL
+	tgtadm --lld iser --mode target --op bind --tid 1 --initiator-address ALL &&
+	tgtadm --lld iser --mode target --op bind --tid 1 --initiator-name $ini
 }
 
-# stop PID: end a server started under timeout(1), SIGKILL after 5 s.
+# stop PID: end a server started under timeout(1).
 # timeout(1) leads its own process group: the whole group, so that a
 # server that outlives timeout (tgtd) cannot hold the port's CM class.
+# SIGTERM first (tgtd ignores it: SIGKILL after 5 s).
 stop() {
-	kill -- "-$1" 2>/dev/null
+	kill -TERM "-$1" 2>/dev/null
 	i=0
 	while kill -0 "$1" 2>/dev/null && [ $i -lt 250 ]; do sleep 0.02; i=$((i + 1)); done
-	kill -9 -- "-$1" 2>/dev/null
+	kill -KILL "-$1" 2>/dev/null
 	wait "$1"
 }
 
