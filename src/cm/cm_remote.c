@@ -663,6 +663,25 @@ static int id_call(struct cep_cm_id *id, uint32_t op, uint32_t a, const void *pd
 	return call_pd(RID(id)->r, op, RID(id)->handle, a, 0, 0, 0, 0, NULL, 0, pd, len, NULL, 0);
 }
 
+int cmr_id_call_out(struct cep_cm_id *id, uint32_t op, uint32_t a, void *out, size_t outlen)
+{
+	struct cepd_req q;
+
+	if (id_gone(id))
+		return -EINVAL;
+	memset(&q, 0, sizeof(q));
+	q.h.op = op;
+	q.h.len = sizeof(q);
+	q.handle = RID(id)->handle;
+	q.a = a;
+	return call(RID(id)->r, &q, out, outlen);
+}
+
+int cmr_cm_call(struct cep_cm *cm, uint32_t op, uint32_t a, uint32_t b)
+{
+	return call_pd(R(cm), op, 0, a, b, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
+}
+
 /* ---- the context ------------------------------------------------------------ */
 
 int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
@@ -1023,7 +1042,7 @@ int cmr_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask, unsigne
 {
 	int ret;
 
-	if id_gone(id)
+	if (id_gone(id))
 		return -EINVAL;
 	ret = call_pd(RID(id)->r, CEPD_LISTEN, RID(id)->handle, backlog, 0, 0, service_id, mask,
 		      NULL, 0, NULL, 0, NULL, 0);
@@ -1041,7 +1060,7 @@ int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	if (!p || p->size < offsetof(struct cep_cm_conn_param, flow_control) ||
 	    (p->private_data_len && !p->private_data))
 		return -EINVAL;
-	if id_gone(id)
+	if (id_gone(id))
 		return -EINVAL;
 	memset(&w, 0, sizeof(w));
 	w.service_id = p->service_id;
@@ -1085,7 +1104,7 @@ int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	if (!p || p->size < offsetof(struct cep_cm_accept_param, flow_control) ||
 	    (p->private_data_len && !p->private_data))
 		return -EINVAL;
-	if id_gone(id)
+	if (id_gone(id))
 		return -EINVAL;
 	memset(&w, 0, sizeof(w));
 	w.qpn = p->qpn;
@@ -1128,7 +1147,7 @@ int cmr_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ar
 {
 	int ret;
 
-	if id_gone(id)
+	if (id_gone(id))
 		return -EINVAL;
 	ret = call_pd(RID(id)->r, CEPD_REJECT, RID(id)->handle, reason, 0, 0, 0, 0, NULL, 0,
 		      pdata, len, ari, ari_len);
@@ -1163,7 +1182,7 @@ int cmr_lap(struct cep_cm_id *id, const struct cep_path *alt, uint8_t timeout,
 int cmr_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
 	    const void *pdata, size_t len)
 {
-	if id_gone(id)
+	if (id_gone(id))
 		return -EINVAL;
 	return call_pd(RID(id)->r, CEPD_APR, RID(id)->handle, status, 0, 0, 0, 0, NULL, 0,
 		       pdata, len, info, info_len);
@@ -1194,7 +1213,7 @@ int cmr_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t q
 {
 	int ret;
 
-	if id_gone(id)
+	if (id_gone(id))
 		return -EINVAL;
 	ret = call_pd(RID(id)->r, CEPD_SIDR_REP, RID(id)->handle, status, qpn, qkey, 0, 0, NULL,
 		      0, pdata, len, NULL, 0);

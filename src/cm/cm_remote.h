@@ -70,6 +70,17 @@ int cmr_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p);
 int cmr_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
 		 const void *pdata, size_t len);
 
+/* cep/verbs.h on a remote context (cm_remote_verbs.c, with libibverbs):
+ * @state is an enum ibv_qp_state. */
+struct ibv_qp_attr;
+struct ibv_async_event;
+int cmr_init_qp_attr(struct cep_cm_id *id, int state, struct ibv_qp_attr *attr, int *mask);
+int cmr_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev);
+/* For cm_remote_verbs.c: a request on @id with argument @a whose reply
+ * payload lands in @out; a request on the context with arguments a, b. */
+int cmr_id_call_out(struct cep_cm_id *id, uint32_t op, uint32_t a, void *out, size_t outlen);
+int cmr_cm_call(struct cep_cm *cm, uint32_t op, uint32_t a, uint32_t b);
+
 /* A channel event's reference on a remote id (cm_event.c): the id's memory
  * stays until every queued event about it is freed. Any thread. */
 void cmr_id_get(struct cep_cm_id *id);

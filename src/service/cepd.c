@@ -53,6 +53,7 @@
 #include <cep/fabric.h>
 #ifdef CEPD_HAVE_UMAD
 #include <cep/umad.h>
+#include <cep/verbs.h>
 #include <infiniband/verbs.h>
 #endif
 #ifdef CEPD_HAVE_QP_OWNER
@@ -127,6 +128,7 @@ static struct {
 	struct client *clients;        /* lk */
 	unsigned nclients, serial;     /* lk */
 	_Atomic uint64_t clients_total, clients_dropped, bad_messages;
+	_Atomic unsigned live_clients; /* client structs not yet freed */
 	volatile sig_atomic_t stop;
 	int sigpipe[2];
 	unsigned workers;
@@ -159,6 +161,7 @@ static void client_put(struct client *c)
 		c->qhead = k->next;
 		free(k);
 	}
+	atomic_fetch_sub_explicit(&svc.live_clients, 1, memory_order_release);
 	close(c->fd);
 	pthread_mutex_destroy(&c->lk);
 	free(c->slot);
@@ -560,6 +563,12 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 	struct sid *s = NULL;
 	struct cep_cm_id *id = NULL;
 	union {
+#ifdef CEPD_HAVE_UMAD
+		struct {
+			struct cepd_qp_attr_rep h;
+			struct ibv_qp_attr attr;
+		} qa;
+#endif
 		struct cepd_id_rep idr;
 		struct cepd_query_rep q;
 		struct cep_cm_stats st;
@@ -578,7 +587,7 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 	}
 	switch (r->h.op) {
 	case CEPD_CREATE_ID: case CEPD_QP_REGISTER: case CEPD_QP_DESTROY:
-	case CEPD_CM_STATS: case CEPD_QUIESCE: case CEPD_SERVICE_STATS:
+	case CEPD_CM_STATS: case CEPD_QUIESCE: case CEPD_SERVICE_STATS: case CEPD_QP_EVENT:
 		break;
 	default:
 		pthread_mutex_lock(&c->lk);
@@ -760,6 +769,43 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 	case CEPD_QUIESCE:
 		ret = cep_cm_quiesce(c->port->cm, r->a);
 		break;
+#ifdef CEPD_HAVE_UMAD
+	case CEPD_INIT_QP_ATTR: {
+		int mask = 0;
+
+		memset(&out.qa, 0, sizeof(out.qa));
+		ret = cep_cm_init_qp_attr(id, (enum ibv_qp_state)r->a, &out.qa.attr, &mask);
+		if (!ret) {
+			out.qa.h.mask = mask;
+			out.qa.h.attr_size = sizeof(out.qa.attr);
+			/* the reply's payload: header then attr, packed */
+			memmove((uint8_t *)&out + sizeof(out.qa.h), &out.qa.attr, sizeof(out.qa.attr));
+			outlen = sizeof(out.qa.h) + sizeof(out.qa.attr);
+		}
+		break;
+	}
+	case CEPD_QP_EVENT: {
+		struct ibv_qp qp;
+		struct ibv_async_event ev;
+
+		pthread_mutex_lock(&c->lk);
+		ret = qp_mine(c, r->a) ? 0 : -ENOENT;
+		pthread_mutex_unlock(&c->lk);
+		if (ret)
+			break;
+		memset(&qp, 0, sizeof(qp));
+		memset(&ev, 0, sizeof(ev));
+		qp.qp_num = r->a;
+		ev.element.qp = &qp;
+		ev.event_type = (enum ibv_event_type)r->b;
+		ret = cep_cm_qp_event(c->port->cm, &ev);
+		break;
+	}
+#else
+	case CEPD_INIT_QP_ATTR: case CEPD_QP_EVENT:
+		ret = -EOPNOTSUPP;
+		break;
+#endif
 	case CEPD_SERVICE_STATS: {
 		char *text = NULL;
 		size_t tlen = 0;
@@ -956,6 +1002,7 @@ static void accept_client(void)
 	c->uid = cr.uid;
 	pthread_mutex_init(&c->lk, NULL);
 	atomic_init(&c->refs, 1);
+	atomic_fetch_add_explicit(&svc.live_clients, 1, memory_order_relaxed);
 	pthread_mutex_lock(&svc.lk);
 	c->serial = ++svc.serial;
 	c->next = svc.clients;
@@ -1006,11 +1053,20 @@ static void print_stats(FILE *f)
 			(unsigned long long)st.ids);
 	}
 	pthread_mutex_lock(&svc.lk);
-	fprintf(f, "clients %u total %llu bad_messages %llu\n", svc.nclients,
-		(unsigned long long)svc.clients_total, (unsigned long long)svc.bad_messages);
+	{
+		unsigned n = 0;
+
+		for (struct client *c = svc.clients; c; c = c->next)
+			n += c->port != NULL;
+		fprintf(f, "clients %u total %llu bad_messages %llu\n", n,
+			(unsigned long long)svc.clients_total,
+			(unsigned long long)svc.bad_messages);
+	}
 	for (struct client *c = svc.clients; c; c = c->next) {
 		uint32_t nids, nq;
 
+		if (!c->port) /* statistics readers: not clients of a port */
+			continue;
 		pthread_mutex_lock(&c->lk);
 		nids = c->nids;
 		nq = c->nqpn;
@@ -1256,13 +1312,10 @@ static void shutdown_all(void)
 	for (struct client *c = svc.clients; c; c = c->next)
 		shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&svc.lk);
-	for (int i = 0; i < 500; i++) { /* 5 s at most */
-		unsigned n;
-
-		pthread_mutex_lock(&svc.lk);
-		n = svc.nclients;
-		pthread_mutex_unlock(&svc.lk);
-		if (!n)
+	/* every client's thread ends and its ids' DESTROYED come back (5 s
+	 * at most): then no sid is left for cep_cm_destroy to drop */
+	for (int i = 0; i < 500; i++) {
+		if (!atomic_load_explicit(&svc.live_clients, memory_order_acquire))
 			break;
 		nanosleep(&ts, NULL);
 	}

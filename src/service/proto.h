@@ -57,6 +57,8 @@ enum cepd_op {
 	CEPD_CM_STATS,      /* -; reply struct cep_cm_stats */
 	CEPD_QUIESCE,       /* a = timeout ms */
 	CEPD_SERVICE_STATS, /* -; reply text (not NUL-terminated) */
+	CEPD_INIT_QP_ATTR,  /* handle, a = enum ibv_qp_state; reply struct cepd_qp_attr_rep */
+	CEPD_QP_EVENT,      /* a = QPN, b = enum ibv_event_type (COMM_EST) */
 	CEPD_OP_COUNT,
 	CEPD_REPLY = 0x100, /* struct cepd_rep + payload */
 	CEPD_EVENTS = 0x101,/* struct cepd_events + records */
@@ -144,6 +146,14 @@ struct cepd_query_rep {
 	uint32_t state, lap_state, remote_comm_id, pad;
 };
 
+/* INIT_QP_ATTR's reply: the mask, then a struct ibv_qp_attr (libibverbs'
+ * layout on this node; @attr_size tells the reader it is the same). */
+struct cepd_qp_attr_rep {
+	int32_t mask;
+	uint32_t attr_size;
+	/* struct ibv_qp_attr follows */
+};
+
 struct cepd_events {
 	struct cepd_hdr h;       /* op CEPD_EVENTS */
 	uint32_t count;
@@ -178,7 +188,7 @@ static inline long cepd_param_size(uint32_t op)
 	case CEPD_NOTIFY_EST: case CEPD_REJECT: case CEPD_MRA: case CEPD_DISCONNECT:
 	case CEPD_DREP: case CEPD_APR: case CEPD_SIDR_REP: case CEPD_QP_REGISTER:
 	case CEPD_QP_DESTROY: case CEPD_ID_QUERY: case CEPD_CM_STATS: case CEPD_QUIESCE:
-	case CEPD_SERVICE_STATS:
+	case CEPD_SERVICE_STATS: case CEPD_INIT_QP_ATTR: case CEPD_QP_EVENT:
 		return 0;
 	default:
 		return -1;
