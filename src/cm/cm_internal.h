@@ -16,9 +16,9 @@
 #include <cep/qp.h>
 
 #include "dispatch.h"
-#include "table_keys.h"
+#include "core/table_keys.h"
 #include "timer.h"
-#include "yield.h"
+#include "core/yield.h"
 
 /* Per-worker counters: relaxed atomics (any thread may add to the owning
  * worker's row; readers sum the rows). */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cm_internal.h"
-#include "table_internal.h"
+#include "core/table_internal.h"
 
 static int path_has_alt(const struct cep_path *p)
 {

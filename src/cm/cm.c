@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
-#include "table_internal.h"
+#include "core/table_internal.h"
 
 #ifdef CEP_TEST_HOOKS
 void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id, const struct cep_cm_event *ev);
