@@ -35,6 +35,7 @@
 
 #include "cm_internal.h"
 #include "core/table_internal.h"
+#include "cm/cm_remote.h"
 
 #ifdef CEP_TEST_HOOKS
 void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id, const struct cep_cm_event *ev);
@@ -240,6 +241,7 @@ static void release_ids(struct cep_cm *cm)
  * put would run cm_id_release on a freed context): cm.h, docs/cm.md. */
 int cep_cm_destroy(struct cep_cm *cm)
 {
+	if (cmr_is_live(cm)) return cmr_destroy(cm); /* cepd (cm_remote.h) */
 	int ret;
 
 	if (!cm)
@@ -294,6 +296,7 @@ uint64_t cep_cm_ca_guid(const struct cep_cm *cm)
 
 int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn)
 {
+	if (cm && cm_remote(cm)) return cmr_qp_register(cm, qpn); /* cepd (cm_remote.h) */
 	if (!cm)
 		return -EINVAL;
 	return cep_qp_register(cm->table, qpn);
@@ -301,6 +304,7 @@ int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn)
 
 int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 {
+	if (cm && cm_remote(cm)) return cmr_qp_destroy(cm, qpn); /* cepd (cm_remote.h) */
 	int ret;
 
 	if (!cm)
@@ -313,6 +317,7 @@ int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 
 int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 {
+	if (cm && cm_remote(cm)) return cmr_quiesce(cm, timeout_ms); /* cepd (cm_remote.h) */
 	if (!cm)
 		return -EINVAL;
 	if (cep_dispatch_self(cm->d) >= 0)
@@ -322,6 +327,7 @@ int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 
 int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
 {
+	if (cm && cm_remote(cm)) return cmr_get_stats(cm, st); /* cepd (cm_remote.h) */
 	struct cep_cm_stats all;
 
 	/* libcep 0.2's struct ended with ids: fill what the caller has */

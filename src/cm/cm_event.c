@@ -18,6 +18,7 @@
 
 #include "cm_internal.h"
 #include "core/table_internal.h"
+#include "cm/cm_remote.h"
 
 struct chan_ev {
 	struct cep_cm_event ev;   /* first: cep_cm_ack_event casts back */
@@ -83,9 +84,15 @@ int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev)
 	e->next = NULL;
 	e->ch = ch;
 	e->cm = ev->id->cm;
-	cep_get(cep_cm_id_cep(ev->id));
-	if (ev->listen_id)
-		cep_get(cep_cm_id_cep(ev->listen_id));
+	if (cm_remote_id(ev->id)) { /* cepd's id: no CEP here (cm_remote.h) */
+		cmr_id_get(ev->id);
+		if (ev->listen_id)
+			cmr_id_get(ev->listen_id);
+	} else {
+		cep_get(cep_cm_id_cep(ev->id));
+		if (ev->listen_id)
+			cep_get(cep_cm_id_cep(ev->listen_id));
+	}
 	pthread_mutex_lock(&ch->mtx);
 	if (ch->tail)
 		ch->tail->next = e;
@@ -106,6 +113,15 @@ int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev)
 /* Drop the references a queued event holds (no channel lock held). */
 static void event_free(struct chan_ev *e)
 {
+	if (cm_remote_id(e->ev.id)) { /* cepd's id: its reference (cm_remote.h) */
+		struct cep_cm_id *id = e->ev.id, *lid = e->ev.listen_id;
+
+		free(e);
+		cmr_id_put(id);
+		if (lid)
+			cmr_id_put(lid);
+		return;
+	}
 	struct cep *cep = cep_cm_id_cep(e->ev.id);
 	struct cep *lcep = e->ev.listen_id ? cep_cm_id_cep(e->ev.listen_id) : NULL;
 
@@ -194,6 +210,8 @@ void cep_cm_ack_event(struct cep_cm_event *ev)
 		pthread_mutex_lock(&ev->id->lock);
 		cm_channel_leave(ev->id);
 		pthread_mutex_unlock(&ev->id->lock);
+		if (cm_remote_id(ev->id)) /* the user's reference: dead after this */
+			cmr_id_put(ev->id);
 	}
 	event_free(e);
 	cm_event_done(cm);
