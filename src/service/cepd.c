@@ -1308,7 +1308,15 @@ static void shutdown_all(void)
 	close(svc.lfd);
 	if (svc.own_path)
 		unlink(svc.path);
+	/* first no event goes out to anyone (what one client's teardown
+	 * causes must not reach another as if the service still ran), then
+	 * every socket ends */
 	pthread_mutex_lock(&svc.lk);
+	for (struct client *c = svc.clients; c; c = c->next) {
+		pthread_mutex_lock(&c->lk);
+		c->dead = 1;
+		pthread_mutex_unlock(&c->lk);
+	}
 	for (struct client *c = svc.clients; c; c = c->next)
 		shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&svc.lk);
