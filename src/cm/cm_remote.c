@@ -748,7 +748,7 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	}
 	ret = ((struct cepd_rep *)buf)->ret;
 	if (!ret && n != (ssize_t)sizeof(buf))
-		ret = -EPROTO;
+		ret = -EPROTONOSUPPORT; /* not an answer of our protocol */
 	if (ret)
 		goto fail;
 	memcpy(&rep, buf + sizeof(struct cepd_rep), sizeof(rep));
