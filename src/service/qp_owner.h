@@ -16,19 +16,38 @@
  * The pid of the process that owns QP @qpn on RDMA device @ibdev (e.g. "rxe0"),
  * from the kernel's RDMA resource tracking (NETLINK_RDMA, RDMA_NLDEV_CMD_RES_QP_GET).
  * 0 and *pid; -ENOENT no such QP (or no such device); -EOPNOTSUPP no resource
- * tracking; -EPERM the QP exists but is owned by the kernel (no pid: e.g. an
- * in-kernel ULP's or the GSI QP), *pid untouched; -EPROTO a malformed or
- * truncated reply; -EINVAL bad arguments; other -errno from the socket.
+ * tracking; other -errno. Beyond those:
+ *   -EPERM   the QP exists and belongs to the kernel (no pid: an in-kernel
+ *            ULP's QP, or QP0/QP1);
+ *   -ESRCH   the QP exists but the kernel reports no live owner: the thread
+ *            that created it has exited (the kernel keeps the creating
+ *            thread, not the process, and drops its pid when that thread
+ *            is gone, even if the rest of the process lives on);
+ *   -EPROTO  a malformed or truncated reply;
+ *   -ETIMEDOUT no reply within 5 s;
+ *   -EINVAL  NULL arguments, an empty or over-long device name, or a QPN
+ *            wider than 24 bits.
+ * *pid is written only on success.
  *
- * Pid namespaces: the kernel reports the owner's pid as seen from the pid
- * namespace of the process that opened the netlink socket, and omits the
- * QP of a process outside that namespace, so cepd must run in the
- * namespace of its clients (the initial one, as a system service). The
- * answer is a snapshot: the QP may be destroyed and its number reused
+ * Owner: the kernel records the thread that called ibv_create_qp; *pid is
+ * that thread's process (its Tgid, from /proc), the same id SO_PEERCRED
+ * gives for a socket. A QP created through a verbs context inherited over
+ * fork() is reported for the process that created it, not the one holding it.
+ *
+ * Pid namespaces: the kernel shows a QP only to a caller in the pid
+ * namespace of the QP's creator (kernel QPs only in the initial one) and
+ * reports the pid as seen from there; a QP of a process in another
+ * namespace is -ENOENT. cepd must therefore run in the pid namespace of its
+ * clients (the initial one, as a system service), with /proc of that
+ * namespace mounted. RDMA devices in another network namespace (exclusive
+ * netns mode) are -ENOENT.
+ *
+ * The answer is a snapshot: the QP may be destroyed and its number reused
  * right after; callers that need more hold a reference on their side.
  *
- * Any thread; blocking (one netlink round trip, a few system calls); not
- * for a CM callback's hot path.
+ * Any thread, any time: no shared state (each call opens its own netlink
+ * socket). Blocking: two to a few netlink round trips and one /proc read;
+ * not for a CM callback or a hot path.
  */
 int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid);
 
