@@ -30,12 +30,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 
 #include <linux/netlink.h>
@@ -48,6 +50,9 @@
 #define QPN_MASK 0xffffffu          /* QPNs are 24 bits (IBTA) */
 #define PORT_MAX 255u               /* port numbers are 8 bits on the wire */
 #define NL_TIMEOUT_S 5              /* the kernel answers at once; never hang */
+
+/* ask()'s "the doit answered -EINVAL", outside the errno range. */
+#define DOIT_REFUSED (-100000)
 
 #define NLDEV_TYPE(cmd) ((uint16_t)RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, (cmd)))
 
@@ -333,6 +338,7 @@ static int qp_verdict(const struct qp_entry *e, pid_t *tid)
 }
 
 struct qp_find {
+	const char *dev_name;
 	uint32_t dev_index;
 	uint32_t qpn;
 	int verdict;   /* 0 not seen, else qp_verdict() */
@@ -355,27 +361,56 @@ static int qp_record(struct qp_find *f, const struct qp_entry *e)
 	return 0;
 }
 
+/* The device handle of a QP reply: DEV_INDEX and DEV_NAME, each once. A
+ * reply for our index under another name means the index now belongs to
+ * another device (ours was removed): -ESTALE. */
+struct dev_handle {
+	bool has_index, has_name;
+	uint32_t index;
+	const char *name;
+};
+
+static int handle_attr(struct dev_handle *h, const struct nla_val *v)
+{
+	int ret;
+
+	if (v->type == RDMA_NLDEV_ATTR_DEV_INDEX) {
+		if ((ret = once(&h->has_index)) < 0)
+			return ret;
+		return nla_u32(v, &h->index);
+	}
+	if ((ret = once(&h->has_name)) < 0)
+		return ret;
+	return nla_str(v, &h->name);
+}
+
+static int handle_check(const struct dev_handle *h, const struct qp_find *f)
+{
+	if (!h->has_index || !h->has_name || h->index != f->dev_index)
+		return -EPROTO;
+	return strcmp(h->name, f->dev_name) == 0 ? 0 : -ESTALE;
+}
+
 /* The doit reply: the device handle and one QP's attributes, flat. */
 static int qp_doit_msg(void *arg, struct nla_iter it)
 {
 	struct qp_find *f = arg;
 	struct qp_entry e = { 0 };
-	bool has_index = false;
-	uint32_t index = 0;
+	struct dev_handle h = { 0 };
 	struct nla_val v;
 	int ret;
 
 	while ((ret = nla_next(&it, &v)) > 0) {
-		if (v.type == RDMA_NLDEV_ATTR_DEV_INDEX) {
-			if ((ret = once(&has_index)) < 0 || (ret = nla_u32(&v, &index)) < 0)
-				return ret;
-		} else if ((ret = qp_attr(&e, &v)) < 0) {
+		if (v.type == RDMA_NLDEV_ATTR_DEV_INDEX || v.type == RDMA_NLDEV_ATTR_DEV_NAME)
+			ret = handle_attr(&h, &v);
+		else
+			ret = qp_attr(&e, &v);
+		if (ret < 0)
 			return ret;
-		}
 	}
-	if (ret < 0)
+	if (ret < 0 || (ret = handle_check(&h, f)) < 0)
 		return ret;
-	if (!has_index || index != f->dev_index || !e.has_qpn || e.qpn != f->qpn)
+	if (!e.has_qpn || e.qpn != f->qpn)
 		return -EPROTO;
 	return qp_record(f, &e);
 }
@@ -384,15 +419,15 @@ static int qp_doit_msg(void *arg, struct nla_iter it)
 static int qp_dump_msg(void *arg, struct nla_iter it)
 {
 	struct qp_find *f = arg;
-	bool has_index = false, has_table = false;
-	uint32_t index = 0;
+	struct dev_handle h = { 0 };
+	bool has_table = false;
 	struct nla_iter table = { NULL, 0 };
 	struct nla_val v;
 	int ret;
 
 	while ((ret = nla_next(&it, &v)) > 0) {
-		if (v.type == RDMA_NLDEV_ATTR_DEV_INDEX) {
-			if ((ret = once(&has_index)) < 0 || (ret = nla_u32(&v, &index)) < 0)
+		if (v.type == RDMA_NLDEV_ATTR_DEV_INDEX || v.type == RDMA_NLDEV_ATTR_DEV_NAME) {
+			if ((ret = handle_attr(&h, &v)) < 0)
 				return ret;
 		} else if (v.type == RDMA_NLDEV_ATTR_RES_QP) {
 			if ((ret = once(&has_table)) < 0)
@@ -400,9 +435,9 @@ static int qp_dump_msg(void *arg, struct nla_iter it)
 			table = (struct nla_iter){ v.data, v.len };
 		}
 	}
-	if (ret < 0)
+	if (ret < 0 || (ret = handle_check(&h, f)) < 0)
 		return ret;
-	if (!has_index || index != f->dev_index || !has_table)
+	if (!has_table)
 		return -EPROTO;
 	while ((ret = nla_next(&table, &v)) > 0) {
 		struct nla_iter ent = { v.data, v.len };
@@ -438,8 +473,10 @@ static int find_device(struct nlq *q, const char *ibdev, struct dev_find *d)
 	return d->found ? 0 : -ENOENT;
 }
 
-/* The doit on each port: 0 with f->verdict set, -ENOENT, or -EAGAIN when it
- * cannot tell (the QP has no port yet, or this kernel has no QP doit). */
+/* The doit on each port: 0 with f->verdict set, -ENOENT, -ESTALE (the
+ * index is not our device's), or -EAGAIN when it cannot tell (the QP has
+ * no port yet, or this kernel has no QP doit). The kernel answers -EINVAL
+ * both for an unknown device index and for a missing doit: -EINVAL. */
 static int qp_by_doit(struct nlq *q, const struct dev_find *d, struct qp_find *f)
 {
 	uint32_t port, last = d->ports < PORT_MAX ? d->ports : PORT_MAX;
@@ -454,11 +491,9 @@ static int qp_by_doit(struct nlq *q, const struct dev_find *d, struct qp_find *f
 		req_put_u32(&r, RDMA_NLDEV_ATTR_RES_LQPN, f->qpn);
 		ret = nl_transact(q, &r, false, NLDEV_TYPE(RDMA_NLDEV_CMD_RES_QP_GET),
 				  qp_doit_msg, f);
-		if (ret == 0 || ret == -ENOENT || ret == -EPROTO)
-			return ret;
 		if (ret == -EAGAIN)
 			continue;            /* on another port, or none yet */
-		if (ret == -EINVAL || ret == -EOPNOTSUPP)
+		if (ret == -EOPNOTSUPP)
 			return -EAGAIN;      /* no doit: the dump will tell */
 		return ret;
 	}
@@ -473,13 +508,97 @@ static int qp_by_dump(struct nlq *q, const struct dev_find *d, struct qp_find *f
 	req_init(&r, NLDEV_TYPE(RDMA_NLDEV_CMD_RES_QP_GET), NLM_F_REQUEST | NLM_F_DUMP, ++q->seq);
 	req_put_u32(&r, RDMA_NLDEV_ATTR_DEV_INDEX, d->index);
 	ret = nl_transact(q, &r, true, NLDEV_TYPE(RDMA_NLDEV_CMD_RES_QP_GET), qp_dump_msg, f);
-	/* The device was found a moment ago: -EINVAL here is a kernel
-	 * without QP resource tracking. */
-	if (ret == -EINVAL)
-		return -EOPNOTSUPP;
 	if (ret < 0)
-		return ret;
+		return ret; /* -EINVAL: unknown index, or no QP tracking */
 	return f->verdict != 0 ? 0 : -ENOENT;
+}
+
+/* ---- device index cache -------------------------------------------------
+ * The index of a device by name, so that a check is one doit, not a device
+ * dump and a doit. An entry is only a hint: every QP reply names its device
+ * (index and name), so an index that now belongs to another device, or to
+ * none, is noticed and looked up again. Lock: cache_lock, held only to copy
+ * an entry in or out. */
+
+#define DEV_CACHE_SLOTS 8
+
+struct dev_slot {
+	char name[IB_DEVICE_NAME_MAX];
+	uint32_t index, ports;
+};
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dev_slot cache[DEV_CACHE_SLOTS];
+static unsigned int cache_next; /* the slot a new name replaces */
+
+static bool cache_get(const char *name, struct dev_find *d)
+{
+	bool hit = false;
+
+	pthread_mutex_lock(&cache_lock);
+	for (unsigned int i = 0; i < DEV_CACHE_SLOTS && !hit; i++) {
+		if (strcmp(cache[i].name, name) == 0) {
+			d->index = cache[i].index;
+			d->ports = cache[i].ports;
+			d->found = hit = true;
+		}
+	}
+	pthread_mutex_unlock(&cache_lock);
+	return hit;
+}
+
+/* Records (or with !d, forgets) the device @name. */
+static void cache_set(const char *name, const struct dev_find *d)
+{
+	struct dev_slot *s = NULL;
+
+	pthread_mutex_lock(&cache_lock);
+	for (unsigned int i = 0; i < DEV_CACHE_SLOTS && !s; i++)
+		if (strcmp(cache[i].name, name) == 0)
+			s = &cache[i];
+	if (!s && d) {
+		s = &cache[cache_next];
+		cache_next = (cache_next + 1) % DEV_CACHE_SLOTS;
+	}
+	if (s && d) {
+		snprintf(s->name, sizeof(s->name), "%s", name);
+		s->index = d->index;
+		s->ports = d->ports;
+	} else if (s) {
+		s->name[0] = '\0';
+	}
+	pthread_mutex_unlock(&cache_lock);
+}
+
+void cepd_qp_owner_forget_devices(void)
+{
+	pthread_mutex_lock(&cache_lock);
+	memset(cache, 0, sizeof(cache));
+	cache_next = 0;
+	pthread_mutex_unlock(&cache_lock);
+}
+
+/* The QP on device @d: the doit (unless @dump_only), then the dump when the
+ * doit cannot tell. 0 with f->verdict set, or -errno: -ESTALE when a reply
+ * names another device; DOIT_REFUSED (internal, never returned to a caller)
+ * when the doit answered -EINVAL, which is the kernel's answer both for an
+ * unknown device index and for a kernel without the QP doit; -EINVAL when
+ * the dump did. */
+static int ask(struct nlq *q, const struct dev_find *d, struct qp_find *f, bool dump_only)
+{
+	int ret = -EAGAIN;
+
+	f->dev_index = d->index;
+	f->verdict = 0;
+	f->tid = 0;
+	/* QP0/QP1: restrack ids with the port folded in, only in the dump. */
+	if (!dump_only && f->qpn > 1)
+		ret = qp_by_doit(q, d, f);
+	if (ret == -EINVAL)
+		return DOIT_REFUSED; /* stale index, or no doit: the caller tells which */
+	if (ret == -EAGAIN)
+		ret = qp_by_dump(q, d, f);
+	return ret;
 }
 
 static bool args_ok(const char *ibdev, uint32_t qpn, const pid_t *pid)
@@ -492,8 +611,9 @@ int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
 		      uint32_t qpn, pid_t *pid)
 {
 	struct dev_find d = { .name = ibdev };
-	struct qp_find f = { .qpn = qpn };
+	struct qp_find f = { .dev_name = ibdev, .qpn = qpn };
 	struct nlq q = { .ops = ops };
+	bool cached;
 	pid_t tgid;
 	int ret;
 
@@ -502,13 +622,40 @@ int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
 	q.buf = malloc(CEPD_NL_RECV_CAP);
 	if (!q.buf)
 		return -ENOMEM;
-	ret = find_device(&q, ibdev, &d);
-	if (ret < 0)
-		goto out;
-	f.dev_index = d.index;
-	ret = qpn > 1 ? qp_by_doit(&q, &d, &f) : -EAGAIN;
-	if (ret == -EAGAIN)
-		ret = qp_by_dump(&q, &d, &f);
+	cached = cache_get(ibdev, &d);
+	if (!cached) {
+		ret = find_device(&q, ibdev, &d);
+		if (ret < 0)
+			goto out;
+		cache_set(ibdev, &d);
+	}
+	ret = ask(&q, &d, &f, false);
+	if (cached && (ret == -ESTALE || ret == DOIT_REFUSED || ret == -EINVAL)) {
+		/* The cached index may be out of date: look the name up again. */
+		int first = ret;
+		uint32_t old = d.index;
+
+		cache_set(ibdev, NULL);
+		d = (struct dev_find){ .name = ibdev };
+		ret = find_device(&q, ibdev, &d);
+		if (ret < 0)
+			goto out;
+		cache_set(ibdev, &d);
+		/* The same index refused again: the kernel lacks the doit (or
+		 * QP tracking, which the dump will say). */
+		ret = ask(&q, &d, &f, first != -ESTALE && d.index == old);
+	}
+	if (ret == DOIT_REFUSED) /* a fresh index refused by the doit: no doit */
+		ret = ask(&q, &d, &f, true);
+	if (ret == -ESTALE) {
+		/* Found by name a moment ago, now another device's index:
+		 * ours was removed. */
+		cache_set(ibdev, NULL);
+		ret = -ENOENT;
+	} else if (ret == -EINVAL) {
+		/* The dump refused a fresh index: no QP resource tracking. */
+		ret = -EOPNOTSUPP;
+	}
 	if (ret < 0)
 		goto out;
 	if (f.verdict < 0) {
@@ -568,6 +715,20 @@ static int proc_tgid(void *ctx, pid_t tid, pid_t *tgid)
 	int fd;
 
 	(void)ctx;
+#ifdef SYS_pidfd_open
+	/* The common case, a QP created by the main thread, without
+	 * generating a status file: pidfd_open() accepts only a thread-group
+	 * leader, whose tid is its process id (EINVAL for other threads). */
+	fd = (int)syscall(SYS_pidfd_open, tid, 0);
+	if (fd >= 0) {
+		close(fd);
+		*tgid = tid;
+		return 0;
+	}
+	if (errno == ESRCH)
+		return -ESRCH;
+	/* EINVAL (another thread), ENOSYS (before Linux 5.3): /proc says. */
+#endif
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)

@@ -45,9 +45,13 @@
  * The answer is a snapshot: the QP may be destroyed and its number reused
  * right after; callers that need more hold a reference on their side.
  *
- * Any thread, any time: no shared state (each call opens its own netlink
- * socket). Blocking: two to a few netlink round trips and one /proc read;
- * not for a CM callback or a hot path.
+ * Any thread, any time: each call opens its own netlink socket; the only
+ * shared state is a small cache of device indexes by name (a mutex held to
+ * copy an entry), checked against the device handle of every reply and
+ * looked up again when it is out of date. Blocking: usually one netlink
+ * round trip (the doit) and a pidfd_open(); a QP in RESET, QP0/1 or an old
+ * kernel costs a dump of the device's QPs; a QP created by a thread other
+ * than the main one costs a /proc read. Not for a CM callback.
  */
 int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid);
 

@@ -34,6 +34,11 @@ int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
  * -EPROTO when absent or malformed. */
 int cepd_parse_tgid(const char *status, size_t len, pid_t *tgid);
 
+/* Empties the cache of device indexes (by name) that cepd_qp_owner() keeps
+ * so that a check costs one netlink round trip; entries are validated by
+ * every reply anyway, this is for tests that count requests. Any thread. */
+void cepd_qp_owner_forget_devices(void);
+
 /* The size of the receive buffer cepd_qp_owner_ops() gives ops->recv. */
 #define CEPD_NL_RECV_CAP 65536u
 

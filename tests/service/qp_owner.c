@@ -62,6 +62,7 @@ struct fake {
 	struct fqp qps[400];
 	int nqps;
 	bool no_doit;          /* kernel without the QP doit: -EINVAL */
+	bool no_tracking;      /* ... and without the QP dump: -EINVAL */
 	int entries_per_msg;   /* QP dump: entries per message */
 	int msgs_per_dgram;    /* messages packed in one datagram */
 	/* Called on each reply datagram; @req counts requests from 0. */
@@ -178,10 +179,18 @@ static void put_done(uint32_t seq, int status)
 	msg_end(m);
 }
 
+static bool mode_rename; /* QP replies name another device */
+
 static void put_handle(const struct fdev *d)
 {
 	put_u32(RDMA_NLDEV_ATTR_DEV_INDEX, d->index);
 	put_str(RDMA_NLDEV_ATTR_DEV_NAME, d->name);
+}
+
+static void put_qp_handle(const struct fdev *d)
+{
+	put_u32(RDMA_NLDEV_ATTR_DEV_INDEX, d->index);
+	put_str(RDMA_NLDEV_ATTR_DEV_NAME, mode_rename ? "other0" : d->name);
 }
 
 static void put_qp(const struct fqp *q)
@@ -291,7 +300,7 @@ static void answer_qp_doit(const struct req_seen *r, uint32_t seq)
 			return;
 		}
 		size_t m = msg_begin(NLDEV(RDMA_NLDEV_CMD_RES_QP_GET), 0, seq);
-		put_handle(d);
+		put_qp_handle(d);
 		put_qp(q);
 		msg_end(m);
 		return;
@@ -307,7 +316,7 @@ static void answer_qp_dump(const struct req_seen *r, uint32_t seq)
 	bool open = false;
 
 	cur = dgram_new();
-	if (!d) {
+	if (!d || K.no_tracking) {
 		put_done(seq, -EINVAL);
 		return;
 	}
@@ -325,7 +334,7 @@ static void answer_qp_dump(const struct req_seen *r, uint32_t seq)
 		}
 		if (!open) {
 			m = msg_begin(NLDEV(RDMA_NLDEV_CMD_RES_QP_GET), NLM_F_MULTI, seq);
-			put_handle(d);
+			put_qp_handle(d);
 			table = nest_begin(RDMA_NLDEV_ATTR_RES_QP);
 			open = true;
 			in_msg = 0;
@@ -415,12 +424,20 @@ static int fake_tgid(void *ctx, pid_t tid, pid_t *tgid)
 
 static const struct cepd_nl_ops OPS = { fake_send, fake_recv, fake_tgid, NULL };
 
-static int owner(const char *dev, uint32_t qpn, pid_t *pid)
+/* One check with whatever device indexes earlier checks cached. */
+static int owner_cached(const char *dev, uint32_t qpn, pid_t *pid)
 {
 	K.qhead = K.qtail = 0;
 	K.nreqs = 0;
 	*pid = -1;
 	return cepd_qp_owner_ops(&OPS, dev, qpn, pid);
+}
+
+/* One check as a first one: no device index cached. */
+static int owner(const char *dev, uint32_t qpn, pid_t *pid)
+{
+	cepd_qp_owner_forget_devices();
+	return owner_cached(dev, qpn, pid);
 }
 
 /* rxe0 (index 3, 1 port) and mlx5_1 (index 7, 2 ports), a few QPs. */
@@ -615,6 +632,97 @@ static void t_args(void)
 	/* the real entry point checks before it opens a socket */
 	CHECK_EQ(cepd_qp_owner("", 0x11, &pid), -EINVAL);
 	CHECK_EQ(cepd_qp_owner("rxe0", 0x1000000, &pid), -EINVAL);
+}
+
+/* The device index cache: one doit per check once the index is known, and
+ * every way the index can go out of date. */
+static void t_cache(void)
+{
+	pid_t pid;
+
+	standard_bed();
+	CHECK_EQ(owner("rxe0", 0x11, &pid), 0);
+	CHECK_EQ(K.nreqs, 2);
+	CHECK_EQ(owner_cached("rxe0", 0x12, &pid), 0);
+	CHECK_EQ(pid, 200);
+	CHECK_EQ(K.nreqs, 1); /* the doit alone */
+	CHECK_EQ(K.reqs[0].type, NLDEV(RDMA_NLDEV_CMD_RES_QP_GET));
+	CHECK(K.reqs[0].has_dev && K.reqs[0].dev == 3);
+	/* a second device alongside */
+	CHECK_EQ(owner_cached("mlx5_1", 0x11, &pid), 0);
+	CHECK_EQ(pid, 700);
+	CHECK_EQ(owner_cached("mlx5_1", 0x11, &pid), 0);
+	CHECK_EQ(K.nreqs, 2); /* port 1 (-EAGAIN), port 2 */
+	/* QP1 and RESET QPs: the dump, on the cached index */
+	CHECK_EQ(owner_cached("rxe0", 1, &pid), -EPERM);
+	CHECK_EQ(K.nreqs, 1);
+	CHECK_EQ(owner_cached("rxe0", 0x13, &pid), 0);
+	CHECK_EQ(pid, 300);
+	CHECK_EQ(K.nreqs, 2);
+
+	/* rxe0 re-created under a new index: the old one is unknown (-EINVAL),
+	 * the name is looked up again, the doit asked again. */
+	for (int i = 0; i < K.nqps; i++)
+		if (K.qps[i].dev == 3)
+			K.qps[i].dev = 5;
+	K.devs[0].index = 5;
+	CHECK_EQ(owner_cached("rxe0", 0x11, &pid), 0);
+	CHECK_EQ(pid, 100);
+	CHECK_EQ(K.nreqs, 3);
+	CHECK(K.reqs[0].dev == 3 && K.reqs[2].dev == 5);
+	CHECK_EQ(owner_cached("rxe0", 0x11, &pid), 0);
+	CHECK_EQ(K.nreqs, 1);
+	/* ... the same through the dump (QP1 is asked of the dump only) */
+	K.devs[0].index = 6;
+	for (int i = 0; i < K.nqps; i++)
+		if (K.qps[i].dev == 5)
+			K.qps[i].dev = 6;
+	CHECK_EQ(owner_cached("rxe0", 1, &pid), -EPERM);
+	CHECK_EQ(K.nreqs, 3);
+
+	/* The old index now another device's: its reply names that device,
+	 * so the answer is not taken for rxe0's. */
+	K.devs[2] = (struct fdev){ "siw0", 6, 1 };
+	K.ndevs = 3;
+	K.devs[0].index = 8;
+	for (int i = 0; i < K.nqps; i++)
+		if (K.qps[i].dev == 6)
+			K.qps[i].dev = 8;
+	K.qps[K.nqps++] = (struct fqp){ 6, 0x11, 1, USER, 666 };
+	CHECK_EQ(owner_cached("rxe0", 0x11, &pid), 0);
+	CHECK_EQ(pid, 100);
+	CHECK_EQ(K.nreqs, 3);
+	CHECK(K.reqs[0].dev == 6 && K.reqs[2].dev == 8);
+
+	/* rxe0 gone: the cached index finds nothing, the name neither. */
+	K.devs[0].name = "gone0";
+	CHECK_EQ(owner_cached("rxe0", 0x11, &pid), -ENOENT);
+	CHECK_EQ(pid, -1);
+	CHECK_EQ(K.nreqs, 2);
+	CHECK_EQ(owner_cached("rxe0", 0x11, &pid), -ENOENT);
+	CHECK_EQ(K.nreqs, 1); /* nothing cached for it any more */
+
+	/* Without the doit: the cached index is refused by the doit, looked
+	 * up again, found the same: the dump answers. */
+	standard_bed();
+	K.no_doit = true;
+	CHECK_EQ(owner("rxe0", 0x12, &pid), 0);
+	CHECK_EQ(owner_cached("rxe0", 0x12, &pid), 0);
+	CHECK_EQ(pid, 200);
+	CHECK_EQ(K.nreqs, 3);
+	CHECK(K.reqs[2].flags & NLM_F_DUMP);
+
+	/* Without the doit and the QP dump (no tracking): -EOPNOTSUPP. */
+	K.no_tracking = true;
+	CHECK_EQ(owner_cached("rxe0", 0x12, &pid), -EOPNOTSUPP);
+	CHECK_EQ(owner("rxe0", 0x12, &pid), -EOPNOTSUPP);
+
+	/* A fresh index whose reply names another device: ours went away
+	 * between the lookup and the question. */
+	standard_bed();
+	mode_rename = true;
+	CHECK_EQ(owner("rxe0", 0x11, &pid), -ENOENT);
+	mode_rename = false;
 }
 
 /* -- mangling -- */
@@ -898,6 +1006,8 @@ static void t_fuzz(void)
 		K.qhead = K.qtail = 0;
 		K.nreqs = 0;
 		damaged = 0;
+		if (i % 2)
+			cepd_qp_owner_forget_devices();
 		K.mangle = mangle_random;
 		ret = cepd_qp_owner_ops(&OPS, "rxe0", qpns[c], &pid);
 		K.mangle = NULL;
@@ -1012,7 +1122,7 @@ static const struct {
 	{ "multipart", t_multipart }, { "no_doit", t_no_doit }, { "enoent", t_enoent },
 	{ "kernel", t_kernel }, { "no_pid", t_no_pid }, { "args", t_args },
 	{ "truncated", t_truncated }, { "malformed", t_malformed },
-	{ "dup_entry", t_dup_entry }, { "fuzz", t_fuzz }, { "tgid", t_tgid },
+	{ "dup_entry", t_dup_entry }, { "cache", t_cache }, { "fuzz", t_fuzz }, { "tgid", t_tgid },
 };
 
 int main(int argc, char **argv)
