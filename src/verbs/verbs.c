@@ -10,7 +10,7 @@
 
 #include <cep/verbs.h>
 
-#include "cm_internal.h"
+#include "cm/cm_internal.h"
 
 #define LINK_IB  1
 #define LINK_ETH 2
