@@ -1241,13 +1241,8 @@ static int listen_socket(const char *path)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd;
 
-#ifdef CEPD_HAVE_SD_LISTEN
-	fd = cepd_sd_listen_fd();
-	if (fd >= 0) {
-		svc.lfd = fd;
+	if (svc.lfd >= 0) /* handed over by systemd (main) */
 		return 0;
-	}
-#endif
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	memcpy(sa.sun_path, path, strlen(path) + 1);
@@ -1407,6 +1402,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cepd: --fabric and --port exclude each other\n");
 		return 2;
 	}
+#ifdef CEPD_HAVE_SD_LISTEN
+	/* before any thread: it edits the environment */
+	ret = cepd_sd_listen_fd();
+	if (ret >= 0)
+		svc.lfd = ret;
+	else if (ret != -ENOENT) {
+		fprintf(stderr, "cepd: the socket systemd passed: %s\n", strerror(-ret));
+		return 1;
+	}
+	ret = 0;
+#endif
 	if (pipe2(svc.sigpipe, O_CLOEXEC | O_NONBLOCK)) {
 		perror("cepd: pipe");
 		return 1;

@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cepd_qp_owner() on a real kernel (Soft-RoCE guest, qp-owner.sh): two
+ * child processes create QPs on DEV and the parent asks the kernel who owns
+ * each one.
+ *   child A: two RC QPs in INIT (the doit path), one created by a thread
+ *            that stays alive (reported as A's pid: thread -> process),
+ *            one created by a thread that has exited (-ESRCH);
+ *   child B: NRESET RC QPs left in RESET (no port: the dump path; 1,000
+ *            entries do not fit one netlink datagram, so the dump is
+ *            multipart);
+ * then QP1 (the kernel's GSI QP: -EPERM), a QPN no QP has (-ENOENT), an
+ * unknown device (-ENOENT), and after B exits, B's QPNs (-ENOENT) while A's
+ * are still A's. Prints the mean time of one check on each path.
+ * Usage: qp-owner-guest DEV [NRESET]
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <infiniband/verbs.h>
+
+#include "service/qp_owner.h"
+
+struct qp_rec {
+	char kind;      /* I: INIT, main thread; T: live thread; X: exited thread; R: RESET */
+	uint32_t qpn;
+};
+
+static int failures;
+
+#define FAIL(...)                                                              \
+	do {                                                                   \
+		fprintf(stderr, "qp-owner-guest: FAIL: " __VA_ARGS__);         \
+		fputc('\n', stderr);                                           \
+		failures++;                                                    \
+	} while (0)
+
+static void die(const char *what)
+{
+	fprintf(stderr, "qp-owner-guest: %s: %s\n", what, strerror(errno));
+	_exit(2);
+}
+
+/* ---- children ---------------------------------------------------------- */
+
+struct verbs {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+};
+
+static struct ibv_context *open_dev(const char *name)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = NULL;
+
+	if (!list)
+		die("ibv_get_device_list");
+	for (int i = 0; list[i]; i++)
+		if (strcmp(ibv_get_device_name(list[i]), name) == 0)
+			ctx = ibv_open_device(list[i]);
+	ibv_free_device_list(list);
+	if (!ctx) {
+		fprintf(stderr, "qp-owner-guest: cannot open %s\n", name);
+		_exit(2);
+	}
+	return ctx;
+}
+
+static struct ibv_qp *new_qp(const struct verbs *v, bool init)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = v->cq, .recv_cq = v->cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(v->pd, &ia);
+
+	if (!qp)
+		die("ibv_create_qp");
+	if (init) {
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
+
+		errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+				      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+		if (errno)
+			die("ibv_modify_qp INIT");
+	}
+	return qp;
+}
+
+struct thread_arg {
+	const struct verbs *v;
+	uint32_t qpn;
+	int hold;      /* read end: the thread blocks until EOF; -1: exit at once */
+	int ready;     /* write end: one byte once the QP exists */
+};
+
+static void *qp_thread(void *p)
+{
+	struct thread_arg *t = p;
+	char c = 1;
+
+	t->qpn = new_qp(t->v, true)->qp_num;
+	if (write(t->ready, &c, 1) != 1)
+		die("write ready");
+	if (t->hold >= 0)
+		while (read(t->hold, &c, 1) > 0)
+			;
+	return NULL;
+}
+
+static void put_rec(int fd, char kind, uint32_t qpn)
+{
+	struct qp_rec r = { kind, qpn };
+
+	if (write(fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
+		die("write rec");
+}
+
+/* Creates the QPs, reports them on @rep (then closes it), and lives until
+ * @ctl reaches EOF. */
+static void child(const char *dev, char role, int nreset, int rep, int ctl)
+{
+	struct verbs v;
+	char c;
+
+	v.ctx = open_dev(dev);
+	v.pd = ibv_alloc_pd(v.ctx);
+	v.cq = v.pd ? ibv_create_cq(v.ctx, 4, NULL, NULL, 0) : NULL;
+	if (!v.cq)
+		die("pd/cq");
+	if (role == 'A') {
+		int hold[2], ready[2];
+		pthread_t live, gone;
+		struct thread_arg tl, tg;
+
+		put_rec(rep, 'I', new_qp(&v, true)->qp_num);
+		put_rec(rep, 'I', new_qp(&v, true)->qp_num);
+		if (pipe(hold) < 0 || pipe(ready) < 0)
+			die("pipe");
+		tl = (struct thread_arg){ &v, 0, hold[0], ready[1] };
+		tg = (struct thread_arg){ &v, 0, -1, ready[1] };
+		if (pthread_create(&live, NULL, qp_thread, &tl) ||
+		    pthread_create(&gone, NULL, qp_thread, &tg))
+			die("pthread_create");
+		for (int i = 0; i < 2; i++)
+			if (read(ready[0], &c, 1) != 1)
+				die("read ready");
+		pthread_join(gone, NULL);
+		put_rec(rep, 'T', tl.qpn);
+		put_rec(rep, 'X', tg.qpn);
+		/* "live" blocks on hold[0] until this process exits. */
+	} else {
+		for (int i = 0; i < nreset; i++)
+			put_rec(rep, 'R', new_qp(&v, false)->qp_num);
+	}
+	close(rep);
+	while (read(ctl, &c, 1) > 0)
+		;
+	_exit(0);
+}
+
+struct kid {
+	pid_t pid;
+	int ctl;        /* write end; closing it ends the child */
+	struct qp_rec *qps;
+	int n;
+};
+
+static void spawn(struct kid *k, const char *dev, char role, int nreset)
+{
+	int rep[2], ctl[2];
+
+	if (pipe(rep) < 0 || pipe(ctl) < 0)
+		die("pipe");
+	k->pid = fork();
+	if (k->pid < 0)
+		die("fork");
+	if (k->pid == 0) {
+		close(rep[0]);
+		close(ctl[1]);
+		child(dev, role, nreset, rep[1], ctl[0]);
+	}
+	close(rep[1]);
+	close(ctl[0]);
+	k->ctl = ctl[1];
+	k->n = 0;
+	k->qps = calloc((size_t)nreset + 8, sizeof(*k->qps));
+	if (!k->qps)
+		die("calloc");
+	for (;;) {
+		ssize_t r = read(rep[0], &k->qps[k->n], sizeof(*k->qps));
+
+		if (r == 0)
+			break;
+		if (r != (ssize_t)sizeof(*k->qps))
+			die("read rec");
+		if (++k->n == nreset + 8)
+			break;
+	}
+	close(rep[0]);
+}
+
+static void reap(struct kid *k)
+{
+	int st;
+
+	close(k->ctl);
+	if (waitpid(k->pid, &st, 0) != k->pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		FAIL("child %d did not exit cleanly", (int)k->pid);
+}
+
+/* ---- checks ------------------------------------------------------------ */
+
+static const char *dev;
+
+static void expect(uint32_t qpn, int want_ret, pid_t want_pid, const char *what)
+{
+	pid_t pid = -1;
+	int ret = cepd_qp_owner(dev, qpn, &pid);
+
+	if (ret != want_ret || (ret == 0 && pid != want_pid))
+		FAIL("%s: QPN 0x%x: got %d (%s) pid %d, want %d pid %d", what, qpn,
+		     ret, ret ? strerror(-ret) : "ok", (int)pid, want_ret, (int)want_pid);
+}
+
+static double now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static double time_check(uint32_t qpn, int rounds)
+{
+	double t0 = now_us();
+	pid_t pid;
+
+	for (int i = 0; i < rounds; i++)
+		if (cepd_qp_owner(dev, qpn, &pid) != 0)
+			FAIL("timed check of QPN 0x%x failed", qpn);
+	return (now_us() - t0) / rounds;
+}
+
+int main(int argc, char **argv)
+{
+	struct kid a, b;
+	int nreset = argc > 2 ? atoi(argv[2]) : 1000;
+	int n_i = 0, n_r = 0;
+	uint32_t qpn_i = 0, qpn_r_last = 0;
+	pid_t pid;
+	int ret;
+
+	if (argc < 2 || nreset < 1) {
+		fprintf(stderr, "usage: qp-owner-guest DEV [NRESET]\n");
+		return 2;
+	}
+	dev = argv[1];
+	signal(SIGPIPE, SIG_IGN);
+	spawn(&a, dev, 'A', 0);
+	spawn(&b, dev, 'B', nreset);
+	if (a.n != 4 || b.n != nreset) {
+		FAIL("children reported %d and %d QPs, want 4 and %d", a.n, b.n, nreset);
+		return 1;
+	}
+
+	for (int i = 0; i < a.n; i++) {
+		switch (a.qps[i].kind) {
+		case 'I':
+			expect(a.qps[i].qpn, 0, a.pid, "A's QP in INIT");
+			qpn_i = a.qps[i].qpn;
+			n_i++;
+			break;
+		case 'T':
+			expect(a.qps[i].qpn, 0, a.pid, "A's QP from a live thread");
+			break;
+		case 'X':
+			expect(a.qps[i].qpn, -ESRCH, 0, "A's QP from an exited thread");
+			break;
+		}
+	}
+	for (int i = 0; i < b.n; i++) {
+		expect(b.qps[i].qpn, 0, b.pid, "B's QP in RESET");
+		qpn_r_last = b.qps[i].qpn;
+		n_r++;
+	}
+	expect(1, -EPERM, 0, "QP1 (the kernel's GSI QP)");
+	expect(0xffffff, -ENOENT, 0, "a QPN no QP has");
+	pid = -1;
+	ret = cepd_qp_owner("nosuchdev0", qpn_i, &pid);
+	if (ret != -ENOENT || pid != -1)
+		FAIL("unknown device: got %d pid %d, want -ENOENT", ret, (int)pid);
+
+	printf("qp-owner-guest: %d INIT QPs (doit) and %d RESET QPs (multipart dump) checked\n",
+	       n_i + 1, n_r);
+	printf("qp-owner-guest: one check, doit path: %.1f us (mean of 200)\n",
+	       time_check(qpn_i, 200));
+	printf("qp-owner-guest: one check, dump path over %d QPs: %.1f us (mean of 10)\n",
+	       nreset + a.n + 1, time_check(qpn_r_last, 10));
+
+	/* Where the time of one check goes: the socket and the device dump
+	 * (an unknown device stops there), and the /proc read. */
+	{
+		double t0 = now_us();
+		char path[64], buf[4096];
+
+		for (int i = 0; i < 200; i++)
+			(void)cepd_qp_owner("nosuchdev0", qpn_i, &pid);
+		printf("qp-owner-guest: socket and device dump alone: %.1f us (mean of 200)\n",
+		       (now_us() - t0) / 200);
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)a.pid);
+		t0 = now_us();
+		for (int i = 0; i < 200; i++) {
+			FILE *f = fopen(path, "r");
+
+			if (f) {
+				(void)!fread(buf, 1, sizeof(buf), f);
+				fclose(f);
+			}
+		}
+		printf("qp-owner-guest: reading /proc/PID/status alone: %.1f us (mean of 200)\n",
+		       (now_us() - t0) / 200);
+	}
+
+	/* B exits: the kernel destroys its QPs with its verbs file. */
+	reap(&b);
+	for (int i = 0; i < b.n; i += b.n / 10 + 1)
+		expect(b.qps[i].qpn, -ENOENT, 0, "B's QP after B exited");
+	expect(b.qps[b.n - 1].qpn, -ENOENT, 0, "B's last QP after B exited");
+	for (int i = 0; i < a.n; i++)
+		if (a.qps[i].kind == 'I')
+			expect(a.qps[i].qpn, 0, a.pid, "A's QP after B exited");
+	reap(&a);
+	expect(qpn_i, -ENOENT, 0, "A's QP after A exited");
+
+	if (failures) {
+		fprintf(stderr, "qp-owner-guest: %d failure(s)\n", failures);
+		return 1;
+	}
+	printf("qp-owner-guest: all checks passed\n");
+	return 0;
+}
