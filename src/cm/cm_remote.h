@@ -31,6 +31,14 @@ static inline int cm_remote_id(const struct cep_cm_id *id)
 	return id->cep == NULL;
 }
 
+/* The port a remote context serves, as cepd's query_port gave it (for the
+ * librdmacm drop-in, which needs what a local transport's query_port
+ * tells). Const after cep_cm_attach. */
+static inline const struct cep_port_info *cmr_port(const struct cep_cm *cm)
+{
+	return &cm->port;
+}
+
 /* The error of every call once the service has gone (closed its socket,
  * restarted, or was never answering again). */
 #define CMR_GONE (-ECONNRESET)
