@@ -910,7 +910,7 @@ static void *client_thread(void *arg)
 	uint8_t *buf = malloc(CEPD_MSG_MAX);
 	int hello = 0;
 
-	while (buf && !svc.stop) {
+	while (buf) { /* until the socket ends (shutdown_all shuts it) */
 		ssize_t n;
 
 		n = recv(c->fd, buf, CEPD_MSG_MAX, MSG_TRUNC);
