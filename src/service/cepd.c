@@ -115,6 +115,9 @@ struct sid {
 	struct cep_cm_id *id;
 	uint32_t handle;               /* 0: an orphan (its client is gone) */
 	int gone;                      /* c->lk: destroy asked; names nothing */
+	int auto_rtu;                  /* client thread, before CONNECT: its
+					  REP_RECEIVED is followed at once by
+					  ESTABLISHED (sent together) */
 };
 
 static struct {
@@ -320,8 +323,10 @@ static void client_kill_locked(struct client *c, const char *why)
 	shutdown(c->fd, SHUT_RDWR);
 }
 
-/* c->lk held. Queue @e and send what is queued unless a flush runs. */
-static void post_event(struct client *c, const struct cepd_ev *e, const struct cep_msg *msg)
+/* c->lk held. Queue @e and send what is queued unless a flush runs, or
+ * @hold: another event follows at once on this worker (it sends both). */
+static void post_event(struct client *c, const struct cepd_ev *e, const struct cep_msg *msg,
+		       int hold)
 {
 	int ret;
 
@@ -337,7 +342,7 @@ static void post_event(struct client *c, const struct cepd_ev *e, const struct c
 		return;
 	}
 	atomic_fetch_add_explicit(&c->events, 1, memory_order_relaxed);
-	if (c->flushing || c->blocked)
+	if (c->flushing || c->blocked || hold)
 		return;
 	c->flushing = 1;
 	flush_locked(c);
@@ -392,7 +397,7 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		} else {
 			r.handle = ns->handle;
 			r.listen_handle = ls->handle;
-			post_event(c, &r, &ev->msg);
+			post_event(c, &r, &ev->msg, 0);
 		}
 		pthread_mutex_unlock(&c->lk);
 		return destroy;
@@ -403,7 +408,7 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	if (ev->type == CEP_CM_EV_DESTROYED) {
 		if (s->handle) {
 			r.handle = s->handle;
-			post_event(c, &r, &ev->msg);
+			post_event(c, &r, &ev->msg, 0);
 			handle_del(c, s);
 		}
 		pthread_mutex_unlock(&c->lk);
@@ -413,7 +418,9 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	}
 	if (s->handle && !s->gone) {
 		r.handle = s->handle;
-		post_event(c, &r, &ev->msg);
+		/* REP_RECEIVED of an automatic RTU: ESTABLISHED follows on this
+		 * worker before anything else of the id; one message for both */
+		post_event(c, &r, &ev->msg, ev->type == CEP_CM_EV_REP_RECEIVED && s->auto_rtu);
 	}
 	pthread_mutex_unlock(&c->lk);
 	return 0;
@@ -421,7 +428,16 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 
 /* ---- requests ------------------------------------------------------------ */
 
+static int reply_flags(struct client *c, uint64_t seq, int ret, uint32_t flags,
+		       const void *payload, size_t len);
+
 static int reply(struct client *c, uint64_t seq, int ret, const void *payload, size_t len)
+{
+	return reply_flags(c, seq, ret, 0, payload, len);
+}
+
+static int reply_flags(struct client *c, uint64_t seq, int ret, uint32_t flags,
+		       const void *payload, size_t len)
 {
 	uint8_t buf[sizeof(struct cepd_rep) + 4096];
 	struct cepd_rep *r = (struct cepd_rep *)buf;
@@ -434,6 +450,7 @@ static int reply(struct client *c, uint64_t seq, int ret, const void *payload, s
 	r->h.seq = seq;
 	r->h.len = (uint32_t)(sizeof(*r) + len);
 	r->ret = ret;
+	r->flags = flags;
 	if (len)
 		memcpy(buf + sizeof(*r), payload, len);
 	do
@@ -573,7 +590,9 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		struct cepd_query_rep q;
 		struct cep_cm_stats st;
 	} out;
+	struct cepd_id_rep created;
 	size_t outlen = 0;
+	int create = 0;
 	int ret = cepd_req_check(r, len);
 
 	atomic_fetch_add_explicit(&c->requests, 1, memory_order_relaxed);
@@ -585,13 +604,24 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		ret = -EPERM;
 		goto done;
 	}
+	if (r->flags & CEPD_F_CREATE) {
+		/* the id's first request: create it, then act on it */
+		ret = do_create_id(c, &created);
+		if (ret)
+			goto done;
+		/* its name goes out before the request acts: an event about
+		 * the id (a fast REP) must find it known */
+		(void)reply_flags(c, r->h.seq, 0, CEPD_REP_MADE, &created, sizeof(created));
+		create = 1;
+	}
 	switch (r->h.op) {
 	case CEPD_CREATE_ID: case CEPD_QP_REGISTER: case CEPD_QP_DESTROY:
 	case CEPD_CM_STATS: case CEPD_QUIESCE: case CEPD_SERVICE_STATS: case CEPD_QP_EVENT:
+	case CEPD_PING:
 		break;
 	default:
 		pthread_mutex_lock(&c->lk);
-		s = handle_get(c, r->handle);
+		s = handle_get(c, create ? created.handle : r->handle);
 		if (s && r->h.op == CEPD_DESTROY_ID)
 			s->gone = 1; /* from here the client names it no more */
 		if (!s && r->h.op == CEPD_DESTROY_ID && r->handle) {
@@ -660,6 +690,8 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		p.manual_drep = w.manual_drep;
 		p.ece_vendor_id = w.ece_vendor_id;
 		p.ece_options = w.ece_options;
+		/* before the REP can come: the worker reads it after connect */
+		s->auto_rtu = !w.manual_rtu;
 		ret = cep_cm_connect(id, &p);
 		break;
 	}
@@ -768,6 +800,9 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		break;
 	case CEPD_QUIESCE:
 		ret = cep_cm_quiesce(c->port->cm, r->a);
+		break;
+	case CEPD_PING:
+		ret = 0;
 		break;
 #ifdef CEPD_HAVE_UMAD
 	case CEPD_INIT_QP_ATTR: {
@@ -917,9 +952,10 @@ static void *client_thread(void *arg)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			/* the receive timeout: send events a full socket held */
+			/* the receive timeout: send events a full socket held
+			 * (or a held REP_RECEIVED whose ESTABLISHED never came) */
 			pthread_mutex_lock(&c->lk);
-			if (c->blocked && !c->flushing) {
+			if ((c->blocked || c->qhead) && !c->flushing) {
 				c->blocked = 0;
 				c->flushing = 1;
 				flush_locked(c);
