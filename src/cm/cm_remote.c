@@ -688,7 +688,7 @@ static int call_pd(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a, uint
 		   uint32_t c3, uint64_t x, uint64_t y, const void *param, size_t plen,
 		   const void *pd, size_t pdlen, const void *aux, size_t auxlen)
 {
-	uint8_t buf[REQ_BUF];
+	_Alignas(8) uint8_t buf[REQ_BUF];
 	int ret = build(buf, op, handle, a, b, c3, x, y, param, plen, pd, pdlen, aux, auxlen);
 
 	return ret ? ret : call(r, (struct cepd_req *)buf, NULL, 0);
@@ -743,7 +743,7 @@ static int id_req(struct cep_cm_id *id, uint32_t op, uint32_t a, uint32_t b, uin
 		  uint64_t x, uint64_t y, const void *param, size_t plen, const void *pd,
 		  size_t pdlen, const void *aux, size_t auxlen)
 {
-	uint8_t buf[REQ_BUF];
+	_Alignas(8) uint8_t buf[REQ_BUF];
 	int ret = build(buf, op, 0, a, b, c3, x, y, param, plen, pd, pdlen, aux, auxlen);
 
 	return ret ? ret : id_send(id, (struct cepd_req *)buf, NULL, 0);
@@ -827,7 +827,7 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	const char *path;
 	struct cepd_hello h;
 	struct cepd_hello_rep rep;
-	uint8_t buf[sizeof(struct cepd_rep) + sizeof(rep)];
+	_Alignas(8) uint8_t buf[sizeof(struct cepd_rep) + sizeof(rep)];
 	struct cmr *r;
 	ssize_t n;
 	int ret;

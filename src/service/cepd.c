@@ -85,7 +85,7 @@ struct chunk {
 	struct chunk *next;
 	size_t len;
 	uint32_t count;
-	uint8_t buf[CEPD_MSG_MAX];
+	_Alignas(8) uint8_t buf[CEPD_MSG_MAX]; /* holds proto.h structs */
 };
 
 struct client {
@@ -439,7 +439,7 @@ static int reply(struct client *c, uint64_t seq, int ret, const void *payload, s
 static int reply_flags(struct client *c, uint64_t seq, int ret, uint32_t flags,
 		       const void *payload, size_t len)
 {
-	uint8_t buf[sizeof(struct cepd_rep) + 4096];
+	_Alignas(8) uint8_t buf[sizeof(struct cepd_rep) + 4096];
 	struct cepd_rep *r = (struct cepd_rep *)buf;
 	ssize_t n;
 
