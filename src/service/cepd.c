@@ -913,6 +913,7 @@ static void client_cleanup(struct client *c)
 	struct sid **ids = NULL;
 	uint32_t *qpns = NULL;
 	uint32_t n = 0, nq = 0, i;
+	int lost;
 
 	pthread_mutex_lock(&c->lk);
 	c->dead = 1; /* no event out, a REQ to its listeners is refused */
@@ -927,8 +928,9 @@ static void client_cleanup(struct client *c)
 	nq = c->nqpn;
 	c->qpn = NULL;
 	c->nqpn = c->qpcap = 0;
+	lost = c->nids && !ids;
 	pthread_mutex_unlock(&c->lk);
-	if (c->nids && !ids)
+	if (lost)
 		logmsg("client %u: out of memory: its ids stay until shutdown", c->serial);
 	/* a sid stays alive until its DESTROYED, which only this destroy causes */
 	for (i = 0; i < n; i++)
