@@ -80,6 +80,8 @@ struct rid {
 /* An event waiting for the reader to run its callback. */
 struct pev {
 	struct pev *next;
+	uint32_t handle;         /* parked: the id's handle */
+	size_t pd_off;           /* parked: private data offset in ev.msg */
 	struct cep_cm_event ev;
 };
 
@@ -105,6 +107,10 @@ struct cmr {
 	struct rid *all;         /* lk: every rid not yet freed */
 	uint32_t mapcap;         /* lk */
 	struct pev *qhead, *qtail; /* lk */
+	struct pev *parked;      /* lk: events for a handle not known yet (an id
+				    whose creating request's reply is on its
+				    way), newest first */
+	unsigned creating;       /* lk: such requests in flight */
 	int dead;                /* lk: the service has gone */
 	int closing;             /* lk: cep_cm_destroy: the reader ends */
 	uint8_t *rbuf;           /* the reader's (or a nested call's) buffer */
@@ -401,6 +407,19 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 			ev.listen_id = &l->id;
 		} else {
 			d = map_get(r, e.handle);
+			if (!d && r->creating) {
+				/* an id whose creating reply is still on its way */
+				struct pev *p = malloc(sizeof(*p));
+
+				if (p) {
+					p->handle = e.handle;
+					p->ev = ev;
+					p->pd_off = e.pd_off;
+					p->next = r->parked;
+					r->parked = p;
+				}
+				continue;
+			}
 			if (!d)
 				continue;
 		}
@@ -413,8 +432,38 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 	pthread_mutex_unlock(&r->lk);
 }
 
-/* r->lk held. The answer to a call, or (CEPD_REP_MADE) the name of the id
- * its request made, which is known from here, before any event of it. */
+/* r->lk held: @d has its handle; the events that came before the reply
+ * that named it go on now, oldest first (later ones find it). */
+static void unpark(struct cmr *r, struct rid *d)
+{
+	struct pev *mine = NULL, **pp = &r->parked, *p;
+
+	while ((p = *pp) != NULL) {
+		if (p->handle == d->handle) {
+			*pp = p->next;
+			p->next = mine; /* reverses: oldest first */
+			mine = p;
+		} else {
+			pp = &p->next;
+		}
+	}
+	while ((p = mine) != NULL) {
+		mine = p->next;
+		p->ev.id = &d->id;
+		p->ev.context = d->id.context;
+		if (p->ev.private_data)
+			p->ev.private_data = (const uint8_t *)&p->ev.msg + p->pd_off;
+		route_event(r, d, &p->ev);
+		free(p);
+	}
+	if (!r->creating)
+		while ((p = r->parked) != NULL) { /* named no id of ours */
+			r->parked = p->next;
+			free(p);
+		}
+}
+
+/* r->lk held. The answer to a call; a creating request's names its id. */
 static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 {
 	const struct cepd_rep *m = (const struct cepd_rep *)buf;
@@ -425,22 +474,25 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 		if (c->seq == m->h.seq && !c->done) {
 			size_t n = len - sizeof(*m);
 
-			if (m->flags & CEPD_REP_MADE) {
+			if (c->made) {
 				struct cepd_id_rep idr;
 
-				if (!c->made || c->made->handle || n != sizeof(idr))
-					return;
-				memcpy(&idr, buf + sizeof(*m), sizeof(idr));
-				c->made->handle = idr.handle;
-				c->made->local_comm_id = idr.local_comm_id;
-				if (map_put(r, c->made)) {
-					send_async_destroy(r, idr.handle);
-					c->made->handle = 0;
+				r->creating--;
+				if (n == sizeof(idr) && !c->made->handle) {
+					memcpy(&idr, buf + sizeof(*m), sizeof(idr));
+					c->made->handle = idr.handle;
+					c->made->local_comm_id = idr.local_comm_id;
+					if (map_put(r, c->made)) {
+						send_async_destroy(r, idr.handle);
+						c->made->handle = 0;
+					} else {
+						unpark(r, c->made);
+					}
 				}
-				return;
-			}
-			if (c->out)
+				n = 0;
+			} else if (c->out) {
 				memcpy(c->out, buf + sizeof(*m), n < c->outlen ? n : c->outlen);
+			}
 			c->outlen = n;
 			c->ret = m->ret;
 			c->done = 1;
@@ -460,6 +512,8 @@ static void die_locked(struct cmr *r)
 		if (!c->done) {
 			c->done = 1;
 			c->ret = CMR_GONE;
+			if (c->made)
+				r->creating--;
 			pthread_cond_signal(&c->cv);
 		}
 	for (uint32_t i = 0; i < r->mapcap; i++) {
@@ -608,6 +662,8 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 	}
 	c.seq = ++r->seq;
 	q->h.seq = c.seq;
+	if (made)
+		r->creating++; /* its reply's take_reply counts it down */
 	pthread_cond_init(&c.cv, NULL);
 	c.next = r->calls;
 	r->calls = &c;
@@ -616,9 +672,11 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 		n = send(r->fd, q, q->h.len, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
 	pthread_mutex_lock(&r->lk);
-	if (n < 0) {
+	if (n < 0 && !c.done) {
 		c.done = 1;
 		c.ret = errno == EMSGSIZE ? -EMSGSIZE : CMR_GONE;
+		if (made)
+			r->creating--;
 	}
 	if (reader_self == r) {
 		/* from a callback: read until our reply, events kept for later */
@@ -728,7 +786,7 @@ static int id_send(struct cep_cm_id *id, struct cepd_req *q, void *out, size_t o
 	pthread_mutex_unlock(&r->lk);
 	q->flags |= CEPD_F_CREATE;
 	q->handle = 0;
-	/* the REP_MADE reply names d (take_reply) */
+	/* its reply names d (take_reply), and events that came first follow */
 	ret = call_len(r, q, out, outlen, NULL, d);
 	pthread_mutex_lock(&r->lk);
 	if (!d->handle && !ret)
@@ -965,6 +1023,12 @@ int cmr_destroy(struct cep_cm *cm)
 		}
 	while (r->all)
 		rid_free_locked(r->all);
+	while (r->parked) {
+		struct pev *p = r->parked;
+
+		r->parked = p->next;
+		free(p);
+	}
 	free(r->map);
 	close(r->fd);
 	free(r->rbuf);

@@ -428,16 +428,7 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 
 /* ---- requests ------------------------------------------------------------ */
 
-static int reply_flags(struct client *c, uint64_t seq, int ret, uint32_t flags,
-		       const void *payload, size_t len);
-
 static int reply(struct client *c, uint64_t seq, int ret, const void *payload, size_t len)
-{
-	return reply_flags(c, seq, ret, 0, payload, len);
-}
-
-static int reply_flags(struct client *c, uint64_t seq, int ret, uint32_t flags,
-		       const void *payload, size_t len)
 {
 	_Alignas(8) uint8_t buf[sizeof(struct cepd_rep) + 4096];
 	struct cepd_rep *r = (struct cepd_rep *)buf;
@@ -450,7 +441,6 @@ static int reply_flags(struct client *c, uint64_t seq, int ret, uint32_t flags,
 	r->h.seq = seq;
 	r->h.len = (uint32_t)(sizeof(*r) + len);
 	r->ret = ret;
-	r->flags = flags;
 	if (len)
 		memcpy(buf + sizeof(*r), payload, len);
 	do
@@ -609,9 +599,6 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		ret = do_create_id(c, &created);
 		if (ret)
 			goto done;
-		/* its name goes out before the request acts: an event about
-		 * the id (a fast REP) must find it known */
-		(void)reply_flags(c, r->h.seq, 0, CEPD_REP_MADE, &created, sizeof(created));
 		create = 1;
 	}
 	switch (r->h.op) {
@@ -858,6 +845,10 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 	}
 	}
 done:
+	if (create) { /* the reply names the id it made, whatever the op said */
+		memcpy(&out, &created, sizeof(created));
+		outlen = sizeof(created);
+	}
 	if (ret == -EBADMSG || ret == -EOPNOTSUPP || ret == -EMSGSIZE) {
 		atomic_fetch_add_explicit(&c->bad, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&svc.bad_messages, 1, memory_order_relaxed);

@@ -97,9 +97,12 @@ struct cepd_hello_rep {
 /* cepd_req.flags */
 #define CEPD_F_CREATE 1u /* create the id first (handle 0): an id of the
 			    client is made on its first request, which saves
-			    a round trip; a REPLY with CEPD_REP_MADE names it
-			    before the request acts (none if the create
-			    failed: then the answer is the create's error) */
+			    a round trip; the reply's payload names it (a
+			    struct cepd_id_rep, whatever the request's own
+			    answer; none if the create failed: then the
+			    answer is the create's error). Events about it
+			    may come before that reply: the client keeps
+			    them until it knows the handle */
 
 struct cepd_req {
 	struct cepd_hdr h;
@@ -140,15 +143,10 @@ struct cepd_sidr {
 	uint8_t timeout, max_cm_retries;
 };
 
-/* cepd_rep.flags */
-#define CEPD_REP_MADE 1u /* not the answer yet: the id a CEPD_F_CREATE request
-			    made (payload struct cepd_id_rep), sent before
-			    the request acts, so before any event names it */
-
 struct cepd_rep {
 	struct cepd_hdr h;       /* op CEPD_REPLY, seq of the request */
 	int32_t ret;             /* 0 or -errno, as the local call's */
-	uint32_t flags;          /* CEPD_REP_* */
+	uint32_t pad;
 	/* payload: h.len - sizeof(struct cepd_rep) bytes */
 };
 
