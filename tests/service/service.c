@@ -13,6 +13,8 @@
  *              unknown requests, foreign handles and another client's QPN,
  *              a listen on another's service ID, a flood, then garbage: each
  *              refused, the others' connection unaffected
+ *   pcap     - connect with CEP_PCAP set for cepd: the file holds every
+ *              MAD of the node (both ports), 15 for the three connections
  *   restart  - SIGTERM of cepd with a REQ in flight: calls fail with
  *              -ECONNRESET, the ids get their error events, destroy still
  *              works (no hang); a new cepd on the same socket serves again
@@ -895,10 +897,36 @@ static void scenario_restart(pid_t *cepd)
 	CHECK_EQ(reap(&c), 0);
 }
 
+/* The records of a classic pcap file, or -1. */
+static long pcap_records(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t hdr[24], rec[16];
+	long n = 0;
+
+	if (!f)
+		return -1;
+	if (fread(hdr, 1, sizeof(hdr), f) != sizeof(hdr)) {
+		fclose(f);
+		return -1;
+	}
+	while (fread(rec, 1, sizeof(rec), f) == sizeof(rec)) {
+		uint32_t incl = (uint32_t)rec[8] | (uint32_t)rec[9] << 8 | (uint32_t)rec[10] << 16 |
+				(uint32_t)rec[11] << 24; /* written little-endian here */
+
+		if (incl > 65536 || fseek(f, (long)incl, SEEK_CUR))
+			break;
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
 int main(int argc, char **argv)
 {
 	pid_t cepd;
 	int st;
+	char pcap[128] = "";
 
 	if (argc != 3) {
 		fprintf(stderr, "usage: %s CEPD SCENARIO\n", argv[0]);
@@ -910,8 +938,13 @@ int main(int argc, char **argv)
 		return 1;
 	snprintf(sock_path, sizeof(sock_path), "%s/cepd.sock", dir_path);
 	signal(SIGPIPE, SIG_IGN);
+	if (!strcmp(argv[2], "pcap")) { /* for cepd only, not its clients */
+		snprintf(pcap, sizeof(pcap), "%s/node.pcap", dir_path);
+		setenv("CEP_PCAP", pcap, 1);
+	}
 	cepd = start_cepd();
-	if (!strcmp(argv[2], "connect"))
+	unsetenv("CEP_PCAP");
+	if (!strcmp(argv[2], "connect") || !strcmp(argv[2], "pcap"))
 		scenario_connect();
 	else if (!strcmp(argv[2], "kill"))
 		scenario_kill();
@@ -928,6 +961,11 @@ int main(int argc, char **argv)
 	if (waitpid(cepd, &st, 0) != cepd || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 		fprintf(stderr, "cepd did not stop cleanly (status %#x)\n", st);
 		check_failures++;
+	}
+	if (pcap[0]) {
+		/* REQ, REP, RTU, DREQ, DREP for each of three connections */
+		CHECK_EQ(pcap_records(pcap), 15);
+		unlink(pcap);
 	}
 	unlink(sock_path);
 	rmdir(dir_path);
