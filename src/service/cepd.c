@@ -106,6 +106,7 @@ struct client {
 	int blocked;                   /* lk: the socket was full (EAGAIN) */
 	int dead;                      /* lk: no event goes out, no new id */
 	_Atomic int refs;              /* thread + each sid */
+	/* statistics: relaxed counters, no order with anything */
 	_Atomic uint64_t requests, bad, events, events_dropped;
 	struct client *next;           /* svc.lk */
 };
@@ -164,6 +165,8 @@ static void client_put(struct client *c)
 		c->qhead = k->next;
 		free(k);
 	}
+	/* release: this client's last use of the ports happens before a
+	 * shutdown that reads 0 destroys them (its acquire load) */
 	atomic_fetch_sub_explicit(&svc.live_clients, 1, memory_order_release);
 	close(c->fd);
 	pthread_mutex_destroy(&c->lk);
@@ -388,6 +391,7 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 			return 1; /* the engine rejects; its DESTROYED names ls: see below */
 		ns->c = c;
 		ns->id = id;
+		/* relaxed: the caller holds a reference (the listener's sid) */
 		atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
 		cep_cm_id_set_context(id, ns);
 		pthread_mutex_lock(&c->lk);
@@ -544,6 +548,7 @@ static int do_create_id(struct client *c, struct cepd_id_rep *out)
 		free(s);
 		return ret;
 	}
+	/* relaxed: the client's thread holds its own reference */
 	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
 	ret = cep_cm_create_id(c->port->cm, &ia, &s->id);
 	pthread_mutex_lock(&c->lk);
@@ -839,7 +844,24 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		}
 		print_stats(f);
 		fclose(f);
-		ret = reply(c, r->h.seq, 0, text, tlen);
+		/* any length up to a message (many clients: the reply buffer
+		 * of reply() is too small) */
+		{
+			size_t n = tlen < CEPD_MSG_MAX - sizeof(struct cepd_rep)
+				   ? tlen : CEPD_MSG_MAX - sizeof(struct cepd_rep);
+			struct cepd_rep *m = calloc(1, sizeof(*m) + n);
+
+			if (m) {
+				m->h.op = CEPD_REPLY;
+				m->h.seq = r->h.seq;
+				m->h.len = (uint32_t)(sizeof(*m) + n);
+				memcpy(m + 1, text, n);
+				(void)send(c->fd, m, m->h.len, MSG_NOSIGNAL);
+				free(m);
+			} else {
+				(void)reply(c, r->h.seq, -ENOMEM, NULL, 0);
+			}
+		}
 		free(text);
 		return;
 	}
