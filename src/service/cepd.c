@@ -136,8 +136,9 @@ static struct {
 	volatile sig_atomic_t stop;
 	int sigpipe[2];
 	unsigned workers;
+	uint32_t max_ids;              /* per client (--max-ids) */
 	int verbose;
-} svc = { .lk = PTHREAD_MUTEX_INITIALIZER, .lfd = -1, .sigpipe = { -1, -1 } };
+} svc = { .max_ids = 65536, .lk = PTHREAD_MUTEX_INITIALIZER, .lfd = -1, .sigpipe = { -1, -1 } };
 
 static void print_stats(FILE *f);
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -176,19 +177,22 @@ static void client_put(struct client *c)
 	free(c);
 }
 
-/* c->lk held. Insert @s: 0 and s->handle, or -ENOMEM / -ENFILE (table at
- * its 2^20 limit). */
+/* c->lk held. Insert @s: 0 and s->handle, or -ENOMEM / -EMFILE (the
+ * client has svc.max_ids ids: a flood of ids or of requests to its
+ * listeners stops at it and costs the others nothing). */
 static int handle_add(struct client *c, struct sid *s)
 {
 	uint32_t i;
 
+	if (c->nids >= svc.max_ids)
+		return -EMFILE;
 	if (c->nids == c->cap) {
 		uint32_t ncap = c->cap ? c->cap * 2 : 64;
 		struct sid **ns;
 		uint16_t *ng;
 
-		if (ncap > HANDLE_IDX_MASK)
-			return -ENFILE;
+		if (ncap > HANDLE_IDX_MASK + 1)
+			return -EMFILE;
 		ns = realloc(c->slot, ncap * sizeof(*ns));
 		if (!ns)
 			return -ENOMEM;
@@ -494,6 +498,10 @@ static int do_qp_register(struct client *c, uint32_t qpn)
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&c->lk);
+	if (c->nqpn >= svc.max_ids) { /* as many QPs as ids at most */
+		pthread_mutex_unlock(&c->lk);
+		return -EMFILE;
+	}
 	if (c->nqpn == c->qpcap) {
 		uint32_t ncap = c->qpcap ? c->qpcap * 2 : 64;
 
@@ -1386,7 +1394,8 @@ static void shutdown_all(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: cepd [--socket PATH] [--port DEV:PORT]... [--fabric N] [--workers N] [-v]\n"
+		"usage: cepd [--socket PATH] [--port DEV:PORT]... [--fabric N] [--workers N]\n"
+		"            [--max-ids N] [-v]\n"
 		"       cepd --stats [--socket PATH]\n"
 		"Serve libcep's connection manager to the processes of this node.\n"
 		"  --socket PATH  listen here (default $CEP_SERVICE, else %s)\n"
@@ -1394,6 +1403,7 @@ static void usage(FILE *f)
 		"                 default: every active port)\n"
 		"  --fabric N     an in-process fabric of N ports instead (tests, benchmarks)\n"
 		"  --workers N    CM workers per port (default: online CPUs)\n"
+		"  --max-ids N    ids (and QPs) one client may hold (default 65536)\n"
 		"  --stats        print a running service's statistics and exit\n"
 		"  -v             log clients coming and going\n", CEPD_DEFAULT_SOCKET);
 }
@@ -1405,6 +1415,7 @@ int main(int argc, char **argv)
 		{ "port", required_argument, NULL, 'p' },
 		{ "fabric", required_argument, NULL, 'f' },
 		{ "workers", required_argument, NULL, 'w' },
+		{ "max-ids", required_argument, NULL, 'm' },
 		{ "stats", no_argument, NULL, 'S' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -1417,7 +1428,7 @@ int main(int argc, char **argv)
 	int stats = 0, o, ret = 0;
 	struct sigaction sa;
 
-	while ((o = getopt_long(argc, argv, "s:p:f:w:Svh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "s:p:f:w:m:Svh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's': path = optarg; break;
 		case 'p':
@@ -1435,6 +1446,16 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'w': svc.workers = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'm': {
+			unsigned long v = strtoul(optarg, NULL, 0);
+
+			if (v < 1 || v > HANDLE_IDX_MASK + 1) {
+				fprintf(stderr, "cepd: --max-ids takes 1..%u\n", HANDLE_IDX_MASK + 1);
+				return 2;
+			}
+			svc.max_ids = (uint32_t)v;
+			break;
+		}
 		case 'S': stats = 1; break;
 		case 'v': svc.verbose = 1; break;
 		case 'h': usage(stdout); return 0;

@@ -44,6 +44,7 @@
 #include "service/proto.h"
 
 static const char *cepd_path;
+static const char *max_ids = "65536"; /* cepd --max-ids */
 static char sock_path[100];
 static char dir_path[64];
 
@@ -55,7 +56,7 @@ static pid_t start_cepd(void)
 
 	if (pid == 0) {
 		execl(cepd_path, "cepd", "--fabric", "2", "--workers", "2", "--socket", sock_path,
-		      (char *)NULL);
+		      "--max-ids", max_ids, (char *)NULL);
 		_exit(127);
 	}
 	/* ready when it answers */
@@ -809,6 +810,20 @@ static void scenario_hostile(void)
 	q->h.op = CEPD_RTU;
 	q->h.len = sizeof(big);
 	CHECK_EQ(raw_call(h0, q, sizeof(big), NULL, 0), -EMSGSIZE); /* oversized */
+	/* a flood of ids stops at the client's budget (--max-ids 64) */
+	{
+		int n = 0, ret;
+
+		while ((ret = req(h0, CEPD_CREATE_ID, 0, 0, 0, &idr, sizeof(idr))) == 0 && n < 1000)
+			n++;
+		CHECK_EQ(ret, -EMFILE);
+		CHECK(n < 64);
+		for (n = 0; (ret = req(h0, CEPD_QP_REGISTER, 0, 0x20000 + (uint32_t)n, 0, NULL, 0)) == 0 &&
+			    n < 1000;)
+			n++;
+		CHECK_EQ(ret, -EMFILE);
+		CHECK_EQ(n, 64);
+	}
 	/* a flood of requests: each answered, the service keeps up */
 	for (int i = 0; i < 20000; i++) {
 		q->h.op = CEPD_ID_QUERY;
@@ -1093,6 +1108,8 @@ int main(int argc, char **argv)
 		return 1;
 	snprintf(sock_path, sizeof(sock_path), "%s/cepd.sock", dir_path);
 	signal(SIGPIPE, SIG_IGN);
+	if (!strcmp(argv[2], "hostile"))
+		max_ids = "64";
 	if (!strcmp(argv[2], "pcap")) { /* for cepd only, not its clients */
 		snprintf(pcap, sizeof(pcap), "%s/node.pcap", dir_path);
 		setenv("CEP_PCAP", pcap, 1);
