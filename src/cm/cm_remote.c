@@ -80,8 +80,6 @@ struct rid {
 /* An event waiting for the reader to run its callback. */
 struct pev {
 	struct pev *next;
-	uint32_t handle;         /* parked: the id's handle */
-	size_t pd_off;           /* parked: private data offset in ev.msg */
 	struct cep_cm_event ev;
 };
 
@@ -107,7 +105,7 @@ struct cmr {
 	struct rid *all;         /* lk: every rid not yet freed */
 	uint32_t mapcap;         /* lk */
 	struct pev *qhead, *qtail; /* lk */
-	struct pev *parked;      /* lk: events for a handle not known yet (an id
+	struct park *parked;     /* lk: events for a handle not known yet (an id
 				    whose creating request's reply is on its
 				    way), newest first */
 	unsigned creating;       /* lk: such requests in flight */
@@ -341,6 +339,133 @@ static void send_async_destroy(struct cmr *r, uint32_t handle)
 	(void)send(r->fd, &q, sizeof(q), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+/* An event record kept until the id it names is known (see take_one). */
+struct park {
+	struct park *next;
+	uint32_t key;            /* the handle it waits for */
+	struct cepd_ev e;
+	struct cep_msg msg;
+};
+
+static void unpark(struct cmr *r, uint32_t handle);
+
+/* r->lk held. Keep @e for when @key is known, if a creating request is on
+ * its way (the id it makes may be the one); else it names nothing of ours. */
+static void park(struct cmr *r, uint32_t key, const struct cepd_ev *e, const struct cep_msg *msg)
+{
+	struct park *p;
+
+	if (!r->creating)
+		return;
+	p = malloc(sizeof(*p));
+	if (!p) {
+		fprintf(stderr, "libcep: remote CM: out of memory: an event lost\n");
+		return;
+	}
+	p->key = key;
+	p->e = *e;
+	p->msg = *msg;
+	p->next = r->parked;
+	r->parked = p;
+}
+
+/* r->lk held. One checked event record: to its id, or (a REQ) a new id
+ * under its listener. An id made by a request whose reply has not come yet
+ * is not known here yet (cepd sends events from its CM workers, the reply
+ * from the client's thread): its events, and REQs to such a listener, are
+ * parked until the reply names it. */
+static void take_one(struct cmr *r, const struct cepd_ev *e, const struct cep_msg *msg)
+{
+	struct cep_cm_event ev;
+	struct rid *d, *l = NULL;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.msg = *msg;
+	ev.type = e->type;
+	ev.status = e->status;
+	ev.from = e->from;
+	if (!e->has_msg)
+		ev.msg.type = CEP_MSG_INVALID;
+	if (e->has_pd) {
+		ev.private_data = (const uint8_t *)&ev.msg + e->pd_off;
+		ev.private_data_len = e->pd_len;
+	}
+	if (e->type == CEP_CM_EV_REQ_RECEIVED || e->type == CEP_CM_EV_SIDR_REQ_RECEIVED) {
+		l = map_get(r, e->listen_handle);
+		if (!l) {
+			park(r, e->listen_handle, e, msg);
+			return;
+		}
+		if (map_get(r, e->handle))
+			return;
+		d = rid_new(r, e->handle, e->local_comm_id, l->id.handler, l->id.channel,
+			    l->id.context);
+		if (d && map_put(r, d)) {
+			if (d->id.flags & F_CHANNEL_USER)
+				atomic_fetch_sub(&d->id.channel->users, 1);
+			rid_put_locked(d);
+			d = NULL;
+		}
+		if (!d) {
+			send_async_destroy(r, e->handle);
+			return;
+		}
+		if (l->gone || l->hidden) {
+			/* its listener is gone: end it unseen */
+			d->hidden = 1;
+			if (d->id.flags & F_CHANNEL_USER) {
+				d->id.flags &= (uint16_t)~F_CHANNEL_USER;
+				atomic_fetch_sub(&d->id.channel->users, 1);
+			}
+			send_async_destroy(r, e->handle);
+			unpark(r, d->handle);
+			return;
+		}
+		ev.listen_id = &l->id;
+	} else {
+		d = map_get(r, e->handle);
+		if (!d) {
+			park(r, e->handle, e, msg);
+			return;
+		}
+	}
+	ev.id = &d->id;
+	pthread_mutex_lock(&d->id.lock);
+	ev.context = d->id.context;
+	pthread_mutex_unlock(&d->id.lock);
+	route_event(r, d, &ev);
+	if (l) /* the new id's own events that were waiting for it */
+		unpark(r, d->handle);
+}
+
+/* r->lk held: @handle is known now; the records that waited for it go on,
+ * oldest first (later ones find it themselves). With no creating request
+ * left, what is still parked named nothing of ours. */
+static void unpark(struct cmr *r, uint32_t handle)
+{
+	struct park *mine = NULL, **pp = &r->parked, *p;
+
+	while ((p = *pp) != NULL) {
+		if (p->key == handle) {
+			*pp = p->next;
+			p->next = mine; /* reverses: oldest first */
+			mine = p;
+		} else {
+			pp = &p->next;
+		}
+	}
+	while ((p = mine) != NULL) {
+		mine = p->next;
+		take_one(r, &p->e, &p->msg);
+		free(p);
+	}
+	if (!r->creating)
+		while ((p = r->parked) != NULL) {
+			r->parked = p->next;
+			free(p);
+		}
+}
+
 /* One EVENTS message from the service (trusted, but checked: a record
  * that does not fit, names no id of ours or a bad type is skipped). */
 static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
@@ -353,8 +478,7 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 	pthread_mutex_lock(&r->lk);
 	for (uint32_t i = 0; i < m->count; i++) {
 		struct cepd_ev e;
-		struct cep_cm_event ev;
-		struct rid *d, *l = NULL;
+		struct cep_msg msg;
 
 		if (len - off < sizeof(e))
 			break;
@@ -362,105 +486,16 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 		if (e.len < sizeof(e) || e.len > len - off ||
 		    (e.has_msg && e.len < sizeof(e) + sizeof(struct cep_msg)))
 			break;
-		memset(&ev, 0, sizeof(ev));
+		memset(&msg, 0, sizeof(msg));
 		if (e.has_msg)
-			memcpy(&ev.msg, buf + off + sizeof(e), sizeof(ev.msg));
+			memcpy(&msg, buf + off + sizeof(e), sizeof(msg));
 		off += e.len;
-		if (e.type >= CEP_CM_EVENT_COUNT || (e.has_msg && ev.msg.type >= CEP_MSG_COUNT) ||
-		    (e.has_pd && (!e.has_msg || (size_t)e.pd_off + e.pd_len > sizeof(ev.msg))))
+		if (e.type >= CEP_CM_EVENT_COUNT || (e.has_msg && msg.type >= CEP_MSG_COUNT) ||
+		    (e.has_pd && (!e.has_msg || (size_t)e.pd_off + e.pd_len > sizeof(msg))))
 			continue;
-		ev.type = e.type;
-		ev.status = e.status;
-		ev.from = e.from;
-		if (!e.has_msg)
-			ev.msg.type = CEP_MSG_INVALID;
-		if (e.has_pd) {
-			ev.private_data = (const uint8_t *)&ev.msg + e.pd_off;
-			ev.private_data_len = e.pd_len;
-		}
-		if (e.type == CEP_CM_EV_REQ_RECEIVED || e.type == CEP_CM_EV_SIDR_REQ_RECEIVED) {
-			l = map_get(r, e.listen_handle);
-			if (!l || map_get(r, e.handle))
-				continue;
-			d = rid_new(r, e.handle, e.local_comm_id, l->id.handler, l->id.channel,
-				    l->id.context);
-			if (d && map_put(r, d)) {
-				if (d->id.flags & F_CHANNEL_USER)
-					atomic_fetch_sub(&d->id.channel->users, 1);
-				rid_put_locked(d);
-				d = NULL;
-			}
-			if (!d) {
-				send_async_destroy(r, e.handle);
-				continue;
-			}
-			if (l->gone || l->hidden) {
-				/* its listener is gone: end it unseen */
-				d->hidden = 1;
-				if (d->id.flags & F_CHANNEL_USER) {
-					d->id.flags &= (uint16_t)~F_CHANNEL_USER;
-					atomic_fetch_sub(&d->id.channel->users, 1);
-				}
-				send_async_destroy(r, e.handle);
-				continue;
-			}
-			ev.listen_id = &l->id;
-		} else {
-			d = map_get(r, e.handle);
-			if (!d && r->creating) {
-				/* an id whose creating reply is still on its way */
-				struct pev *p = malloc(sizeof(*p));
-
-				if (p) {
-					p->handle = e.handle;
-					p->ev = ev;
-					p->pd_off = e.pd_off;
-					p->next = r->parked;
-					r->parked = p;
-				}
-				continue;
-			}
-			if (!d)
-				continue;
-		}
-		ev.id = &d->id;
-		pthread_mutex_lock(&d->id.lock);
-		ev.context = d->id.context;
-		pthread_mutex_unlock(&d->id.lock);
-		route_event(r, d, &ev);
+		take_one(r, &e, &msg);
 	}
 	pthread_mutex_unlock(&r->lk);
-}
-
-/* r->lk held: @d has its handle; the events that came before the reply
- * that named it go on now, oldest first (later ones find it). */
-static void unpark(struct cmr *r, struct rid *d)
-{
-	struct pev *mine = NULL, **pp = &r->parked, *p;
-
-	while ((p = *pp) != NULL) {
-		if (p->handle == d->handle) {
-			*pp = p->next;
-			p->next = mine; /* reverses: oldest first */
-			mine = p;
-		} else {
-			pp = &p->next;
-		}
-	}
-	while ((p = mine) != NULL) {
-		mine = p->next;
-		p->ev.id = &d->id;
-		p->ev.context = d->id.context;
-		if (p->ev.private_data)
-			p->ev.private_data = (const uint8_t *)&p->ev.msg + p->pd_off;
-		route_event(r, d, &p->ev);
-		free(p);
-	}
-	if (!r->creating)
-		while ((p = r->parked) != NULL) { /* named no id of ours */
-			r->parked = p->next;
-			free(p);
-		}
 }
 
 /* r->lk held. The answer to a call; a creating request's names its id. */
@@ -485,10 +520,10 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 					if (map_put(r, c->made)) {
 						send_async_destroy(r, idr.handle);
 						c->made->handle = 0;
-					} else {
-						unpark(r, c->made);
 					}
 				}
+				/* 0 (not made): only drops what nobody waits for */
+				unpark(r, c->made->handle);
 				n = 0;
 			} else if (c->out) {
 				memcpy(c->out, buf + sizeof(*m), n < c->outlen ? n : c->outlen);
@@ -1024,7 +1059,7 @@ int cmr_destroy(struct cep_cm *cm)
 	while (r->all)
 		rid_free_locked(r->all);
 	while (r->parked) {
-		struct pev *p = r->parked;
+		struct park *p = r->parked;
 
 		r->parked = p->next;
 		free(p);
