@@ -9,14 +9,16 @@
  *   have calls in flight (the reply names its request's sequence number).
  *   A call returns the engine's answer, or -ECONNRESET once the service has
  *   gone (socket closed: cepd exited, was killed, restarted): never a hang.
- * - Events: one library thread (the reader) receives them. Handler ids'
- *   callbacks run on it, in the order the service sent them; channel ids'
- *   events go to their channel (its fd readable, get/ack as local). A call
- *   made from a callback does not wait for the reader (it is the reader):
- *   it reads the socket itself until its reply comes, keeping the events it
- *   meets for after the callback.
+ * - Events: one library thread (the reader) receives every message: it
+ *   wakes the call a reply answers, puts channel ids' events on their
+ *   channel (fd readable, get/ack as local) and queues handler ids' events
+ *   for a second thread (the callback thread), which runs the callbacks one
+ *   at a time in the order the service sent them. The reader takes no
+ *   application lock, so a reply always gets through: a callback may call
+ *   any function, and wait for a lock an application thread holds across a
+ *   call, as on a local context.
  * - After cep_cm_destroy_id() no event of the id but DESTROYED reaches the
- *   user; from a thread that is not the reader it first waits for a running
+ *   user; from a thread that is not the callback thread it first waits for a running
  *   callback of the id. DESTROYED is an id's last event; the id's memory
  *   stays until DESTROYED was handled (or acked) and no queued event and no
  *   call in flight names it.
@@ -68,7 +70,7 @@ struct rid {
 	_Atomic int refs;        /* user + queued events + calls in flight */
 	uint8_t phase;           /* r->lk */
 	uint8_t destroyed;       /* r->lk: DESTROYED received or made */
-	uint8_t delivering;      /* r->lk: the reader runs its callback */
+	uint8_t delivering;      /* r->lk: the callback thread runs its callback */
 	uint8_t done;            /* r->lk: DESTROYED handled (destroy_id_sync) */
 	uint8_t hidden;          /* r->lk: never the user's (a child of a listener
 				    destroyed before its REQ came) */
@@ -77,7 +79,7 @@ struct rid {
 	struct rid *all_next, *all_prev; /* r->lk: every id of r until freed */
 };
 
-/* An event waiting for the reader to run its callback. */
+/* An event waiting for the callback thread to run its callback. */
 struct pev {
 	struct pev *next;
 	struct cep_cm_event ev;
@@ -96,7 +98,9 @@ struct call {
 struct cmr {
 	struct cep_cm cm;        /* first: cm.tp NULL; nworkers, ca_guid, port, taken */
 	int fd;
-	pthread_t reader;
+	pthread_t reader;        /* receives: replies, events (never blocks on
+				    the application: callbacks are not its) */
+	pthread_t deliverer;     /* runs handler callbacks, in order */
 	pthread_mutex_t lk;
 	pthread_cond_t cv;       /* lk: delivering ends, DESTROYED done, local work */
 	struct call *calls;      /* lk */
@@ -110,8 +114,8 @@ struct cmr {
 				    way), newest first */
 	unsigned creating;       /* lk: such requests in flight */
 	int dead;                /* lk: the service has gone */
-	int closing;             /* lk: cep_cm_destroy: the reader ends */
-	uint8_t *rbuf;           /* the reader's (or a nested call's) buffer */
+	int closing;             /* lk: cep_cm_destroy: the callback thread ends */
+	uint8_t *rbuf;           /* the reader's buffer */
 	struct cmr *live_next;   /* live_lk */
 };
 
@@ -119,7 +123,8 @@ struct cmr {
 
 static pthread_mutex_t live_lk = PTHREAD_MUTEX_INITIALIZER;
 static struct cmr *live_head;   /* live_lk */
-static _Thread_local struct cmr *reader_self;
+/* The context whose callback thread this is (its callbacks run here). */
+static _Thread_local struct cmr *cb_self;
 
 static struct cmr *R(struct cep_cm *cm)
 {
@@ -278,7 +283,8 @@ static void set_phase(struct rid *d, unsigned type)
 }
 
 /* r->lk held. Hand @ev (about d) on: to its channel, or to the queue the
- * reader delivers from. A reference on d (and the listener) goes with it.
+ * callback thread delivers from. A reference on d (and the listener) goes
+ * with it.
  * Events of an id the user destroyed are dropped, DESTROYED excepted. */
 static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event *ev)
 {
@@ -325,6 +331,7 @@ static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event 
 	else
 		r->qhead = p;
 	r->qtail = p;
+	pthread_cond_broadcast(&r->cv); /* the callback thread waits on it */
 }
 
 static void send_async_destroy(struct cmr *r, uint32_t handle)
@@ -583,8 +590,7 @@ static void die_locked(struct cmr *r)
 	pthread_cond_broadcast(&r->cv);
 }
 
-/* Receive and take one message. Only the reader thread (or a call made in
- * one of its callbacks) receives. 0, or -1 when the socket has ended. */
+/* Receive and take one message. Only the reader thread receives. 0, or -1 when the socket has ended. */
 static int pump(struct cmr *r)
 {
 	ssize_t n;
@@ -615,7 +621,8 @@ static int pump(struct cmr *r)
 	return 0;
 }
 
-/* The reader: run the callbacks of queued events, one at a time, in order. */
+/* The callback thread: run the callbacks of queued events, one at a time,
+ * in order. */
 static void deliver(struct cmr *r)
 {
 	for (;;) {
@@ -656,26 +663,36 @@ static void deliver(struct cmr *r)
 	}
 }
 
+/* The reader: every message from the service, until the socket ends.
+ * It takes no lock but r->lk (and a channel's, in it), never the
+ * application's, so a call's reply always gets through, whatever a
+ * callback waits for. */
 static void *reader_main(void *arg)
 {
 	struct cmr *r = arg;
 
-	reader_self = r;
-	for (;;) {
-		int dead;
+	while (pump(r) == 0)
+		;
+	return NULL;
+}
 
+/* The callback thread: the queued events' callbacks, one at a time, in the
+ * order they came; after the service has gone, the events made here. */
+static void *deliverer_main(void *arg)
+{
+	struct cmr *r = arg;
+
+	cb_self = r;
+	for (;;) {
 		deliver(r);
 		pthread_mutex_lock(&r->lk);
 		if (r->closing) {
 			pthread_mutex_unlock(&r->lk);
 			break;
 		}
-		dead = r->dead;
-		if (dead && !r->qhead)
+		if (!r->qhead)
 			pthread_cond_wait(&r->cv, &r->lk);
 		pthread_mutex_unlock(&r->lk);
-		if (!dead)
-			(void)pump(r);
 	}
 	return NULL;
 }
@@ -713,19 +730,10 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 		if (made)
 			r->creating--;
 	}
-	if (reader_self == r) {
-		/* from a callback: read until our reply, events kept for later */
-		while (!c.done && !r->dead) {
-			pthread_mutex_unlock(&r->lk);
-			(void)pump(r);
-			pthread_mutex_lock(&r->lk);
-		}
-		if (!c.done)
-			c.ret = CMR_GONE;
-	} else {
-		while (!c.done)
-			pthread_cond_wait(&c.cv, &r->lk);
-	}
+	/* the reader signals (or die_locked fails) it; from a callback too:
+	 * the reader is another thread */
+	while (!c.done)
+		pthread_cond_wait(&c.cv, &r->lk);
 	for (struct call **pp = &r->calls; *pp; pp = &(*pp)->next)
 		if (*pp == &c) {
 			*pp = c.next;
@@ -787,19 +795,11 @@ static int call_pd(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a, uint
 	return ret ? ret : call(r, (struct cepd_req *)buf, NULL, 0);
 }
 
-/* r->lk held: wait while another request is making @d (from a callback:
- * read the socket for it). */
+/* r->lk held: wait while another request is making @d. */
 static void wait_created(struct cmr *r, struct rid *d)
 {
-	while (d->creating && !r->dead) {
-		if (reader_self == r) {
-			pthread_mutex_unlock(&r->lk);
-			(void)pump(r);
-			pthread_mutex_lock(&r->lk);
-		} else {
-			pthread_cond_wait(&r->cv, &r->lk);
-		}
-	}
+	while (d->creating)
+		pthread_cond_wait(&r->cv, &r->lk); /* its call ends, also on death */
 }
 
 /* A request @q on @id (its reply payload, if any, into @out): the id's
@@ -989,7 +989,17 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	atomic_init(&r->cm.taken, 0);
 	pthread_mutex_init(&r->lk, NULL);
 	pthread_cond_init(&r->cv, NULL);
-	ret = -pthread_create(&r->reader, NULL, reader_main, r);
+	ret = -pthread_create(&r->deliverer, NULL, deliverer_main, r);
+	if (!ret) {
+		ret = -pthread_create(&r->reader, NULL, reader_main, r);
+		if (ret) {
+			pthread_mutex_lock(&r->lk);
+			r->closing = 1;
+			pthread_cond_broadcast(&r->cv);
+			pthread_mutex_unlock(&r->lk);
+			pthread_join(r->deliverer, NULL);
+		}
+	}
 	if (ret) {
 		pthread_mutex_destroy(&r->lk);
 		pthread_cond_destroy(&r->cv);
@@ -1014,7 +1024,7 @@ int cmr_destroy(struct cep_cm *cm)
 	struct cmr *r = R(cm);
 	uint32_t none = 0;
 
-	if (reader_self == r)
+	if (cb_self == r)
 		return -EDEADLK;
 	/* as the local destroy: an event taken and not acked refuses it */
 	if (!atomic_compare_exchange_strong_explicit(&cm->taken, &none, CM_CLOSED,
@@ -1029,11 +1039,12 @@ int cmr_destroy(struct cep_cm *cm)
 	pthread_mutex_unlock(&live_lk);
 	/* the service sees EOF and ends our ids; the reader sees it too */
 	shutdown(r->fd, SHUT_RDWR);
+	pthread_join(r->reader, NULL); /* it ends on the shut socket */
 	pthread_mutex_lock(&r->lk);
 	r->closing = 1;
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->lk);
-	pthread_join(r->reader, NULL);
+	pthread_join(r->deliverer, NULL);
 	/* nothing delivers now: drop what is queued and free every id (an
 	 * extra reference on each keeps them while their channel events go) */
 	while (r->qhead) {
@@ -1082,14 +1093,14 @@ int cmr_qp_register(struct cep_cm *cm, uint32_t qpn)
 
 int cmr_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 {
-	if (reader_self == R(cm))
+	if (cb_self == R(cm))
 		return -EDEADLK; /* "not from CM callbacks", as the local one */
 	return call_pd(R(cm), CEPD_QP_DESTROY, 0, qpn, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
 
 int cmr_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 {
-	if (reader_self == R(cm))
+	if (cb_self == R(cm))
 		return -EDEADLK;
 	return call_pd(R(cm), CEPD_QUIESCE, 0, timeout_ms, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
@@ -1141,7 +1152,7 @@ int cmr_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, struct c
 }
 
 /* r->lk held: @d ends here (the service has gone, or it was never made
- * there): its DESTROYED is made here, delivered by the reader. */
+ * there): its DESTROYED is made here, delivered by the callback thread. */
 static void destroyed_here(struct cmr *r, struct rid *d)
 {
 	struct cep_cm_event ev;
@@ -1170,8 +1181,8 @@ int cmr_destroy_id(struct cep_cm_id *id)
 	}
 	d->gone = 1;
 	cmr_id_get(id); /* the call's: DESTROYED may come before its reply */
-	/* not a callback of the reader: wait for one of this id running */
-	while (reader_self != r && d->delivering)
+	/* not from a callback: wait for one of this id running */
+	while (cb_self != r && d->delivering)
 		pthread_cond_wait(&r->cv, &r->lk);
 	wait_created(r, d);
 	unmade = !d->handle;
@@ -1179,13 +1190,10 @@ int cmr_destroy_id(struct cep_cm_id *id)
 	if (id->channel)
 		cm_channel_purge(id->channel, id, 0);
 	if (unmade) {
-		/* never made in cepd: it ends here; a callback id's DESTROYED
-		 * is the reader's to deliver, so wake it (a PING's answer) */
+		/* never made in cepd: it ends here (DESTROYED made here) */
 		pthread_mutex_lock(&r->lk);
 		destroyed_here(r, d);
 		pthread_mutex_unlock(&r->lk);
-		if (!id->channel && reader_self != r)
-			(void)call_pd(r, CEPD_PING, 0, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 		ret = 0;
 	} else {
 		ret = id_req(id, CEPD_DESTROY_ID, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
@@ -1208,7 +1216,7 @@ int cmr_destroy_id_sync(struct cep_cm_id *id)
 	struct timespec ts;
 	int ret;
 
-	if (reader_self == r)
+	if (cb_self == r)
 		return -EDEADLK;
 	if (id->channel)
 		return -EINVAL;
