@@ -2,18 +2,21 @@
 /*
  * cepd_qp_owner(): who owns a QP, asked of the kernel's RDMA resource
  * tracking over NETLINK_RDMA (the nldev client that `rdma resource show qp`
- * reads). Three requests on one private socket: the device index by name
- * (RDMA_NLDEV_CMD_GET dump), then the QP by number (RDMA_NLDEV_CMD_RES_QP_GET
- * doit with RDMA_NLDEV_ATTR_RES_LQPN, one per port), and only when the doit
- * cannot answer, the dump of the device's QPs scanned for the number.
+ * reads). On one private socket per call: the QP by number
+ * (RDMA_NLDEV_CMD_RES_QP_GET doit with RDMA_NLDEV_ATTR_RES_LQPN, one per
+ * port) on the device's index, and only when the doit cannot answer, the
+ * dump of the device's QPs scanned for the number. The index comes from a
+ * small cache by name, or from the device dump (RDMA_NLDEV_CMD_GET); every
+ * QP reply carries the device's index and name, so a cached index that no
+ * longer names the device is noticed and looked up again.
  *
  * Guarantees: every reply is read within the bounds of its datagram and of
  * each enclosing message and attribute; a truncated, malformed or
  * unexpected reply (wrong sequence number, wrong message type, bad lengths,
  * a required attribute missing or repeated) is -EPROTO, never a read past
  * a buffer. Datagrams that do not come from the kernel are dropped, so a
- * local process cannot answer in the kernel's place. No state is kept
- * between calls.
+ * local process cannot answer in the kernel's place. The cache of device
+ * indexes is the only state kept between calls (under cache_lock).
  *
  * Kernel facts this relies on (drivers/infiniband/core/nldev.c, restrack.c):
  * - the QP doit needs RDMA_NLDEV_ATTR_PORT_INDEX and answers -EAGAIN when
@@ -630,8 +633,11 @@ int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
 		cache_set(ibdev, &d);
 	}
 	ret = ask(&q, &d, &f, false);
-	if (cached && (ret == -ESTALE || ret == DOIT_REFUSED || ret == -EINVAL)) {
-		/* The cached index may be out of date: look the name up again. */
+	if (cached && (ret == -ESTALE || ret == DOIT_REFUSED || ret == -EINVAL ||
+		       ret == -ENOENT)) {
+		/* The cached index may be out of date: look the name up again.
+		 * (-ENOENT too: an error reply names no device, and the index
+		 * could be another device's now. Only a QPN nobody has pays.) */
 		int first = ret;
 		uint32_t old = d.index;
 
@@ -641,9 +647,12 @@ int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
 		if (ret < 0)
 			goto out;
 		cache_set(ibdev, &d);
-		/* The same index refused again: the kernel lacks the doit (or
-		 * QP tracking, which the dump will say). */
-		ret = ask(&q, &d, &f, first != -ESTALE && d.index == old);
+		if (first == -ENOENT && d.index == old)
+			ret = -ENOENT; /* the index was right */
+		else
+			/* The same index refused again: the kernel lacks the doit
+			 * (or QP tracking, which the dump will say). */
+			ret = ask(&q, &d, &f, first != -ESTALE && d.index == old);
 	}
 	if (ret == DOIT_REFUSED) /* a fresh index refused by the doit: no doit */
 		ret = ask(&q, &d, &f, true);
