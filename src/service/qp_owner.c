@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -762,10 +763,25 @@ static int proc_tgid(void *ctx, pid_t tid, pid_t *tgid)
 	return cepd_parse_tgid(text, len, tgid);
 }
 
+/* The real socket, and when its answers must have come. */
+struct nl_sock {
+	int fd;
+	struct timespec deadline; /* CLOCK_MONOTONIC */
+};
+
+static bool past(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > deadline->tv_sec ||
+	       (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
 static int nl_send(void *ctx, const void *msg, size_t len)
 {
 	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-	int fd = *(int *)ctx;
+	int fd = ((struct nl_sock *)ctx)->fd;
 	ssize_t n;
 
 	do
@@ -778,7 +794,8 @@ static int nl_send(void *ctx, const void *msg, size_t len)
 
 static ssize_t nl_recv(void *ctx, void *buf, size_t cap)
 {
-	int fd = *(int *)ctx;
+	struct nl_sock *ns = ctx;
+	int fd = ns->fd;
 
 	for (;;) {
 		struct sockaddr_nl from;
@@ -796,10 +813,14 @@ static ssize_t nl_recv(void *ctx, void *buf, size_t cap)
 			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
 		}
 		/* Only the kernel (port 0) answers; another process that
-		 * learnt our port id could otherwise claim any QP. */
+		 * learnt our port id (/proc/net/netlink) could otherwise claim
+		 * any QP, or, sending without end, hold us here: the deadline. */
 		if (mh.msg_namelen != sizeof(from) || from.nl_family != AF_NETLINK ||
-		    from.nl_pid != 0)
+		    from.nl_pid != 0) {
+			if (past(&ns->deadline))
+				return -ETIMEDOUT;
 			continue;
+		}
 		if (mh.msg_flags & MSG_TRUNC)
 			return (ssize_t)cap + 1;
 		return n;
@@ -810,6 +831,7 @@ int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid)
 {
 	struct timeval tv = { .tv_sec = NL_TIMEOUT_S };
 	struct cepd_nl_ops ops = { .send = nl_send, .recv = nl_recv, .tgid = proc_tgid };
+	struct nl_sock ns;
 	int fd, ret;
 
 	if (!args_ok(ibdev, qpn, pid))
@@ -823,7 +845,10 @@ int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid)
 		close(fd);
 		return ret;
 	}
-	ops.ctx = &fd;
+	ns.fd = fd;
+	clock_gettime(CLOCK_MONOTONIC, &ns.deadline);
+	ns.deadline.tv_sec += NL_TIMEOUT_S;
+	ops.ctx = &ns;
 	ret = cepd_qp_owner_ops(&ops, ibdev, qpn, pid);
 	close(fd);
 	return ret;

@@ -24,7 +24,8 @@
  *            thread, not the process, and drops its pid when that thread
  *            is gone, even if the rest of the process lives on);
  *   -EPROTO  a malformed or truncated reply;
- *   -ETIMEDOUT no reply within 5 s;
+ *   -ETIMEDOUT no reply within 5 s, or datagrams from another process
+ *            (dropped) still arriving 5 s after the call began;
  *   -EINVAL  NULL arguments, an empty or over-long device name, or a QPN
  *            wider than 24 bits.
  * *pid is written only on success.
