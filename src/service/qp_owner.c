@@ -830,6 +830,7 @@ static ssize_t nl_recv(void *ctx, void *buf, size_t cap)
 int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid)
 {
 	struct timeval tv = { .tv_sec = NL_TIMEOUT_S };
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
 	struct cepd_nl_ops ops = { .send = nl_send, .recv = nl_recv, .tgid = proc_tgid };
 	struct nl_sock ns;
 	int fd, ret;
@@ -840,7 +841,11 @@ int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid)
 	if (fd < 0)
 		/* No NETLINK_RDMA in this kernel (ib_core absent). */
 		return errno == EPROTONOSUPPORT || errno == EAFNOSUPPORT ? -EOPNOTSUPP : -errno;
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+	/* Connected to the kernel (port 0), the socket is refused unicasts
+	 * from any other socket (netlink_getsockbyportid: ECONNREFUSED to the
+	 * sender); nl_recv checks the sender as well. */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+	    connect(fd, (struct sockaddr *)&kernel, sizeof(kernel)) < 0) {
 		ret = -errno;
 		close(fd);
 		return ret;
