@@ -424,7 +424,10 @@ int main(int argc, char **argv)
 			break;
 		}
 	}
+	/* Each is a dump of all 1,000: every 20th and the last, not all. */
 	for (int i = 0; i < b.n; i++) {
+		if (i % 20 != 0 && i != b.n - 1)
+			continue;
 		expect(b.qps[i].qpn, 0, b.pid, "B's QP in RESET");
 		qpn_r_last = b.qps[i].qpn;
 		n_r++;
@@ -436,24 +439,24 @@ int main(int argc, char **argv)
 	if (ret != -ENOENT || pid != -1)
 		FAIL("unknown device: got %d pid %d, want -ENOENT", ret, (int)pid);
 
-	printf("qp-owner-guest: %d INIT QPs (doit) and %d RESET QPs (multipart dump) checked\n",
-	       n_i + 1, n_r);
+	printf("qp-owner-guest: %d INIT QPs (doit) and %d of %d RESET QPs (multipart dump) checked\n",
+	       n_i + 1, n_r, b.n);
 	/* The doit path, first check of the device (device dump + doit) and
 	 * with its index cached (doit alone), interleaved so that both see
 	 * the same load on this TCG guest. */
 	{
 		double first = 0, cached = 0;
 
-		for (int i = 0; i < 200; i++) {
+		for (int i = 0; i < 100; i++) {
 			cepd_qp_owner_forget_devices();
 			first += time_check(qpn_i, 1);
 			cached += time_check(qpn_i, 1);
 		}
 		printf("qp-owner-guest: one check, doit path: %.1f us first, %.1f us with "
-		       "the device index cached (means of 200)\n", first / 200, cached / 200);
+		       "the device index cached (means of 100)\n", first / 100, cached / 100);
 	}
-	printf("qp-owner-guest: one check, dump path over %d QPs: %.1f us (mean of 10)\n",
-	       nreset + a.n + 1, time_check(qpn_r_last, 10));
+	printf("qp-owner-guest: one check, dump path over %d QPs: %.1f us (mean of 5)\n",
+	       nreset + a.n + 1, time_check(qpn_r_last, 5));
 
 	/* Where the time of one check goes: the socket and the device dump
 	 * (an unknown device stops there), and the /proc read. */
@@ -461,13 +464,13 @@ int main(int argc, char **argv)
 		double t0 = now_us();
 		char path[64], buf[4096];
 
-		for (int i = 0; i < 200; i++)
+		for (int i = 0; i < 100; i++)
 			(void)cepd_qp_owner("nosuchdev0", qpn_i, &pid);
-		printf("qp-owner-guest: socket and device dump alone: %.1f us (mean of 200)\n",
-		       (now_us() - t0) / 200);
+		printf("qp-owner-guest: socket and device dump alone: %.1f us (mean of 100)\n",
+		       (now_us() - t0) / 100);
 		snprintf(path, sizeof(path), "/proc/%d/status", (int)a.pid);
 		t0 = now_us();
-		for (int i = 0; i < 200; i++) {
+		for (int i = 0; i < 100; i++) {
 			FILE *f = fopen(path, "r");
 
 			if (f) {
@@ -475,8 +478,8 @@ int main(int argc, char **argv)
 				fclose(f);
 			}
 		}
-		printf("qp-owner-guest: reading /proc/PID/status alone: %.1f us (mean of 200)\n",
-		       (now_us() - t0) / 200);
+		printf("qp-owner-guest: reading /proc/PID/status alone: %.1f us (mean of 100)\n",
+		       (now_us() - t0) / 100);
 	}
 
 	check_connected_socket();
@@ -487,7 +490,7 @@ int main(int argc, char **argv)
 		flood_qpn = qpn_i;
 		if (pthread_create(&t, NULL, flood, NULL))
 			die("pthread_create");
-		for (int i = 0; i < 300; i++) {
+		for (int i = 0; i < 200; i++) {
 			pid = -1;
 			ret = cepd_qp_owner(dev, qpn_i, &pid);
 			if (ret != 0 || pid != a.pid)
@@ -496,8 +499,8 @@ int main(int argc, char **argv)
 		flood_stop = 1;
 		pthread_join(t, NULL);
 		if (wrong)
-			FAIL("%d of 300 checks wrong under forged replies", wrong);
-		printf("qp-owner-guest: 300 checks under forged replies right "
+			FAIL("%d of 200 checks wrong under forged replies", wrong);
+		printf("qp-owner-guest: 200 checks under forged replies right "
 		       "(%d forged datagrams accepted by unconnected sockets)\n", flood_sent);
 	}
 
