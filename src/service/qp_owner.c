@@ -2,18 +2,21 @@
 /*
  * cepd_qp_owner(): who owns a QP, asked of the kernel's RDMA resource
  * tracking over NETLINK_RDMA (the nldev client that `rdma resource show qp`
- * reads). Three requests on one private socket: the device index by name
- * (RDMA_NLDEV_CMD_GET dump), then the QP by number (RDMA_NLDEV_CMD_RES_QP_GET
- * doit with RDMA_NLDEV_ATTR_RES_LQPN, one per port), and only when the doit
- * cannot answer, the dump of the device's QPs scanned for the number.
+ * reads). On one private socket per call: the QP by number
+ * (RDMA_NLDEV_CMD_RES_QP_GET doit with RDMA_NLDEV_ATTR_RES_LQPN, one per
+ * port) on the device's index, and only when the doit cannot answer, the
+ * dump of the device's QPs scanned for the number. The index comes from a
+ * small cache by name, or from the device dump (RDMA_NLDEV_CMD_GET); every
+ * QP reply carries the device's index and name, so a cached index that no
+ * longer names the device is noticed and looked up again.
  *
  * Guarantees: every reply is read within the bounds of its datagram and of
  * each enclosing message and attribute; a truncated, malformed or
  * unexpected reply (wrong sequence number, wrong message type, bad lengths,
  * a required attribute missing or repeated) is -EPROTO, never a read past
  * a buffer. Datagrams that do not come from the kernel are dropped, so a
- * local process cannot answer in the kernel's place. No state is kept
- * between calls.
+ * local process cannot answer in the kernel's place. The cache of device
+ * indexes is the only state kept between calls (under cache_lock).
  *
  * Kernel facts this relies on (drivers/infiniband/core/nldev.c, restrack.c):
  * - the QP doit needs RDMA_NLDEV_ATTR_PORT_INDEX and answers -EAGAIN when
@@ -35,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -630,8 +634,11 @@ int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
 		cache_set(ibdev, &d);
 	}
 	ret = ask(&q, &d, &f, false);
-	if (cached && (ret == -ESTALE || ret == DOIT_REFUSED || ret == -EINVAL)) {
-		/* The cached index may be out of date: look the name up again. */
+	if (cached && (ret == -ESTALE || ret == DOIT_REFUSED || ret == -EINVAL ||
+		       ret == -ENOENT)) {
+		/* The cached index may be out of date: look the name up again.
+		 * (-ENOENT too: an error reply names no device, and the index
+		 * could be another device's now. Only a QPN nobody has pays.) */
 		int first = ret;
 		uint32_t old = d.index;
 
@@ -641,9 +648,12 @@ int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
 		if (ret < 0)
 			goto out;
 		cache_set(ibdev, &d);
-		/* The same index refused again: the kernel lacks the doit (or
-		 * QP tracking, which the dump will say). */
-		ret = ask(&q, &d, &f, first != -ESTALE && d.index == old);
+		if (first == -ENOENT && d.index == old)
+			ret = -ENOENT; /* the index was right */
+		else
+			/* The same index refused again: the kernel lacks the doit
+			 * (or QP tracking, which the dump will say). */
+			ret = ask(&q, &d, &f, first != -ESTALE && d.index == old);
 	}
 	if (ret == DOIT_REFUSED) /* a fresh index refused by the doit: no doit */
 		ret = ask(&q, &d, &f, true);
@@ -753,10 +763,25 @@ static int proc_tgid(void *ctx, pid_t tid, pid_t *tgid)
 	return cepd_parse_tgid(text, len, tgid);
 }
 
+/* The real socket, and when its answers must have come. */
+struct nl_sock {
+	int fd;
+	struct timespec deadline; /* CLOCK_MONOTONIC */
+};
+
+static bool past(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > deadline->tv_sec ||
+	       (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
 static int nl_send(void *ctx, const void *msg, size_t len)
 {
 	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-	int fd = *(int *)ctx;
+	int fd = ((struct nl_sock *)ctx)->fd;
 	ssize_t n;
 
 	do
@@ -769,7 +794,8 @@ static int nl_send(void *ctx, const void *msg, size_t len)
 
 static ssize_t nl_recv(void *ctx, void *buf, size_t cap)
 {
-	int fd = *(int *)ctx;
+	struct nl_sock *ns = ctx;
+	int fd = ns->fd;
 
 	for (;;) {
 		struct sockaddr_nl from;
@@ -787,10 +813,14 @@ static ssize_t nl_recv(void *ctx, void *buf, size_t cap)
 			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
 		}
 		/* Only the kernel (port 0) answers; another process that
-		 * learnt our port id could otherwise claim any QP. */
+		 * learnt our port id (/proc/net/netlink) could otherwise claim
+		 * any QP, or, sending without end, hold us here: the deadline. */
 		if (mh.msg_namelen != sizeof(from) || from.nl_family != AF_NETLINK ||
-		    from.nl_pid != 0)
+		    from.nl_pid != 0) {
+			if (past(&ns->deadline))
+				return -ETIMEDOUT;
 			continue;
+		}
 		if (mh.msg_flags & MSG_TRUNC)
 			return (ssize_t)cap + 1;
 		return n;
@@ -800,7 +830,9 @@ static ssize_t nl_recv(void *ctx, void *buf, size_t cap)
 int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid)
 {
 	struct timeval tv = { .tv_sec = NL_TIMEOUT_S };
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
 	struct cepd_nl_ops ops = { .send = nl_send, .recv = nl_recv, .tgid = proc_tgid };
+	struct nl_sock ns;
 	int fd, ret;
 
 	if (!args_ok(ibdev, qpn, pid))
@@ -809,12 +841,19 @@ int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid)
 	if (fd < 0)
 		/* No NETLINK_RDMA in this kernel (ib_core absent). */
 		return errno == EPROTONOSUPPORT || errno == EAFNOSUPPORT ? -EOPNOTSUPP : -errno;
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+	/* Connected to the kernel (port 0), the socket is refused unicasts
+	 * from any other socket (netlink_getsockbyportid: ECONNREFUSED to the
+	 * sender); nl_recv checks the sender as well. */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+	    connect(fd, (struct sockaddr *)&kernel, sizeof(kernel)) < 0) {
 		ret = -errno;
 		close(fd);
 		return ret;
 	}
-	ops.ctx = &fd;
+	ns.fd = fd;
+	clock_gettime(CLOCK_MONOTONIC, &ns.deadline);
+	ns.deadline.tv_sec += NL_TIMEOUT_S;
+	ops.ctx = &ns;
 	ret = cepd_qp_owner_ops(&ops, ibdev, qpn, pid);
 	close(fd);
 	return ret;

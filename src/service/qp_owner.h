@@ -3,8 +3,7 @@
  * QP ownership for cepd: which process owns a QP on an RDMA device, from the
  * kernel's RDMA resource tracking (NETLINK_RDMA, the source `rdma resource
  * show qp` reads). cepd compares the answer with a client's SO_PEERCRED pid
- * before it binds a CM id to that QP. No state: each call opens its own
- * netlink socket, so any thread may call it at any time.
+ * before it binds a CM id to that QP. Any thread may call it at any time.
  */
 #ifndef CEP_SERVICE_QP_OWNER_H
 #define CEP_SERVICE_QP_OWNER_H
@@ -24,15 +23,15 @@
  *            thread, not the process, and drops its pid when that thread
  *            is gone, even if the rest of the process lives on);
  *   -EPROTO  a malformed or truncated reply;
- *   -ETIMEDOUT no reply within 5 s;
+ *   -ETIMEDOUT no reply within 5 s, or datagrams from another process
+ *            (dropped) still arriving 5 s after the call began;
  *   -EINVAL  NULL arguments, an empty or over-long device name, or a QPN
  *            wider than 24 bits.
  * *pid is written only on success.
  *
  * Owner: the kernel records the thread that called ibv_create_qp; *pid is
- * that thread's process (its Tgid, from /proc), the same id SO_PEERCRED
- * gives for a socket. A QP created through a verbs context inherited over
- * fork() is reported for the process that created it, not the one holding it.
+ * that thread's process (the thread's own id when it is the main thread,
+ * else its Tgid from /proc), the same id SO_PEERCRED gives for a socket.
  *
  * Pid namespaces: the kernel shows a QP only to a caller in the pid
  * namespace of the QP's creator (kernel QPs only in the initial one) and

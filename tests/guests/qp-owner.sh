@@ -10,4 +10,4 @@ bin=$1
 nreset=${2:-1000}
 gb_rxe_up
 echo "rxe0 up: gid[1] $(gb_gid 1)"
-timeout 300 "$bin" rxe0 "$nreset"
+timeout 500 "$bin" rxe0 "$nreset"

@@ -167,6 +167,7 @@ done
 [ -e "$unitdir/cepd.socket" ] || fail "cepd.socket is not in any package"
 [ -x "$root/usr/sbin/cepd" ] || fail "/usr/sbin/cepd is not in any package"
 [ -e "$root/usr/share/man/man8/cepd.8.gz" ] || fail "cepd(8) is not in any package"
+[ -x "$root/etc/init.d/cepd" ] || fail "cepd's init script (other init systems) is not in any package"
 grep -qx 'ListenSequentialPacket=/run/cep/cepd.sock' "$unitdir/cepd.socket" ||
 	fail "cepd.socket does not listen on /run/cep/cepd.sock (SOCK_SEQPACKET)"
 grep -qx 'SocketMode=0666' "$unitdir/cepd.socket" || fail "cepd.socket is not mode 0666"

@@ -694,6 +694,23 @@ static void t_cache(void)
 	CHECK_EQ(K.nreqs, 3);
 	CHECK(K.reqs[0].dev == 6 && K.reqs[2].dev == 8);
 
+	/* A QPN nobody has: the index is confirmed (device dump), then -ENOENT. */
+	CHECK_EQ(owner_cached("rxe0", 0x99, &pid), -ENOENT);
+	CHECK_EQ(K.nreqs, 2);
+	/* The old index now another device's, which lacks the QPN: its
+	 * -ENOENT (an error names no device) is not taken for rxe0's. */
+	K.qps[K.nqps++] = (struct fqp){ 8, 0x16, 1, USER, 116 };
+	K.devs[0].index = 10;
+	for (int i = 0; i < K.nqps; i++)
+		if (K.qps[i].dev == 8)
+			K.qps[i].dev = 10;
+	K.devs[3] = (struct fdev){ "other1", 8, 1 };
+	K.ndevs = 4;
+	CHECK_EQ(owner_cached("rxe0", 0x16, &pid), 0);
+	CHECK_EQ(pid, 116);
+	CHECK_EQ(K.nreqs, 3);
+	CHECK(K.reqs[0].dev == 8 && K.reqs[2].dev == 10);
+
 	/* rxe0 gone: the cached index finds nothing, the name neither. */
 	K.devs[0].name = "gone0";
 	CHECK_EQ(owner_cached("rxe0", 0x11, &pid), -ENOENT);
