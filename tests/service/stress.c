@@ -6,7 +6,7 @@
  * destroying QPs while their connections are being bound and set up (the
  * seed's CID-versus-QP-destruction race, now across processes), while the
  * parent kills clients with SIGKILL at random and starts new ones in
- * their place, and a thread of the parent speaks the raw protocol with
+ * their place, and another process speaks the raw protocol with
  * random requests, handles and lengths and drops its connection at random.
  *
  * What must hold (each a failure otherwise):
@@ -515,9 +515,17 @@ static int service_empty(const char *s)
 	return ports == 2 && clients == 0;
 }
 
-/* The raw-protocol thread: random requests on connections it drops at random. */
-static _Atomic int raw_stop;
-static _Atomic unsigned long raw_reqs, raw_conns;
+/* The raw-protocol process: random requests on connections it drops at
+ * random, until SIGTERM. A process, not a thread of the parent: the parent
+ * forks clients all along and must stay single-threaded (TSan). */
+static volatile sig_atomic_t raw_stop;
+static unsigned long raw_reqs, raw_conns;
+
+static void raw_on_term(int sig)
+{
+	(void)sig;
+	raw_stop = 1;
+}
 
 static int raw_hello(unsigned port)
 {
@@ -548,15 +556,14 @@ static int raw_hello(unsigned port)
 	return fd;
 }
 
-static void *raw_thread(void *arg)
+static int raw_main(unsigned r)
 {
-	unsigned r = (unsigned)(uintptr_t)arg;
 	static uint8_t buf[CEPD_MSG_MAX];
 	uint32_t handles[64];
 	unsigned nh = 0;
 	int fd = -1;
 
-	while (!atomic_load(&raw_stop)) {
+	while (!raw_stop) {
 		uint8_t m[sizeof(struct cepd_req) + 512];
 		struct cepd_req *q = (struct cepd_req *)m;
 		size_t len;
@@ -565,7 +572,7 @@ static void *raw_thread(void *arg)
 		if (fd < 0) {
 			fd = raw_hello((r >> 8) % 2);
 			nh = 0;
-			atomic_fetch_add(&raw_conns, 1);
+			raw_conns++;
 			if (fd < 0) {
 				msleep(5);
 				continue;
@@ -593,7 +600,7 @@ static void *raw_thread(void *arg)
 			fd = -1;
 			continue;
 		}
-		atomic_fetch_add(&raw_reqs, 1);
+		raw_reqs++;
 		/* read what came: remember handles of the ids made */
 		for (;;) {
 			struct pollfd pf = { .fd = fd, .events = POLLIN };
@@ -618,13 +625,30 @@ static void *raw_thread(void *arg)
 	}
 	if (fd >= 0)
 		close(fd);
-	return NULL;
+	printf("raw client: %lu requests on %lu connections\n", raw_reqs, raw_conns);
+	return 0;
+}
+
+static pid_t spawn_raw(void)
+{
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = raw_on_term;
+		sigaction(SIGTERM, &sa, NULL);
+		_exit(raw_main((unsigned)seed));
+	}
+	return pid;
 }
 
 int main(int argc, char **argv)
 {
-	pid_t cepd;
-	pthread_t raw;
+	pid_t cepd, raw;
 	char buf[16384];
 	double end, t0;
 	unsigned kills = 0;
@@ -672,7 +696,7 @@ int main(int argc, char **argv)
 	cepd = start_cepd();
 	for (unsigned i = 0; i < nclients; i++)
 		spawn(i);
-	pthread_create(&raw, NULL, raw_thread, (void *)(uintptr_t)seed);
+	raw = spawn_raw();
 	t0 = now_s();
 	end = t0 + duration;
 	while (now_s() < end) {
@@ -682,6 +706,12 @@ int main(int argc, char **argv)
 		msleep(kill_ms / 2 + (unsigned)rand() % kill_ms);
 		/* a client that ended by itself is a failure */
 		while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+			if (pid == raw) {
+				fprintf(stderr, "service-stress: the raw client died (status 0x%x)\n", st);
+				failures++;
+				raw = -1;
+				continue;
+			}
 			if (pid == cepd) {
 				fprintf(stderr, "service-stress: cepd died (status 0x%x)\n", st);
 				return 1;
@@ -702,8 +732,13 @@ int main(int argc, char **argv)
 		kills++;
 		spawn(i);
 	}
-	atomic_store(&raw_stop, 1);
-	pthread_join(raw, NULL);
+	if (raw > 0) {
+		kill(raw, SIGTERM);
+		if (waitpid(raw, &st, 0) != raw || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			fprintf(stderr, "service-stress: the raw client ended with status 0x%x\n", st);
+			failures++;
+		}
+	}
 	/* the end: half are told to stop (cep_cm_destroy), half are killed */
 	for (unsigned i = 0; i < nclients; i++) {
 		if (i % 3 == 2) {
@@ -722,8 +757,7 @@ int main(int argc, char **argv)
 			judge(i, st, 0);
 		ctl_close(i);
 	}
-	printf("service-stress: %u clients killed in %.1f s; raw thread: %lu requests on %lu "
-	       "connections\n", kills, now_s() - t0, raw_reqs, raw_conns);
+	printf("service-stress: %u clients killed in %.1f s\n", kills, now_s() - t0);
 	/* every trace of the clients goes (timewaits included) */
 	for (int t = 0; t < 600 && !empty; t++) {
 		stats(buf, sizeof(buf));
