@@ -357,13 +357,17 @@ static int via_cepd(const char *cepd, const char *self, unsigned w, uint32_t n, 
 		usleep(10000);
 	}
 	pp = spawn(pargv, &pto, &pfrom);
-	if (read_line(pfrom, line, sizeof(line)) || strncmp(line, "ready", 5))
+	if (read_line(pfrom, line, sizeof(line)) || strncmp(line, "ready", 5)) {
+		fprintf(stderr, "cep-bench-service: the passive client did not start: '%s'\n", line);
 		goto out;
+	}
 	ap = spawn(aargv, &ato, &afrom);
 	if (!read_line(afrom, line, sizeof(line)) && field(line, "ok") == 1) {
 		*est = field(line, "est_per_s");
 		*rel = field(line, "rel_per_s");
 		ret = 0;
+	} else {
+		fprintf(stderr, "cep-bench-service: the active client said '%s'\n", line);
 	}
 	close(ato);
 	waitpid(ap, &st, 0);

@@ -258,6 +258,9 @@ CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
  *   kernel does not show as this process's, EPERM; connect/accept on a
  *   QPN this process did not register, ENOENT;
  * - a listen on a service ID another process listens on: EADDRINUSE;
+ * - cep_cm_create_id() asks nothing of cepd: the id is made there by its
+ *   first call, which returns the create's errors (ENOMEM, EAGAIN, and
+ *   EMFILE beyond the service's per-process budget, cepd --max-ids);
  * - cep_cm_table() and cep_cm_id_cep() return NULL (the table is cepd's);
  *   cep_cm_id_state(), cep_cm_id_lap_state() and
  *   cep_cm_id_remote_comm_id() ask cepd (IDLE / LAP_IDLE / 0 once it has

@@ -62,8 +62,9 @@ struct cmr;
 struct rid {
 	struct cep_cm_id id;     /* first: a cep_cm_id * is a rid * (id.cep NULL) */
 	struct cmr *r;
-	uint32_t handle;         /* const */
-	uint32_t local_comm_id;  /* const */
+	uint32_t handle;         /* r->lk: 0 until cepd made the id (its first
+				    request carries CEPD_F_CREATE), then const */
+	uint32_t local_comm_id;  /* as handle */
 	_Atomic int refs;        /* user + queued events + calls in flight */
 	uint8_t phase;           /* r->lk */
 	uint8_t destroyed;       /* r->lk: DESTROYED received or made */
@@ -72,17 +73,21 @@ struct rid {
 	uint8_t hidden;          /* r->lk: never the user's (a child of a listener
 				    destroyed before its REQ came) */
 	uint8_t gone;            /* r->lk: cep_cm_destroy_id called */
+	uint8_t creating;        /* r->lk: a request that makes it is in flight */
 	struct rid *all_next, *all_prev; /* r->lk: every id of r until freed */
 };
 
 /* An event waiting for the reader to run its callback. */
 struct pev {
 	struct pev *next;
+	uint32_t handle;         /* parked: the id's handle */
+	size_t pd_off;           /* parked: private data offset in ev.msg */
 	struct cep_cm_event ev;
 };
 
 struct call {
 	struct call *next;
+	struct rid *made;        /* a CEPD_F_CREATE request's id */
 	uint64_t seq;
 	pthread_cond_t cv;
 	int done, ret;
@@ -102,6 +107,10 @@ struct cmr {
 	struct rid *all;         /* lk: every rid not yet freed */
 	uint32_t mapcap;         /* lk */
 	struct pev *qhead, *qtail; /* lk */
+	struct pev *parked;      /* lk: events for a handle not known yet (an id
+				    whose creating request's reply is on its
+				    way), newest first */
+	unsigned creating;       /* lk: such requests in flight */
 	int dead;                /* lk: the service has gone */
 	int closing;             /* lk: cep_cm_destroy: the reader ends */
 	uint8_t *rbuf;           /* the reader's (or a nested call's) buffer */
@@ -398,6 +407,19 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 			ev.listen_id = &l->id;
 		} else {
 			d = map_get(r, e.handle);
+			if (!d && r->creating) {
+				/* an id whose creating reply is still on its way */
+				struct pev *p = malloc(sizeof(*p));
+
+				if (p) {
+					p->handle = e.handle;
+					p->ev = ev;
+					p->pd_off = e.pd_off;
+					p->next = r->parked;
+					r->parked = p;
+				}
+				continue;
+			}
 			if (!d)
 				continue;
 		}
@@ -410,7 +432,38 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 	pthread_mutex_unlock(&r->lk);
 }
 
-/* r->lk held. */
+/* r->lk held: @d has its handle; the events that came before the reply
+ * that named it go on now, oldest first (later ones find it). */
+static void unpark(struct cmr *r, struct rid *d)
+{
+	struct pev *mine = NULL, **pp = &r->parked, *p;
+
+	while ((p = *pp) != NULL) {
+		if (p->handle == d->handle) {
+			*pp = p->next;
+			p->next = mine; /* reverses: oldest first */
+			mine = p;
+		} else {
+			pp = &p->next;
+		}
+	}
+	while ((p = mine) != NULL) {
+		mine = p->next;
+		p->ev.id = &d->id;
+		p->ev.context = d->id.context;
+		if (p->ev.private_data)
+			p->ev.private_data = (const uint8_t *)&p->ev.msg + p->pd_off;
+		route_event(r, d, &p->ev);
+		free(p);
+	}
+	if (!r->creating)
+		while ((p = r->parked) != NULL) { /* named no id of ours */
+			r->parked = p->next;
+			free(p);
+		}
+}
+
+/* r->lk held. The answer to a call; a creating request's names its id. */
 static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 {
 	const struct cepd_rep *m = (const struct cepd_rep *)buf;
@@ -421,8 +474,25 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 		if (c->seq == m->h.seq && !c->done) {
 			size_t n = len - sizeof(*m);
 
-			if (c->out)
+			if (c->made) {
+				struct cepd_id_rep idr;
+
+				r->creating--;
+				if (n == sizeof(idr) && !c->made->handle) {
+					memcpy(&idr, buf + sizeof(*m), sizeof(idr));
+					c->made->handle = idr.handle;
+					c->made->local_comm_id = idr.local_comm_id;
+					if (map_put(r, c->made)) {
+						send_async_destroy(r, idr.handle);
+						c->made->handle = 0;
+					} else {
+						unpark(r, c->made);
+					}
+				}
+				n = 0;
+			} else if (c->out) {
 				memcpy(c->out, buf + sizeof(*m), n < c->outlen ? n : c->outlen);
+			}
 			c->outlen = n;
 			c->ret = m->ret;
 			c->done = 1;
@@ -442,6 +512,8 @@ static void die_locked(struct cmr *r)
 		if (!c->done) {
 			c->done = 1;
 			c->ret = CMR_GONE;
+			if (c->made)
+				r->creating--;
 			pthread_cond_signal(&c->cv);
 		}
 	for (uint32_t i = 0; i < r->mapcap; i++) {
@@ -577,9 +649,10 @@ static void *reader_main(void *arg)
 
 /* Send @q (h.len set) and wait for its reply: the service's answer, or
  * -ECONNRESET. @out receives up to @outlen bytes of the reply's payload. */
-static int call(struct cmr *r, struct cepd_req *q, void *out, size_t outlen)
+static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen, size_t *got,
+		    struct rid *made)
 {
-	struct call c = { .out = out, .outlen = outlen };
+	struct call c = { .out = out, .outlen = outlen, .made = made };
 	ssize_t n;
 
 	pthread_mutex_lock(&r->lk);
@@ -589,6 +662,8 @@ static int call(struct cmr *r, struct cepd_req *q, void *out, size_t outlen)
 	}
 	c.seq = ++r->seq;
 	q->h.seq = c.seq;
+	if (made)
+		r->creating++; /* its reply's take_reply counts it down */
 	pthread_cond_init(&c.cv, NULL);
 	c.next = r->calls;
 	r->calls = &c;
@@ -597,9 +672,11 @@ static int call(struct cmr *r, struct cepd_req *q, void *out, size_t outlen)
 		n = send(r->fd, q, q->h.len, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
 	pthread_mutex_lock(&r->lk);
-	if (n < 0) {
+	if (n < 0 && !c.done) {
 		c.done = 1;
 		c.ret = errno == EMSGSIZE ? -EMSGSIZE : CMR_GONE;
+		if (made)
+			r->creating--;
 	}
 	if (reader_self == r) {
 		/* from a callback: read until our reply, events kept for later */
@@ -621,15 +698,22 @@ static int call(struct cmr *r, struct cepd_req *q, void *out, size_t outlen)
 		}
 	pthread_mutex_unlock(&r->lk);
 	pthread_cond_destroy(&c.cv);
+	if (got)
+		*got = c.done && c.ret != CMR_GONE ? c.outlen : 0;
 	return c.ret;
 }
 
-/* A request with private data (and aux bytes) after a fixed part. */
-static int call_pd(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a, uint32_t b,
-		   uint32_t c3, uint64_t x, uint64_t y, const void *param, size_t plen,
-		   const void *pd, size_t pdlen, const void *aux, size_t auxlen)
+static int call(struct cmr *r, struct cepd_req *q, void *out, size_t outlen)
 {
-	uint8_t buf[sizeof(struct cepd_req) + 512 + CEPD_PD_MAX + CEPD_AUX_MAX];
+	return call_len(r, q, out, outlen, NULL, NULL);
+}
+
+/* Build a request with private data (and aux bytes) after a fixed part
+ * in @buf (room for the largest). -EMSGSIZE, -EINVAL or 0. */
+static int build(uint8_t *buf, uint32_t op, uint32_t handle, uint32_t a, uint32_t b,
+		 uint32_t c3, uint64_t x, uint64_t y, const void *param, size_t plen,
+		 const void *pd, size_t pdlen, const void *aux, size_t auxlen)
+{
 	struct cepd_req *q = (struct cepd_req *)buf;
 
 	if (pdlen > CEPD_PD_MAX || auxlen > CEPD_AUX_MAX)
@@ -653,28 +737,139 @@ static int call_pd(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a, uint
 		memcpy(buf + sizeof(*q) + plen, pd, pdlen);
 	if (auxlen)
 		memcpy(buf + sizeof(*q) + plen + pdlen, aux, auxlen);
-	return call(r, q, NULL, 0);
+	return 0;
+}
+
+#define REQ_BUF (sizeof(struct cepd_req) + 512 + CEPD_PD_MAX + CEPD_AUX_MAX)
+
+static int call_pd(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a, uint32_t b,
+		   uint32_t c3, uint64_t x, uint64_t y, const void *param, size_t plen,
+		   const void *pd, size_t pdlen, const void *aux, size_t auxlen)
+{
+	_Alignas(8) uint8_t buf[REQ_BUF];
+	int ret = build(buf, op, handle, a, b, c3, x, y, param, plen, pd, pdlen, aux, auxlen);
+
+	return ret ? ret : call(r, (struct cepd_req *)buf, NULL, 0);
+}
+
+/* r->lk held: wait while another request is making @d (from a callback:
+ * read the socket for it). */
+static void wait_created(struct cmr *r, struct rid *d)
+{
+	while (d->creating && !r->dead) {
+		if (reader_self == r) {
+			pthread_mutex_unlock(&r->lk);
+			(void)pump(r);
+			pthread_mutex_lock(&r->lk);
+		} else {
+			pthread_cond_wait(&r->cv, &r->lk);
+		}
+	}
+}
+
+/* A request @q on @id (its reply payload, if any, into @out): the id's
+ * first request makes it in cepd (CEPD_F_CREATE) and learns its handle. */
+static int id_send(struct cep_cm_id *id, struct cepd_req *q, void *out, size_t outlen)
+{
+	struct rid *d = RID(id);
+	struct cmr *r = d->r;
+	int ret;
+
+	pthread_mutex_lock(&r->lk);
+	wait_created(r, d);
+	if (d->handle) {
+		q->handle = d->handle;
+		pthread_mutex_unlock(&r->lk);
+		return call(r, q, out, outlen);
+	}
+	d->creating = 1;
+	pthread_mutex_unlock(&r->lk);
+	q->flags |= CEPD_F_CREATE;
+	q->handle = 0;
+	/* its reply names d (take_reply), and events that came first follow */
+	ret = call_len(r, q, out, outlen, NULL, d);
+	pthread_mutex_lock(&r->lk);
+	if (!d->handle && !ret)
+		ret = -ENOMEM; /* made there, but not nameable here */
+	d->creating = 0;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->lk);
+	return ret;
+}
+
+static int id_req(struct cep_cm_id *id, uint32_t op, uint32_t a, uint32_t b, uint32_t c3,
+		  uint64_t x, uint64_t y, const void *param, size_t plen, const void *pd,
+		  size_t pdlen, const void *aux, size_t auxlen)
+{
+	_Alignas(8) uint8_t buf[REQ_BUF];
+	int ret = build(buf, op, 0, a, b, c3, x, y, param, plen, pd, pdlen, aux, auxlen);
+
+	return ret ? ret : id_send(id, (struct cepd_req *)buf, NULL, 0);
+}
+
+/* Make @id in cepd now if it is not yet (a request that needs its comm
+ * ID or state from there). 0 or the create's error. */
+static int ensure_made(struct cep_cm_id *id)
+{
+	struct rid *d = RID(id);
+	struct cmr *r = d->r;
+	struct cepd_req q;
+	struct cepd_id_rep idr;
+	size_t got = 0;
+	int ret = 0;
+
+	pthread_mutex_lock(&r->lk);
+	wait_created(r, d);
+	if (d->handle) {
+		pthread_mutex_unlock(&r->lk);
+		return 0;
+	}
+	d->creating = 1;
+	pthread_mutex_unlock(&r->lk);
+	memset(&q, 0, sizeof(q));
+	q.h.op = CEPD_CREATE_ID;
+	q.h.len = sizeof(q);
+	ret = call_len(r, &q, &idr, sizeof(idr), &got, NULL);
+	pthread_mutex_lock(&r->lk);
+	if (!ret && got == sizeof(idr)) {
+		d->handle = idr.handle;
+		d->local_comm_id = idr.local_comm_id;
+		if (map_put(r, d)) {
+			send_async_destroy(r, idr.handle);
+			d->handle = 0;
+			ret = -ENOMEM;
+		}
+	} else if (!ret) {
+		ret = -EPROTO;
+	}
+	d->creating = 0;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->lk);
+	return ret;
 }
 
 static int id_call(struct cep_cm_id *id, uint32_t op, uint32_t a, const void *pd, size_t len)
 {
 	if (id_gone(id))
 		return -EINVAL;
-	return call_pd(RID(id)->r, op, RID(id)->handle, a, 0, 0, 0, 0, NULL, 0, pd, len, NULL, 0);
+	return id_req(id, op, a, 0, 0, 0, 0, NULL, 0, pd, len, NULL, 0);
 }
 
 int cmr_id_call_out(struct cep_cm_id *id, uint32_t op, uint32_t a, void *out, size_t outlen)
 {
 	struct cepd_req q;
+	int ret;
 
 	if (id_gone(id))
 		return -EINVAL;
+	ret = ensure_made(id); /* the engine's answer is about its id */
+	if (ret)
+		return ret;
 	memset(&q, 0, sizeof(q));
 	q.h.op = op;
 	q.h.len = sizeof(q);
-	q.handle = RID(id)->handle;
 	q.a = a;
-	return call(RID(id)->r, &q, out, outlen);
+	return id_send(id, &q, out, outlen);
 }
 
 int cmr_cm_call(struct cep_cm *cm, uint32_t op, uint32_t a, uint32_t b)
@@ -690,7 +885,7 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	const char *path;
 	struct cepd_hello h;
 	struct cepd_hello_rep rep;
-	uint8_t buf[sizeof(struct cepd_rep) + sizeof(rep)];
+	_Alignas(8) uint8_t buf[sizeof(struct cepd_rep) + sizeof(rep)];
 	struct cmr *r;
 	ssize_t n;
 	int ret;
@@ -828,6 +1023,12 @@ int cmr_destroy(struct cep_cm *cm)
 		}
 	while (r->all)
 		rid_free_locked(r->all);
+	while (r->parked) {
+		struct pev *p = r->parked;
+
+		r->parked = p->next;
+		free(p);
+	}
 	free(r->map);
 	close(r->fd);
 	free(r->rbuf);
@@ -882,42 +1083,50 @@ int cmr_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
 
 /* ---- ids ----------------------------------------------------------------------- */
 
+/* Nothing is asked of cepd here: the id is made there by its first
+ * request (CEPD_F_CREATE), or by cep_cm_id_local_comm_id(), so a connect
+ * costs one round trip, not two. An error of the engine's create
+ * (-ENOMEM, -EAGAIN, -ESHUTDOWN) is that first call's. */
 int cmr_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, struct cep_cm_id **out)
 {
 	struct cmr *r = R(cm);
-	struct cepd_req q;
-	struct cepd_id_rep rep;
 	struct rid *d;
-	int ret;
 
-	memset(&q, 0, sizeof(q));
-	q.h.op = CEPD_CREATE_ID;
-	q.h.len = sizeof(q);
-	ret = call(r, &q, &rep, sizeof(rep));
-	if (ret)
-		return ret;
 	pthread_mutex_lock(&r->lk);
-	d = rid_new(r, rep.handle, rep.local_comm_id, attr->handler, attr->channel, attr->context);
-	if (d && map_put(r, d)) {
-		if (d->id.flags & F_CHANNEL_USER)
-			atomic_fetch_sub(&d->id.channel->users, 1);
-		rid_put_locked(d);
-		d = NULL;
+	if (r->dead) {
+		pthread_mutex_unlock(&r->lk);
+		return CMR_GONE;
 	}
+	d = rid_new(r, 0, 0, attr->handler, attr->channel, attr->context);
 	pthread_mutex_unlock(&r->lk);
-	if (!d) {
-		send_async_destroy(r, rep.handle);
+	if (!d)
 		return -ENOMEM;
-	}
 	*out = &d->id;
 	return 0;
+}
+
+/* r->lk held: @d ends here (the service has gone, or it was never made
+ * there): its DESTROYED is made here, delivered by the reader. */
+static void destroyed_here(struct cmr *r, struct rid *d)
+{
+	struct cep_cm_event ev;
+
+	if (d->destroyed)
+		return;
+	memset(&ev, 0, sizeof(ev));
+	ev.type = CEP_CM_EV_DESTROYED;
+	ev.msg.type = CEP_MSG_INVALID;
+	ev.id = &d->id;
+	ev.context = d->id.context;
+	route_event(r, d, &ev);
+	pthread_cond_broadcast(&r->cv);
 }
 
 int cmr_destroy_id(struct cep_cm_id *id)
 {
 	struct rid *d = RID(id);
 	struct cmr *r = d->r;
-	int ret;
+	int ret, unmade;
 
 	pthread_mutex_lock(&r->lk);
 	if (d->gone) {
@@ -929,24 +1138,27 @@ int cmr_destroy_id(struct cep_cm_id *id)
 	/* not a callback of the reader: wait for one of this id running */
 	while (reader_self != r && d->delivering)
 		pthread_cond_wait(&r->cv, &r->lk);
+	wait_created(r, d);
+	unmade = !d->handle;
 	pthread_mutex_unlock(&r->lk);
 	if (id->channel)
 		cm_channel_purge(id->channel, id, 0);
-	ret = call_pd(r, CEPD_DESTROY_ID, d->handle, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
+	if (unmade) {
+		/* never made in cepd: it ends here; a callback id's DESTROYED
+		 * is the reader's to deliver, so wake it (a PING's answer) */
+		pthread_mutex_lock(&r->lk);
+		destroyed_here(r, d);
+		pthread_mutex_unlock(&r->lk);
+		if (!id->channel && reader_self != r)
+			(void)call_pd(r, CEPD_PING, 0, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
+		ret = 0;
+	} else {
+		ret = id_req(id, CEPD_DESTROY_ID, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
+	}
 	if (ret == CMR_GONE) {
 		/* the service is gone: the id ends here, DESTROYED made here */
-		struct cep_cm_event ev;
-
-		memset(&ev, 0, sizeof(ev));
-		ev.type = CEP_CM_EV_DESTROYED;
-		ev.msg.type = CEP_MSG_INVALID;
-		ev.id = id;
 		pthread_mutex_lock(&r->lk);
-		if (!d->destroyed) {
-			ev.context = id->context;
-			route_event(r, d, &ev);
-			pthread_cond_broadcast(&r->cv);
-		}
+		destroyed_here(r, d);
 		pthread_mutex_unlock(&r->lk);
 		ret = 0;
 	}
@@ -986,21 +1198,40 @@ int cmr_destroy_id_sync(struct cep_cm_id *id)
 	return 0;
 }
 
-uint32_t cmr_id_local_comm_id(const struct cep_cm_id *id)
+/* An id not yet made in cepd is made now: its comm ID is the engine's.
+ * 0 when that fails (as for a dead handle). */
+uint32_t cmr_id_local_comm_id(const struct cep_cm_id *cid)
 {
-	return ((const struct rid *)id)->local_comm_id;
+	struct cep_cm_id *id = (struct cep_cm_id *)cid; /* made on demand */
+	struct rid *d = RID(id);
+	uint32_t v;
+
+	if (ensure_made(id))
+		return 0;
+	pthread_mutex_lock(&d->r->lk);
+	v = d->local_comm_id;
+	pthread_mutex_unlock(&d->r->lk);
+	return v;
 }
 
+/* An id not yet made is IDLE, with no remote comm ID: nothing to ask. */
 static int query(struct cep_cm_id *id, struct cepd_query_rep *out)
 {
+	struct rid *d = RID(id);
 	struct cepd_req q;
+	int made;
 
 	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&d->r->lk);
+	wait_created(d->r, d);
+	made = d->handle != 0;
+	pthread_mutex_unlock(&d->r->lk);
+	if (!made)
+		return 0;
 	memset(&q, 0, sizeof(q));
 	q.h.op = CEPD_ID_QUERY;
 	q.h.len = sizeof(q);
-	q.handle = RID(id)->handle;
-	return call(RID(id)->r, &q, out, sizeof(*out));
+	return id_send(id, &q, out, sizeof(*out));
 }
 
 uint32_t cmr_id_remote_comm_id(struct cep_cm_id *id)
@@ -1044,7 +1275,7 @@ int cmr_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask, unsigne
 
 	if (id_gone(id))
 		return -EINVAL;
-	ret = call_pd(RID(id)->r, CEPD_LISTEN, RID(id)->handle, backlog, 0, 0, service_id, mask,
+	ret = id_req(id, CEPD_LISTEN, backlog, 0, 0, service_id, mask,
 		      NULL, 0, NULL, 0, NULL, 0);
 	phase_after(id, ret, PH_LISTEN);
 	return ret;
@@ -1090,7 +1321,7 @@ int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	w.manual_drep = COVERS(p, manual_drep) ? p->manual_drep : 0;
 	w.ece_vendor_id = COVERS(p, ece_vendor_id) ? p->ece_vendor_id : 0;
 	w.ece_options = COVERS(p, ece_options) ? p->ece_options : 0;
-	ret = call_pd(RID(id)->r, CEPD_CONNECT, RID(id)->handle, 0, 0, 0, 0, 0, &w, sizeof(w),
+	ret = id_req(id, CEPD_CONNECT, 0, 0, 0, 0, 0, &w, sizeof(w),
 		      p->private_data, p->private_data_len, NULL, 0);
 	phase_after(id, ret, PH_REQ_SENT);
 	return ret;
@@ -1120,7 +1351,7 @@ int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	w.flow_control = COVERS(p, flow_control) ? p->flow_control : 1;
 	w.ece_vendor_id = COVERS(p, ece_vendor_id) ? p->ece_vendor_id : 0;
 	w.ece_options = COVERS(p, ece_options) ? p->ece_options : 0;
-	ret = call_pd(RID(id)->r, CEPD_ACCEPT, RID(id)->handle, 0, 0, 0, 0, 0, &w, sizeof(w),
+	ret = id_req(id, CEPD_ACCEPT, 0, 0, 0, 0, 0, &w, sizeof(w),
 		      p->private_data, p->private_data_len, NULL, 0);
 	phase_after(id, ret, PH_REP_SENT);
 	return ret;
@@ -1149,7 +1380,7 @@ int cmr_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ar
 
 	if (id_gone(id))
 		return -EINVAL;
-	ret = call_pd(RID(id)->r, CEPD_REJECT, RID(id)->handle, reason, 0, 0, 0, 0, NULL, 0,
+	ret = id_req(id, CEPD_REJECT, reason, 0, 0, 0, 0, NULL, 0,
 		      pdata, len, ari, ari_len);
 	phase_after(id, ret, PH_IDLE);
 	return ret;
@@ -1175,7 +1406,7 @@ int cmr_lap(struct cep_cm_id *id, const struct cep_path *alt, uint8_t timeout,
 {
 	if (!alt || id_gone(id))
 		return -EINVAL;
-	return call_pd(RID(id)->r, CEPD_LAP, RID(id)->handle, timeout, 0, 0, 0, 0, alt,
+	return id_req(id, CEPD_LAP, timeout, 0, 0, 0, 0, alt,
 		       sizeof(*alt), pdata, len, NULL, 0);
 }
 
@@ -1184,7 +1415,7 @@ int cmr_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info
 {
 	if (id_gone(id))
 		return -EINVAL;
-	return call_pd(RID(id)->r, CEPD_APR, RID(id)->handle, status, 0, 0, 0, 0, NULL, 0,
+	return id_req(id, CEPD_APR, status, 0, 0, 0, 0, NULL, 0,
 		       pdata, len, info, info_len);
 }
 
@@ -1202,7 +1433,7 @@ int cmr_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
 	w.pkey = p->pkey;
 	w.timeout = p->timeout;
 	w.max_cm_retries = p->max_cm_retries;
-	ret = call_pd(RID(id)->r, CEPD_SIDR_REQ, RID(id)->handle, 0, 0, 0, 0, 0, &w, sizeof(w),
+	ret = id_req(id, CEPD_SIDR_REQ, 0, 0, 0, 0, 0, &w, sizeof(w),
 		      p->private_data, p->private_data_len, NULL, 0);
 	phase_after(id, ret, PH_SIDR_SENT);
 	return ret;
@@ -1215,7 +1446,7 @@ int cmr_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t q
 
 	if (id_gone(id))
 		return -EINVAL;
-	ret = call_pd(RID(id)->r, CEPD_SIDR_REP, RID(id)->handle, status, qpn, qkey, 0, 0, NULL,
+	ret = id_req(id, CEPD_SIDR_REP, status, qpn, qkey, 0, 0, NULL,
 		      0, pdata, len, NULL, 0);
 	phase_after(id, ret, PH_IDLE);
 	return ret;

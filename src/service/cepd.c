@@ -85,7 +85,7 @@ struct chunk {
 	struct chunk *next;
 	size_t len;
 	uint32_t count;
-	uint8_t buf[CEPD_MSG_MAX];
+	_Alignas(8) uint8_t buf[CEPD_MSG_MAX]; /* holds proto.h structs */
 };
 
 struct client {
@@ -106,6 +106,7 @@ struct client {
 	int blocked;                   /* lk: the socket was full (EAGAIN) */
 	int dead;                      /* lk: no event goes out, no new id */
 	_Atomic int refs;              /* thread + each sid */
+	/* statistics: relaxed counters, no order with anything */
 	_Atomic uint64_t requests, bad, events, events_dropped;
 	struct client *next;           /* svc.lk */
 };
@@ -115,6 +116,9 @@ struct sid {
 	struct cep_cm_id *id;
 	uint32_t handle;               /* 0: an orphan (its client is gone) */
 	int gone;                      /* c->lk: destroy asked; names nothing */
+	int auto_rtu;                  /* client thread, before CONNECT: its
+					  REP_RECEIVED is followed at once by
+					  ESTABLISHED (sent together) */
 };
 
 static struct {
@@ -133,8 +137,9 @@ static struct {
 	volatile sig_atomic_t stop;
 	int sigpipe[2];
 	unsigned workers;
+	uint32_t max_ids;              /* per client (--max-ids) */
 	int verbose;
-} svc = { .lk = PTHREAD_MUTEX_INITIALIZER, .lfd = -1, .sigpipe = { -1, -1 } };
+} svc = { .max_ids = 65536, .lk = PTHREAD_MUTEX_INITIALIZER, .lfd = -1, .sigpipe = { -1, -1 } };
 
 static void print_stats(FILE *f);
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -162,6 +167,8 @@ static void client_put(struct client *c)
 		c->qhead = k->next;
 		free(k);
 	}
+	/* release: this client's last use of the ports happens before a
+	 * shutdown that reads 0 destroys them (its acquire load) */
 	atomic_fetch_sub_explicit(&svc.live_clients, 1, memory_order_release);
 	close(c->fd);
 	pthread_mutex_destroy(&c->lk);
@@ -171,19 +178,22 @@ static void client_put(struct client *c)
 	free(c);
 }
 
-/* c->lk held. Insert @s: 0 and s->handle, or -ENOMEM / -ENFILE (table at
- * its 2^20 limit). */
+/* c->lk held. Insert @s: 0 and s->handle, or -ENOMEM / -EMFILE (the
+ * client has svc.max_ids ids: a flood of ids or of requests to its
+ * listeners stops at it and costs the others nothing). */
 static int handle_add(struct client *c, struct sid *s)
 {
 	uint32_t i;
 
+	if (c->nids >= svc.max_ids)
+		return -EMFILE;
 	if (c->nids == c->cap) {
 		uint32_t ncap = c->cap ? c->cap * 2 : 64;
 		struct sid **ns;
 		uint16_t *ng;
 
-		if (ncap > HANDLE_IDX_MASK)
-			return -ENFILE;
+		if (ncap > HANDLE_IDX_MASK + 1)
+			return -EMFILE;
 		ns = realloc(c->slot, ncap * sizeof(*ns));
 		if (!ns)
 			return -ENOMEM;
@@ -321,8 +331,10 @@ static void client_kill_locked(struct client *c, const char *why)
 	shutdown(c->fd, SHUT_RDWR);
 }
 
-/* c->lk held. Queue @e and send what is queued unless a flush runs. */
-static void post_event(struct client *c, const struct cepd_ev *e, const struct cep_msg *msg)
+/* c->lk held. Queue @e and send what is queued unless a flush runs, or
+ * @hold: another event follows at once on this worker (it sends both). */
+static void post_event(struct client *c, const struct cepd_ev *e, const struct cep_msg *msg,
+		       int hold)
 {
 	int ret;
 
@@ -338,7 +350,7 @@ static void post_event(struct client *c, const struct cepd_ev *e, const struct c
 		return;
 	}
 	atomic_fetch_add_explicit(&c->events, 1, memory_order_relaxed);
-	if (c->flushing || c->blocked)
+	if (c->flushing || c->blocked || hold)
 		return;
 	c->flushing = 1;
 	flush_locked(c);
@@ -384,6 +396,7 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 			return 1; /* the engine rejects; its DESTROYED names ls: see below */
 		ns->c = c;
 		ns->id = id;
+		/* relaxed: the caller holds a reference (the listener's sid) */
 		atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
 		cep_cm_id_set_context(id, ns);
 		pthread_mutex_lock(&c->lk);
@@ -393,7 +406,7 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		} else {
 			r.handle = ns->handle;
 			r.listen_handle = ls->handle;
-			post_event(c, &r, &ev->msg);
+			post_event(c, &r, &ev->msg, 0);
 		}
 		pthread_mutex_unlock(&c->lk);
 		return destroy;
@@ -404,7 +417,7 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	if (ev->type == CEP_CM_EV_DESTROYED) {
 		if (s->handle) {
 			r.handle = s->handle;
-			post_event(c, &r, &ev->msg);
+			post_event(c, &r, &ev->msg, 0);
 			handle_del(c, s);
 		}
 		pthread_mutex_unlock(&c->lk);
@@ -414,7 +427,9 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	}
 	if (s->handle && !s->gone) {
 		r.handle = s->handle;
-		post_event(c, &r, &ev->msg);
+		/* REP_RECEIVED of an automatic RTU: ESTABLISHED follows on this
+		 * worker before anything else of the id; one message for both */
+		post_event(c, &r, &ev->msg, ev->type == CEP_CM_EV_REP_RECEIVED && s->auto_rtu);
 	}
 	pthread_mutex_unlock(&c->lk);
 	return 0;
@@ -424,7 +439,7 @@ static int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 
 static int reply(struct client *c, uint64_t seq, int ret, const void *payload, size_t len)
 {
-	uint8_t buf[sizeof(struct cepd_rep) + 4096];
+	_Alignas(8) uint8_t buf[sizeof(struct cepd_rep) + 4096];
 	struct cepd_rep *r = (struct cepd_rep *)buf;
 	ssize_t n;
 
@@ -484,6 +499,10 @@ static int do_qp_register(struct client *c, uint32_t qpn)
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&c->lk);
+	if (c->nqpn >= svc.max_ids) { /* as many QPs as ids at most */
+		pthread_mutex_unlock(&c->lk);
+		return -EMFILE;
+	}
 	if (c->nqpn == c->qpcap) {
 		uint32_t ncap = c->qpcap ? c->qpcap * 2 : 64;
 
@@ -538,6 +557,7 @@ static int do_create_id(struct client *c, struct cepd_id_rep *out)
 		free(s);
 		return ret;
 	}
+	/* relaxed: the client's thread holds its own reference */
 	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
 	ret = cep_cm_create_id(c->port->cm, &ia, &s->id);
 	pthread_mutex_lock(&c->lk);
@@ -574,7 +594,9 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		struct cepd_query_rep q;
 		struct cep_cm_stats st;
 	} out;
+	struct cepd_id_rep created;
 	size_t outlen = 0;
+	int create = 0;
 	int ret = cepd_req_check(r, len);
 
 	atomic_fetch_add_explicit(&c->requests, 1, memory_order_relaxed);
@@ -586,13 +608,21 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		ret = -EPERM;
 		goto done;
 	}
+	if (r->flags & CEPD_F_CREATE) {
+		/* the id's first request: create it, then act on it */
+		ret = do_create_id(c, &created);
+		if (ret)
+			goto done;
+		create = 1;
+	}
 	switch (r->h.op) {
 	case CEPD_CREATE_ID: case CEPD_QP_REGISTER: case CEPD_QP_DESTROY:
 	case CEPD_CM_STATS: case CEPD_QUIESCE: case CEPD_SERVICE_STATS: case CEPD_QP_EVENT:
+	case CEPD_PING:
 		break;
 	default:
 		pthread_mutex_lock(&c->lk);
-		s = handle_get(c, r->handle);
+		s = handle_get(c, create ? created.handle : r->handle);
 		if (s && r->h.op == CEPD_DESTROY_ID)
 			s->gone = 1; /* from here the client names it no more */
 		if (!s && r->h.op == CEPD_DESTROY_ID && r->handle) {
@@ -661,6 +691,8 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		p.manual_drep = w.manual_drep;
 		p.ece_vendor_id = w.ece_vendor_id;
 		p.ece_options = w.ece_options;
+		/* before the REP can come: the worker reads it after connect */
+		s->auto_rtu = !w.manual_rtu;
 		ret = cep_cm_connect(id, &p);
 		break;
 	}
@@ -770,6 +802,9 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 	case CEPD_QUIESCE:
 		ret = cep_cm_quiesce(c->port->cm, r->a);
 		break;
+	case CEPD_PING:
+		ret = 0;
+		break;
 #ifdef CEPD_HAVE_UMAD
 	case CEPD_INIT_QP_ATTR: {
 		int mask = 0;
@@ -818,12 +853,33 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		}
 		print_stats(f);
 		fclose(f);
-		ret = reply(c, r->h.seq, 0, text, tlen);
+		/* any length up to a message (many clients: the reply buffer
+		 * of reply() is too small) */
+		{
+			size_t n = tlen < CEPD_MSG_MAX - sizeof(struct cepd_rep)
+				   ? tlen : CEPD_MSG_MAX - sizeof(struct cepd_rep);
+			struct cepd_rep *m = calloc(1, sizeof(*m) + n);
+
+			if (m) {
+				m->h.op = CEPD_REPLY;
+				m->h.seq = r->h.seq;
+				m->h.len = (uint32_t)(sizeof(*m) + n);
+				memcpy(m + 1, text, n);
+				(void)send(c->fd, m, m->h.len, MSG_NOSIGNAL);
+				free(m);
+			} else {
+				(void)reply(c, r->h.seq, -ENOMEM, NULL, 0);
+			}
+		}
 		free(text);
 		return;
 	}
 	}
 done:
+	if (create) { /* the reply names the id it made, whatever the op said */
+		memcpy(&out, &created, sizeof(created));
+		outlen = sizeof(created);
+	}
 	if (ret == -EBADMSG || ret == -EOPNOTSUPP || ret == -EMSGSIZE) {
 		atomic_fetch_add_explicit(&c->bad, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&svc.bad_messages, 1, memory_order_relaxed);
@@ -879,6 +935,7 @@ static void client_cleanup(struct client *c)
 	struct sid **ids = NULL;
 	uint32_t *qpns = NULL;
 	uint32_t n = 0, nq = 0, i;
+	int lost;
 
 	pthread_mutex_lock(&c->lk);
 	c->dead = 1; /* no event out, a REQ to its listeners is refused */
@@ -893,8 +950,9 @@ static void client_cleanup(struct client *c)
 	nq = c->nqpn;
 	c->qpn = NULL;
 	c->nqpn = c->qpcap = 0;
+	lost = c->nids && !ids;
 	pthread_mutex_unlock(&c->lk);
-	if (c->nids && !ids)
+	if (lost)
 		logmsg("client %u: out of memory: its ids stay until shutdown", c->serial);
 	/* a sid stays alive until its DESTROYED, which only this destroy causes */
 	for (i = 0; i < n; i++)
@@ -918,9 +976,10 @@ static void *client_thread(void *arg)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			/* the receive timeout: send events a full socket held */
+			/* the receive timeout: send events a full socket held
+			 * (or a held REP_RECEIVED whose ESTABLISHED never came) */
 			pthread_mutex_lock(&c->lk);
-			if (c->blocked && !c->flushing) {
+			if ((c->blocked || c->qhead) && !c->flushing) {
 				c->blocked = 0;
 				c->flushing = 1;
 				flush_locked(c);
@@ -1396,7 +1455,8 @@ static int shutdown_all(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: cepd [--socket PATH] [--port DEV:PORT]... [--fabric N] [--workers N] [--check] [-v]\n"
+		"usage: cepd [--socket PATH] [--port DEV:PORT]... [--fabric N] [--workers N]\n"
+		"            [--max-ids N] [--check] [-v]\n"
 		"       cepd --stats [--socket PATH]\n"
 		"Serve libcep's connection manager to the processes of this node.\n"
 		"  --socket PATH  listen here (default $CEP_SERVICE, else %s)\n"
@@ -1404,6 +1464,7 @@ static void usage(FILE *f)
 		"                 default: every active port)\n"
 		"  --fabric N     an in-process fabric of N ports instead (tests, benchmarks)\n"
 		"  --workers N    CM workers per port (default: online CPUs)\n"
+		"  --max-ids N    ids (and QPs) one client may hold (default 65536)\n"
 		"  --stats        print a running service's statistics and exit\n"
 		"  --check        at exit, check the CM tables (tests): exit 1 if wrong\n"
 		"  -v             log clients coming and going\n", CEPD_DEFAULT_SOCKET);
@@ -1416,6 +1477,7 @@ int main(int argc, char **argv)
 		{ "port", required_argument, NULL, 'p' },
 		{ "fabric", required_argument, NULL, 'f' },
 		{ "workers", required_argument, NULL, 'w' },
+		{ "max-ids", required_argument, NULL, 'm' },
 		{ "stats", no_argument, NULL, 'S' },
 		{ "check", no_argument, NULL, 'C' },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -1429,7 +1491,7 @@ int main(int argc, char **argv)
 	int stats = 0, o, ret = 0;
 	struct sigaction sa;
 
-	while ((o = getopt_long(argc, argv, "s:p:f:w:SCvh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "s:p:f:w:m:SCvh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's': path = optarg; break;
 		case 'p':
@@ -1447,6 +1509,16 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'w': svc.workers = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'm': {
+			unsigned long v = strtoul(optarg, NULL, 0);
+
+			if (v < 1 || v > HANDLE_IDX_MASK + 1) {
+				fprintf(stderr, "cepd: --max-ids takes 1..%u\n", HANDLE_IDX_MASK + 1);
+				return 2;
+			}
+			svc.max_ids = (uint32_t)v;
+			break;
+		}
 		case 'S': stats = 1; break;
 		case 'C': svc.check = 1; break;
 		case 'v': svc.verbose = 1; break;

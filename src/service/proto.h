@@ -59,6 +59,7 @@ enum cepd_op {
 	CEPD_SERVICE_STATS, /* -; reply text (not NUL-terminated) */
 	CEPD_INIT_QP_ATTR,  /* handle, a = enum ibv_qp_state; reply struct cepd_qp_attr_rep */
 	CEPD_QP_EVENT,      /* a = QPN, b = enum ibv_event_type (COMM_EST) */
+	CEPD_PING,          /* -: answered 0 (wakes the client's reader) */
 	CEPD_OP_COUNT,
 	CEPD_REPLY = 0x100, /* struct cepd_rep + payload */
 	CEPD_EVENTS = 0x101,/* struct cepd_events + records */
@@ -93,13 +94,25 @@ struct cepd_hello_rep {
 
 /* Every other request: this, then the op's fixed part (cepd_param_size),
  * then pd_len bytes of private data, then aux_len bytes (ARI, APR info). */
+/* cepd_req.flags */
+#define CEPD_F_CREATE 1u /* create the id first (handle 0): an id of the
+			    client is made on its first request, which saves
+			    a round trip; the reply's payload names it (a
+			    struct cepd_id_rep, whatever the request's own
+			    answer; none if the create failed: then the
+			    answer is the create's error). Events about it
+			    may come before that reply: the client keeps
+			    them until it knows the handle */
+
 struct cepd_req {
 	struct cepd_hdr h;
+	uint32_t flags;          /* CEPD_F_* */
 	uint32_t handle;         /* the id (0: none) */
 	uint32_t a, b, c;
 	uint64_t x, y;
 	uint32_t pd_len;
 	uint32_t aux_len;
+	uint32_t pad;
 };
 
 /* CONNECT's fixed part: struct cep_cm_conn_param without its pointers. */
@@ -188,7 +201,7 @@ static inline long cepd_param_size(uint32_t op)
 	case CEPD_NOTIFY_EST: case CEPD_REJECT: case CEPD_MRA: case CEPD_DISCONNECT:
 	case CEPD_DREP: case CEPD_APR: case CEPD_SIDR_REP: case CEPD_QP_REGISTER:
 	case CEPD_QP_DESTROY: case CEPD_ID_QUERY: case CEPD_CM_STATS: case CEPD_QUIESCE:
-	case CEPD_SERVICE_STATS: case CEPD_INIT_QP_ATTR: case CEPD_QP_EVENT:
+	case CEPD_SERVICE_STATS: case CEPD_INIT_QP_ATTR: case CEPD_QP_EVENT: case CEPD_PING:
 		return 0;
 	default:
 		return -1;
@@ -201,8 +214,10 @@ static inline long cepd_param_size(uint32_t op)
 #define CEPD_AUX_MAX CEP_REJ_ARI_SIZE
 
 /* Whether @len bytes hold a well-formed request: 0, -EBADMSG (the
- * lengths disagree), -EMSGSIZE (a field longer than any message carries)
- * or -EOPNOTSUPP (unknown op). Pure. */
+ * lengths disagree), -EMSGSIZE (a field longer than any message carries),
+ * -EOPNOTSUPP (unknown op) or -EINVAL (unknown flags, CEPD_F_CREATE with a
+ * handle or on an op that does not act on an id or answers a payload).
+ * Pure. */
 static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 {
 	long ps;
@@ -214,6 +229,14 @@ static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 		return -EOPNOTSUPP;
 	if (r->pd_len > CEPD_PD_MAX || r->aux_len > CEPD_AUX_MAX)
 		return -EMSGSIZE;
+	if ((r->flags & ~CEPD_F_CREATE) ||
+	    ((r->flags & CEPD_F_CREATE) &&
+	     (r->handle || r->h.op == CEPD_DESTROY_ID || r->h.op == CEPD_ID_QUERY ||
+	      r->h.op == CEPD_INIT_QP_ATTR || r->h.op == CEPD_CREATE_ID ||
+	      r->h.op == CEPD_QP_REGISTER || r->h.op == CEPD_QP_DESTROY || r->h.op == CEPD_CM_STATS ||
+	      r->h.op == CEPD_QUIESCE || r->h.op == CEPD_SERVICE_STATS ||
+	      r->h.op == CEPD_QP_EVENT || r->h.op == CEPD_PING)))
+		return -EINVAL;
 	if (sizeof(*r) + (size_t)ps + r->pd_len + r->aux_len != len)
 		return -EBADMSG;
 	return 0;

@@ -24,7 +24,7 @@
  *
  * Usage: test-service-stress CEPD-PATH [--duration S] [--clients N]
  *        [--threads T] [--kill-ms M] [--seed X]
- * Suites unit/service run it for a few seconds in every build (TSan's
+ * service-stress-random (suites service, stress) runs it for a few seconds in every build (TSan's
  * included); the opt-in soak suite runs it for 5 minutes.
  */
 #include <errno.h>
