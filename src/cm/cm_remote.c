@@ -9,12 +9,14 @@
  *   have calls in flight (the reply names its request's sequence number).
  *   A call returns the engine's answer, or -ECONNRESET once the service has
  *   gone (socket closed: cepd exited, was killed, restarted): never a hang.
- * - Events: one library thread (the reader) receives them. Handler ids'
+ * - Events: one library thread (the reader) delivers them. Handler ids'
  *   callbacks run on it, in the order the service sent them; channel ids'
  *   events go to their channel (its fd readable, get/ack as local). A call
- *   made from a callback does not wait for the reader (it is the reader):
- *   it reads the socket itself until its reply comes, keeping the events it
- *   meets for after the callback.
+ *   never waits for a callback to end: whenever nobody is receiving (the
+ *   reader runs a callback, or the call is made from one) the calling
+ *   thread reads the socket itself until its reply comes, queueing the
+ *   events it meets for the reader (recv_one). So a call made while
+ *   holding a lock a callback takes returns, as on a local context.
  * - After cep_cm_destroy_id() no event of the id but DESTROYED reaches the
  *   user; from a thread that is not the reader it first waits for a running
  *   callback of the id. DESTROYED is an id's last event; the id's memory
@@ -113,7 +115,8 @@ struct cmr {
 	unsigned creating;       /* lk: such requests in flight */
 	int dead;                /* lk: the service has gone */
 	int closing;             /* lk: cep_cm_destroy: the reader ends */
-	uint8_t *rbuf;           /* the reader's (or a nested call's) buffer */
+	int receiving;           /* lk: a thread is in pump() (the token below) */
+	uint8_t *rbuf;           /* the buffer of the thread that is receiving */
 	struct cmr *live_next;   /* live_lk */
 };
 
@@ -548,8 +551,9 @@ static void die_locked(struct cmr *r)
 	pthread_cond_broadcast(&r->cv);
 }
 
-/* Receive and take one message. Only the reader thread (or a call made in
- * one of its callbacks) receives. 0, or -1 when the socket has ended. */
+/* Receive and take one message. Only the thread holding the receiving
+ * token (r->receiving, see recv_one) calls it. 0, or -1 when the socket
+ * has ended. */
 static int pump(struct cmr *r)
 {
 	ssize_t n;
@@ -573,11 +577,44 @@ static int pump(struct cmr *r)
 		break;
 	case CEPD_EVENTS:
 		take_events(r, r->rbuf, (size_t)n);
+		/* a caller may be receiving: the reader delivers meanwhile */
+		pthread_mutex_lock(&r->lk);
+		pthread_cond_broadcast(&r->cv);
+		pthread_mutex_unlock(&r->lk);
 		break;
 	default:
 		break;
 	}
 	return 0;
+}
+
+/*
+ * The receiving token. One thread at a time receives (r->rbuf is one
+ * buffer): usually the reader, blocked in recv. But the reader also runs
+ * the callbacks, and an application may call cep_cm_* while holding a lock
+ * its callback takes (the librdmacm drop-in holds an id's mutex around
+ * cep_cm_qp_destroy, cep_cm_disconnect...; a local context allows it: its
+ * calls never wait for a callback). If only the reader received, that
+ * call's reply would wait behind the callback that waits for the call:
+ * a deadlock. So a thread that waits for a reply (or a creating request)
+ * takes the token whenever nobody holds it and receives itself; events it
+ * meets are queued for the reader, woken to deliver them.
+ *
+ * recv_one: r->lk held, the token free. Take it, receive one message with
+ * the lock dropped, give it back and wake whoever waits for it (the
+ * callers on their own condition variables, the reader on r->cv).
+ */
+static void recv_one(struct cmr *r)
+{
+	r->receiving = 1;
+	pthread_mutex_unlock(&r->lk);
+	(void)pump(r);
+	pthread_mutex_lock(&r->lk);
+	r->receiving = 0;
+	for (struct call *c = r->calls; c; c = c->next)
+		if (!c->done)
+			pthread_cond_signal(&c->cv);
+	pthread_cond_broadcast(&r->cv);
 }
 
 /* The reader: run the callbacks of queued events, one at a time, in order. */
@@ -636,11 +673,11 @@ static void *reader_main(void *arg)
 			break;
 		}
 		dead = r->dead;
-		if (dead && !r->qhead)
-			pthread_cond_wait(&r->cv, &r->lk);
+		if ((dead || r->receiving) && !r->qhead)
+			pthread_cond_wait(&r->cv, &r->lk); /* a caller receives */
+		else if (!dead && !r->receiving)
+			recv_one(r);
 		pthread_mutex_unlock(&r->lk);
-		if (!dead)
-			(void)pump(r);
 	}
 	return NULL;
 }
@@ -678,19 +715,16 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 		if (made)
 			r->creating--;
 	}
-	if (reader_self == r) {
-		/* from a callback: read until our reply, events kept for later */
-		while (!c.done && !r->dead) {
-			pthread_mutex_unlock(&r->lk);
-			(void)pump(r);
-			pthread_mutex_lock(&r->lk);
-		}
-		if (!c.done)
-			c.ret = CMR_GONE;
-	} else {
-		while (!c.done)
+	/* until the reply: receive ourselves whenever nobody does (from a
+	 * callback, or while the reader runs one: see recv_one) */
+	while (!c.done && !r->dead) {
+		if (!r->receiving)
+			recv_one(r);
+		else
 			pthread_cond_wait(&c.cv, &r->lk);
 	}
+	if (!c.done)
+		c.ret = CMR_GONE;
 	for (struct call **pp = &r->calls; *pp; pp = &(*pp)->next)
 		if (*pp == &c) {
 			*pp = c.next;
@@ -757,13 +791,10 @@ static int call_pd(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a, uint
 static void wait_created(struct cmr *r, struct rid *d)
 {
 	while (d->creating && !r->dead) {
-		if (reader_self == r) {
-			pthread_mutex_unlock(&r->lk);
-			(void)pump(r);
-			pthread_mutex_lock(&r->lk);
-		} else {
+		if (!r->receiving)
+			recv_one(r);
+		else
 			pthread_cond_wait(&r->cv, &r->lk);
-		}
 	}
 }
 
