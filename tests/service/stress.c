@@ -24,8 +24,8 @@
  *
  * Usage: test-service-stress CEPD-PATH [--duration S] [--clients N]
  *        [--threads T] [--kill-ms M] [--seed X]
- * service-stress-random (suites service, stress) runs it for a few seconds in every build (TSan's
- * included); the opt-in soak suite runs it for 5 minutes.
+ * service-stress-random (suites service, stress) runs it for a few seconds in
+ * every build (TSan's included); the opt-in soak suite runs it for 5 minutes.
  */
 #include <errno.h>
 #include <poll.h>
