@@ -7,14 +7,15 @@
  *       A librdmacm server (run on libcep's librdmacm, through cepd): it
  *       accepts one connection (a real RC QP) and leaves a second request
  *       unanswered, then creates READY_FILE and waits to be killed (-9).
- *   cepd-guest kill-client PEER_IP PORT READY_FILE KILLED_FILE LIMIT_MS
+ *   cepd-guest kill-client PEER_IP PORT READY_FILE KILLING_FILE LIMIT_MS
  *       Its peer on the kernel's rdma_cm: one connection established, a
- *       second REQ sent, READY_FILE created; then it waits for KILLED_FILE
- *       (the other guest killed the server) and requires DISCONNECTED on
- *       the first id and REJECTED on the second, each within LIMIT_MS of
- *       seeing that file - far inside the kernel's own timeouts (a REQ's
- *       retries run for more than a minute; an idle established
- *       connection never learns of a dead peer by itself).
+ *       second REQ sent, READY_FILE created; then it waits for KILLING_FILE
+ *       (the other guest kills the server 1 s after creating it: the two
+ *       guests share no clock) and requires DISCONNECTED on the first id
+ *       and REJECTED on the second, none before that file and each within
+ *       LIMIT_MS of the kill (seen time + 1 s) - far inside the kernel's
+ *       own timeouts (a REQ's retries run for more than a minute; an idle
+ *       established connection never learns of a dead peer by itself).
  *   cepd-guest hostile SOCKET DEVICE PORT_NUM BUSY_SID SECONDS
  *       A hostile client speaking cepd's protocol (src/service/proto.h)
  *       on a real RDMA port: QPNs of another process (-EPERM from the
@@ -250,15 +251,17 @@ static int kill_client(const char *peer, const char *port, const char *ready,
 	end = now_ms() + 180000;
 	while ((t_disc < 0 || t_rej < 0) && now_ms() < end) {
 		if (t_kill < 0 && access(killed, F_OK) == 0) {
-			t_kill = now_ms();
+			t_kill = now_ms() + 1000; /* the kill follows the file by 1 s */
 			end = t_kill + limit + 30000; /* see what comes late, to report it */
-			printf("kill-client: the server was killed\n");
+			printf("kill-client: the server is being killed\n");
 		}
 		ev = get_event(ch, 10);
 		if (!ev)
 			continue;
 		printf("kill-client: %s on connection %d (status %d)%s\n", rdma_event_str(ev->event),
 		       ev->id == a ? 1 : 2, ev->status, t_kill < 0 ? " before the kill" : "");
+		if (t_kill < 0)
+			fail = 1; /* not the kill's doing */
 		if (ev->event == RDMA_CM_EVENT_DISCONNECTED && ev->id == a) {
 			t_disc = now_ms();
 			rdma_ack_cm_event(ev);

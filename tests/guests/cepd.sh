@@ -132,8 +132,9 @@ check_ucmatose() {
 		ok "$1: ucmatose server through cepd" || ko "$1: ucmatose server (exit $rc)"
 }
 
-# ids_of_port: the live ids of cepd's port 0.
+# ids_of_port, qps_of_port: the live ids, the registered QPNs of cepd's port 0.
 ids_of_port() { "$cepd" --stats | sed -n 's/^port 0 .* ids \([0-9]*\).*/\1/p'; }
+qps_of_port() { "$cepd" --stats | sed -n 's/^port 0 .* qps \([0-9]*\).*/\1/p'; }
 
 if [ "$GB_NAME" = b ]; then
 	start_cepd b
@@ -186,15 +187,20 @@ if [ "$GB_NAME" = b ]; then
 		ok "cmtime server through cepd" || ko "cmtime server"
 
 	echo "== kill"
-	i=0
-	while [ "$(ids_of_port)" != 0 ] && [ $i -lt 1500 ]; do sleep 0.02; i=$((i + 1)); done
+	end=$(( $(date +%s) + 30 ))
+	while [ "$(ids_of_port)" != 0 ] && [ "$(date +%s)" -lt $end ]; do sleep 0.05; done
 	base=$(ids_of_port)
-	echo "ids on the port before: $base"
+	base_qps=$(qps_of_port)
+	echo "ids on the port before: $base, QPNs $base_qps"
 	rm -f $out/ks.ready $out/ks.listen
-	CEP_RDMACM_READY=$out/ks.listen timeout 300 $wrap "$probe" kill-server $GB_IP 7480 \
+	# no timeout(1) in between: $ks is the server itself (the wrapper execs)
+	CEP_RDMACM_READY=$out/ks.listen $wrap "$probe" kill-server $GB_IP 7480 \
 		$out/ks.ready >$out/kill-server.out 2>&1 &
 	ks=$!
-	while [ ! -e $out/ks.listen ] && kill -0 $ks 2>/dev/null; do sleep 0.02; done
+	i=0
+	while [ ! -e $out/ks.listen ] && kill -0 $ks 2>/dev/null && [ $i -lt 3000 ]; do
+		sleep 0.02; i=$((i + 1))
+	done
 	gb_signal ks-listen
 	i=0
 	while [ ! -e $out/ks.ready ] && kill -0 $ks 2>/dev/null && [ $i -lt 6000 ]; do
@@ -202,23 +208,27 @@ if [ "$GB_NAME" = b ]; then
 	done
 	gb_wait kc-ready 120 || true
 	"$cepd" --stats
+	gb_signal killing  # a's clock starts: the kill comes 1 s later
+	sleep 1
 	kill -9 $ks
-	gb_signal killed
 	wait $ks
 	cat $out/kill-server.out
 	# the service ends the dead client: its line goes, its ids with it
 	t0=$(date +%s.%N)
-	i=0
-	while [ $i -lt 1500 ]; do
+	end=$(( $(date +%s) + 30 ))
+	gone=0
+	while [ "$(date +%s)" -lt $end ]; do
 		s=$("$cepd" --stats)
-		if ! echo "$s" | grep -q " pid $ks " && [ "$(ids_of_port)" -le "$base" ]; then
+		if ! echo "$s" | grep -q " pid $ks " && [ "$(ids_of_port)" -le "$base" ] &&
+			[ "$(qps_of_port)" -le "$base_qps" ]; then
+			gone=1
 			break
 		fi
-		sleep 0.02; i=$((i + 1))
+		sleep 0.05
 	done
 	"$cepd" --stats
-	if [ $i -lt 1500 ]; then
-		ok "kill -9: the dead client's ids gone from cepd in $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $t0 }") s"
+	if [ $gone = 1 ]; then
+		ok "kill -9: the dead client, its ids and its QP gone from cepd in $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $t0 }") s"
 	else
 		ko "kill -9: cepd keeps the dead client's state after 30 s"
 	fi
@@ -242,7 +252,7 @@ else
 	echo "== kill: a kernel peer of a server killed with -9"
 	gb_wait ks-listen 300 || { ko "no kill-server"; exit 1; }
 	timeout 250 "$probe" kill-client $GB_PEER_IP 7480 "$GB_SHARE/a.kc-ready" \
-		"$GB_SHARE/b.killed" "$limit" >$out/kill-client.out 2>&1
+		"$GB_SHARE/b.killing" "$limit" >$out/kill-client.out 2>&1
 	rc=$?
 	cat $out/kill-client.out
 	grep -q "^PASS kill-client: DISCONNECTED" $out/kill-client.out &&
