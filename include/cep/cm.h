@@ -251,8 +251,9 @@ CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
  * context of cep_cm_create(), with the same contracts and errors, and
  * these differences:
  * - the engine runs in cepd: handler callbacks run on one library thread
- *   of this context (in the order cepd delivered them), and a call made
- *   from one of them reads the service's answer itself;
+ *   of this context, in the order cepd delivered them (another thread
+ *   receives the service's answers, so a callback may call any function
+ *   and wait for the application's locks as on a local context);
  * - QPNs are this process's: cep_cm_qp_register() of a QPN another
  *   client registered fails with EEXIST; on an RDMA port, of a QP the
  *   kernel does not show as this process's, EPERM; connect/accept on a

@@ -9,16 +9,16 @@
  *   have calls in flight (the reply names its request's sequence number).
  *   A call returns the engine's answer, or -ECONNRESET once the service has
  *   gone (socket closed: cepd exited, was killed, restarted): never a hang.
- * - Events: one library thread (the reader) delivers them. Handler ids'
- *   callbacks run on it, in the order the service sent them; channel ids'
- *   events go to their channel (its fd readable, get/ack as local). A call
- *   never waits for a callback to end: whenever nobody is receiving (the
- *   reader runs a callback, or the call is made from one) the calling
- *   thread reads the socket itself until its reply comes, queueing the
- *   events it meets for the reader (recv_one). So a call made while
- *   holding a lock a callback takes returns, as on a local context.
+ * - Events: one library thread (the reader) receives every message: it
+ *   wakes the call a reply answers, puts channel ids' events on their
+ *   channel (fd readable, get/ack as local) and queues handler ids' events
+ *   for a second thread (the callback thread), which runs the callbacks one
+ *   at a time in the order the service sent them. The reader takes no
+ *   application lock, so a reply always gets through: a callback may call
+ *   any function, and wait for a lock an application thread holds across a
+ *   call, as on a local context.
  * - After cep_cm_destroy_id() no event of the id but DESTROYED reaches the
- *   user; from a thread that is not the reader it first waits for a running
+ *   user; from a thread that is not the callback thread it first waits for a running
  *   callback of the id. DESTROYED is an id's last event; the id's memory
  *   stays until DESTROYED was handled (or acked) and no queued event and no
  *   call in flight names it.
@@ -70,7 +70,7 @@ struct rid {
 	_Atomic int refs;        /* user + queued events + calls in flight */
 	uint8_t phase;           /* r->lk */
 	uint8_t destroyed;       /* r->lk: DESTROYED received or made */
-	uint8_t delivering;      /* r->lk: the reader runs its callback */
+	uint8_t delivering;      /* r->lk: the callback thread runs its callback */
 	uint8_t done;            /* r->lk: DESTROYED handled (destroy_id_sync) */
 	uint8_t hidden;          /* r->lk: never the user's (a child of a listener
 				    destroyed before its REQ came) */
@@ -79,11 +79,9 @@ struct rid {
 	struct rid *all_next, *all_prev; /* r->lk: every id of r until freed */
 };
 
-/* An event waiting for the reader to run its callback. */
+/* An event waiting for the callback thread to run its callback. */
 struct pev {
 	struct pev *next;
-	uint32_t handle;         /* parked: the id's handle */
-	size_t pd_off;           /* parked: private data offset in ev.msg */
 	struct cep_cm_event ev;
 };
 
@@ -100,7 +98,9 @@ struct call {
 struct cmr {
 	struct cep_cm cm;        /* first: cm.tp NULL; nworkers, ca_guid, port, taken */
 	int fd;
-	pthread_t reader;
+	pthread_t reader;        /* receives: replies, events (never blocks on
+				    the application: callbacks are not its) */
+	pthread_t deliverer;     /* runs handler callbacks, in order */
 	pthread_mutex_t lk;
 	pthread_cond_t cv;       /* lk: delivering ends, DESTROYED done, local work */
 	struct call *calls;      /* lk */
@@ -109,14 +109,13 @@ struct cmr {
 	struct rid *all;         /* lk: every rid not yet freed */
 	uint32_t mapcap;         /* lk */
 	struct pev *qhead, *qtail; /* lk */
-	struct pev *parked;      /* lk: events for a handle not known yet (an id
+	struct park *parked;     /* lk: events for a handle not known yet (an id
 				    whose creating request's reply is on its
 				    way), newest first */
 	unsigned creating;       /* lk: such requests in flight */
 	int dead;                /* lk: the service has gone */
-	int closing;             /* lk: cep_cm_destroy: the reader ends */
-	int receiving;           /* lk: a thread is in pump() (the token below) */
-	uint8_t *rbuf;           /* the buffer of the thread that is receiving */
+	int closing;             /* lk: cep_cm_destroy: the callback thread ends */
+	uint8_t *rbuf;           /* the reader's buffer */
 	struct cmr *live_next;   /* live_lk */
 };
 
@@ -124,7 +123,8 @@ struct cmr {
 
 static pthread_mutex_t live_lk = PTHREAD_MUTEX_INITIALIZER;
 static struct cmr *live_head;   /* live_lk */
-static _Thread_local struct cmr *reader_self;
+/* The context whose callback thread this is (its callbacks run here). */
+static _Thread_local struct cmr *cb_self;
 
 static struct cmr *R(struct cep_cm *cm)
 {
@@ -283,7 +283,8 @@ static void set_phase(struct rid *d, unsigned type)
 }
 
 /* r->lk held. Hand @ev (about d) on: to its channel, or to the queue the
- * reader delivers from. A reference on d (and the listener) goes with it.
+ * callback thread delivers from. A reference on d (and the listener) goes
+ * with it.
  * Events of an id the user destroyed are dropped, DESTROYED excepted. */
 static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event *ev)
 {
@@ -330,6 +331,7 @@ static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event 
 	else
 		r->qhead = p;
 	r->qtail = p;
+	pthread_cond_broadcast(&r->cv); /* the callback thread waits on it */
 }
 
 static void send_async_destroy(struct cmr *r, uint32_t handle)
@@ -344,6 +346,133 @@ static void send_async_destroy(struct cmr *r, uint32_t handle)
 	(void)send(r->fd, &q, sizeof(q), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+/* An event record kept until the id it names is known (see take_one). */
+struct park {
+	struct park *next;
+	uint32_t key;            /* the handle it waits for */
+	struct cepd_ev e;
+	struct cep_msg msg;
+};
+
+static void unpark(struct cmr *r, uint32_t handle);
+
+/* r->lk held. Keep @e for when @key is known, if a creating request is on
+ * its way (the id it makes may be the one); else it names nothing of ours. */
+static void park(struct cmr *r, uint32_t key, const struct cepd_ev *e, const struct cep_msg *msg)
+{
+	struct park *p;
+
+	if (!r->creating)
+		return;
+	p = malloc(sizeof(*p));
+	if (!p) {
+		fprintf(stderr, "libcep: remote CM: out of memory: an event lost\n");
+		return;
+	}
+	p->key = key;
+	p->e = *e;
+	p->msg = *msg;
+	p->next = r->parked;
+	r->parked = p;
+}
+
+/* r->lk held. One checked event record: to its id, or (a REQ) a new id
+ * under its listener. An id made by a request whose reply has not come yet
+ * is not known here yet (cepd sends events from its CM workers, the reply
+ * from the client's thread): its events, and REQs to such a listener, are
+ * parked until the reply names it. */
+static void take_one(struct cmr *r, const struct cepd_ev *e, const struct cep_msg *msg)
+{
+	struct cep_cm_event ev;
+	struct rid *d, *l = NULL;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.msg = *msg;
+	ev.type = e->type;
+	ev.status = e->status;
+	ev.from = e->from;
+	if (!e->has_msg)
+		ev.msg.type = CEP_MSG_INVALID;
+	if (e->has_pd) {
+		ev.private_data = (const uint8_t *)&ev.msg + e->pd_off;
+		ev.private_data_len = e->pd_len;
+	}
+	if (e->type == CEP_CM_EV_REQ_RECEIVED || e->type == CEP_CM_EV_SIDR_REQ_RECEIVED) {
+		l = map_get(r, e->listen_handle);
+		if (!l) {
+			park(r, e->listen_handle, e, msg);
+			return;
+		}
+		if (map_get(r, e->handle))
+			return;
+		d = rid_new(r, e->handle, e->local_comm_id, l->id.handler, l->id.channel,
+			    l->id.context);
+		if (d && map_put(r, d)) {
+			if (d->id.flags & F_CHANNEL_USER)
+				atomic_fetch_sub(&d->id.channel->users, 1);
+			rid_put_locked(d);
+			d = NULL;
+		}
+		if (!d) {
+			send_async_destroy(r, e->handle);
+			return;
+		}
+		if (l->gone || l->hidden) {
+			/* its listener is gone: end it unseen */
+			d->hidden = 1;
+			if (d->id.flags & F_CHANNEL_USER) {
+				d->id.flags &= (uint16_t)~F_CHANNEL_USER;
+				atomic_fetch_sub(&d->id.channel->users, 1);
+			}
+			send_async_destroy(r, e->handle);
+			unpark(r, d->handle);
+			return;
+		}
+		ev.listen_id = &l->id;
+	} else {
+		d = map_get(r, e->handle);
+		if (!d) {
+			park(r, e->handle, e, msg);
+			return;
+		}
+	}
+	ev.id = &d->id;
+	pthread_mutex_lock(&d->id.lock);
+	ev.context = d->id.context;
+	pthread_mutex_unlock(&d->id.lock);
+	route_event(r, d, &ev);
+	if (l) /* the new id's own events that were waiting for it */
+		unpark(r, d->handle);
+}
+
+/* r->lk held: @handle is known now; the records that waited for it go on,
+ * oldest first (later ones find it themselves). With no creating request
+ * left, what is still parked named nothing of ours. */
+static void unpark(struct cmr *r, uint32_t handle)
+{
+	struct park *mine = NULL, **pp = &r->parked, *p;
+
+	while ((p = *pp) != NULL) {
+		if (p->key == handle) {
+			*pp = p->next;
+			p->next = mine; /* reverses: oldest first */
+			mine = p;
+		} else {
+			pp = &p->next;
+		}
+	}
+	while ((p = mine) != NULL) {
+		mine = p->next;
+		take_one(r, &p->e, &p->msg);
+		free(p);
+	}
+	if (!r->creating)
+		while ((p = r->parked) != NULL) {
+			r->parked = p->next;
+			free(p);
+		}
+}
+
 /* One EVENTS message from the service (trusted, but checked: a record
  * that does not fit, names no id of ours or a bad type is skipped). */
 static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
@@ -356,8 +485,7 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 	pthread_mutex_lock(&r->lk);
 	for (uint32_t i = 0; i < m->count; i++) {
 		struct cepd_ev e;
-		struct cep_cm_event ev;
-		struct rid *d, *l = NULL;
+		struct cep_msg msg;
 
 		if (len - off < sizeof(e))
 			break;
@@ -365,105 +493,16 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 		if (e.len < sizeof(e) || e.len > len - off ||
 		    (e.has_msg && e.len < sizeof(e) + sizeof(struct cep_msg)))
 			break;
-		memset(&ev, 0, sizeof(ev));
+		memset(&msg, 0, sizeof(msg));
 		if (e.has_msg)
-			memcpy(&ev.msg, buf + off + sizeof(e), sizeof(ev.msg));
+			memcpy(&msg, buf + off + sizeof(e), sizeof(msg));
 		off += e.len;
-		if (e.type >= CEP_CM_EVENT_COUNT || (e.has_msg && ev.msg.type >= CEP_MSG_COUNT) ||
-		    (e.has_pd && (!e.has_msg || (size_t)e.pd_off + e.pd_len > sizeof(ev.msg))))
+		if (e.type >= CEP_CM_EVENT_COUNT || (e.has_msg && msg.type >= CEP_MSG_COUNT) ||
+		    (e.has_pd && (!e.has_msg || (size_t)e.pd_off + e.pd_len > sizeof(msg))))
 			continue;
-		ev.type = e.type;
-		ev.status = e.status;
-		ev.from = e.from;
-		if (!e.has_msg)
-			ev.msg.type = CEP_MSG_INVALID;
-		if (e.has_pd) {
-			ev.private_data = (const uint8_t *)&ev.msg + e.pd_off;
-			ev.private_data_len = e.pd_len;
-		}
-		if (e.type == CEP_CM_EV_REQ_RECEIVED || e.type == CEP_CM_EV_SIDR_REQ_RECEIVED) {
-			l = map_get(r, e.listen_handle);
-			if (!l || map_get(r, e.handle))
-				continue;
-			d = rid_new(r, e.handle, e.local_comm_id, l->id.handler, l->id.channel,
-				    l->id.context);
-			if (d && map_put(r, d)) {
-				if (d->id.flags & F_CHANNEL_USER)
-					atomic_fetch_sub(&d->id.channel->users, 1);
-				rid_put_locked(d);
-				d = NULL;
-			}
-			if (!d) {
-				send_async_destroy(r, e.handle);
-				continue;
-			}
-			if (l->gone || l->hidden) {
-				/* its listener is gone: end it unseen */
-				d->hidden = 1;
-				if (d->id.flags & F_CHANNEL_USER) {
-					d->id.flags &= (uint16_t)~F_CHANNEL_USER;
-					atomic_fetch_sub(&d->id.channel->users, 1);
-				}
-				send_async_destroy(r, e.handle);
-				continue;
-			}
-			ev.listen_id = &l->id;
-		} else {
-			d = map_get(r, e.handle);
-			if (!d && r->creating) {
-				/* an id whose creating reply is still on its way */
-				struct pev *p = malloc(sizeof(*p));
-
-				if (p) {
-					p->handle = e.handle;
-					p->ev = ev;
-					p->pd_off = e.pd_off;
-					p->next = r->parked;
-					r->parked = p;
-				}
-				continue;
-			}
-			if (!d)
-				continue;
-		}
-		ev.id = &d->id;
-		pthread_mutex_lock(&d->id.lock);
-		ev.context = d->id.context;
-		pthread_mutex_unlock(&d->id.lock);
-		route_event(r, d, &ev);
+		take_one(r, &e, &msg);
 	}
 	pthread_mutex_unlock(&r->lk);
-}
-
-/* r->lk held: @d has its handle; the events that came before the reply
- * that named it go on now, oldest first (later ones find it). */
-static void unpark(struct cmr *r, struct rid *d)
-{
-	struct pev *mine = NULL, **pp = &r->parked, *p;
-
-	while ((p = *pp) != NULL) {
-		if (p->handle == d->handle) {
-			*pp = p->next;
-			p->next = mine; /* reverses: oldest first */
-			mine = p;
-		} else {
-			pp = &p->next;
-		}
-	}
-	while ((p = mine) != NULL) {
-		mine = p->next;
-		p->ev.id = &d->id;
-		p->ev.context = d->id.context;
-		if (p->ev.private_data)
-			p->ev.private_data = (const uint8_t *)&p->ev.msg + p->pd_off;
-		route_event(r, d, &p->ev);
-		free(p);
-	}
-	if (!r->creating)
-		while ((p = r->parked) != NULL) { /* named no id of ours */
-			r->parked = p->next;
-			free(p);
-		}
 }
 
 /* r->lk held. The answer to a call; a creating request's names its id. */
@@ -488,10 +527,10 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 					if (map_put(r, c->made)) {
 						send_async_destroy(r, idr.handle);
 						c->made->handle = 0;
-					} else {
-						unpark(r, c->made);
 					}
 				}
+				/* 0 (not made): only drops what nobody waits for */
+				unpark(r, c->made->handle);
 				n = 0;
 			} else if (c->out) {
 				memcpy(c->out, buf + sizeof(*m), n < c->outlen ? n : c->outlen);
@@ -551,9 +590,7 @@ static void die_locked(struct cmr *r)
 	pthread_cond_broadcast(&r->cv);
 }
 
-/* Receive and take one message. Only the thread holding the receiving
- * token (r->receiving, see recv_one) calls it. 0, or -1 when the socket
- * has ended. */
+/* Receive and take one message. Only the reader thread receives. 0, or -1 when the socket has ended. */
 static int pump(struct cmr *r)
 {
 	ssize_t n;
@@ -577,10 +614,6 @@ static int pump(struct cmr *r)
 		break;
 	case CEPD_EVENTS:
 		take_events(r, r->rbuf, (size_t)n);
-		/* a caller may be receiving: the reader delivers meanwhile */
-		pthread_mutex_lock(&r->lk);
-		pthread_cond_broadcast(&r->cv);
-		pthread_mutex_unlock(&r->lk);
 		break;
 	default:
 		break;
@@ -588,36 +621,8 @@ static int pump(struct cmr *r)
 	return 0;
 }
 
-/*
- * The receiving token. One thread at a time receives (r->rbuf is one
- * buffer): usually the reader, blocked in recv. But the reader also runs
- * the callbacks, and an application may call cep_cm_* while holding a lock
- * its callback takes (the librdmacm drop-in holds an id's mutex around
- * cep_cm_qp_destroy, cep_cm_disconnect...; a local context allows it: its
- * calls never wait for a callback). If only the reader received, that
- * call's reply would wait behind the callback that waits for the call:
- * a deadlock. So a thread that waits for a reply (or a creating request)
- * takes the token whenever nobody holds it and receives itself; events it
- * meets are queued for the reader, woken to deliver them.
- *
- * recv_one: r->lk held, the token free. Take it, receive one message with
- * the lock dropped, give it back and wake whoever waits for it (the
- * callers on their own condition variables, the reader on r->cv).
- */
-static void recv_one(struct cmr *r)
-{
-	r->receiving = 1;
-	pthread_mutex_unlock(&r->lk);
-	(void)pump(r);
-	pthread_mutex_lock(&r->lk);
-	r->receiving = 0;
-	for (struct call *c = r->calls; c; c = c->next)
-		if (!c->done)
-			pthread_cond_signal(&c->cv);
-	pthread_cond_broadcast(&r->cv);
-}
-
-/* The reader: run the callbacks of queued events, one at a time, in order. */
+/* The callback thread: run the callbacks of queued events, one at a time,
+ * in order. */
 static void deliver(struct cmr *r)
 {
 	for (;;) {
@@ -658,25 +663,35 @@ static void deliver(struct cmr *r)
 	}
 }
 
+/* The reader: every message from the service, until the socket ends.
+ * It takes no lock but r->lk (and a channel's, in it), never the
+ * application's, so a call's reply always gets through, whatever a
+ * callback waits for. */
 static void *reader_main(void *arg)
 {
 	struct cmr *r = arg;
 
-	reader_self = r;
-	for (;;) {
-		int dead;
+	while (pump(r) == 0)
+		;
+	return NULL;
+}
 
+/* The callback thread: the queued events' callbacks, one at a time, in the
+ * order they came; after the service has gone, the events made here. */
+static void *deliverer_main(void *arg)
+{
+	struct cmr *r = arg;
+
+	cb_self = r;
+	for (;;) {
 		deliver(r);
 		pthread_mutex_lock(&r->lk);
 		if (r->closing) {
 			pthread_mutex_unlock(&r->lk);
 			break;
 		}
-		dead = r->dead;
-		if ((dead || r->receiving) && !r->qhead)
-			pthread_cond_wait(&r->cv, &r->lk); /* a caller receives */
-		else if (!dead && !r->receiving)
-			recv_one(r);
+		if (!r->qhead)
+			pthread_cond_wait(&r->cv, &r->lk);
 		pthread_mutex_unlock(&r->lk);
 	}
 	return NULL;
@@ -715,16 +730,10 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 		if (made)
 			r->creating--;
 	}
-	/* until the reply: receive ourselves whenever nobody does (from a
-	 * callback, or while the reader runs one: see recv_one) */
-	while (!c.done && !r->dead) {
-		if (!r->receiving)
-			recv_one(r);
-		else
-			pthread_cond_wait(&c.cv, &r->lk);
-	}
-	if (!c.done)
-		c.ret = CMR_GONE;
+	/* the reader signals (or die_locked fails) it; from a callback too:
+	 * the reader is another thread */
+	while (!c.done)
+		pthread_cond_wait(&c.cv, &r->lk);
 	for (struct call **pp = &r->calls; *pp; pp = &(*pp)->next)
 		if (*pp == &c) {
 			*pp = c.next;
@@ -786,16 +795,11 @@ static int call_pd(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a, uint
 	return ret ? ret : call(r, (struct cepd_req *)buf, NULL, 0);
 }
 
-/* r->lk held: wait while another request is making @d (from a callback:
- * read the socket for it). */
+/* r->lk held: wait while another request is making @d. */
 static void wait_created(struct cmr *r, struct rid *d)
 {
-	while (d->creating && !r->dead) {
-		if (!r->receiving)
-			recv_one(r);
-		else
-			pthread_cond_wait(&r->cv, &r->lk);
-	}
+	while (d->creating)
+		pthread_cond_wait(&r->cv, &r->lk); /* its call ends, also on death */
 }
 
 /* A request @q on @id (its reply payload, if any, into @out): the id's
@@ -985,7 +989,17 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	atomic_init(&r->cm.taken, 0);
 	pthread_mutex_init(&r->lk, NULL);
 	pthread_cond_init(&r->cv, NULL);
-	ret = -pthread_create(&r->reader, NULL, reader_main, r);
+	ret = -pthread_create(&r->deliverer, NULL, deliverer_main, r);
+	if (!ret) {
+		ret = -pthread_create(&r->reader, NULL, reader_main, r);
+		if (ret) {
+			pthread_mutex_lock(&r->lk);
+			r->closing = 1;
+			pthread_cond_broadcast(&r->cv);
+			pthread_mutex_unlock(&r->lk);
+			pthread_join(r->deliverer, NULL);
+		}
+	}
 	if (ret) {
 		pthread_mutex_destroy(&r->lk);
 		pthread_cond_destroy(&r->cv);
@@ -1010,7 +1024,7 @@ int cmr_destroy(struct cep_cm *cm)
 	struct cmr *r = R(cm);
 	uint32_t none = 0;
 
-	if (reader_self == r)
+	if (cb_self == r)
 		return -EDEADLK;
 	/* as the local destroy: an event taken and not acked refuses it */
 	if (!atomic_compare_exchange_strong_explicit(&cm->taken, &none, CM_CLOSED,
@@ -1025,11 +1039,12 @@ int cmr_destroy(struct cep_cm *cm)
 	pthread_mutex_unlock(&live_lk);
 	/* the service sees EOF and ends our ids; the reader sees it too */
 	shutdown(r->fd, SHUT_RDWR);
+	pthread_join(r->reader, NULL); /* it ends on the shut socket */
 	pthread_mutex_lock(&r->lk);
 	r->closing = 1;
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->lk);
-	pthread_join(r->reader, NULL);
+	pthread_join(r->deliverer, NULL);
 	/* nothing delivers now: drop what is queued and free every id (an
 	 * extra reference on each keeps them while their channel events go) */
 	while (r->qhead) {
@@ -1055,7 +1070,7 @@ int cmr_destroy(struct cep_cm *cm)
 	while (r->all)
 		rid_free_locked(r->all);
 	while (r->parked) {
-		struct pev *p = r->parked;
+		struct park *p = r->parked;
 
 		r->parked = p->next;
 		free(p);
@@ -1078,14 +1093,14 @@ int cmr_qp_register(struct cep_cm *cm, uint32_t qpn)
 
 int cmr_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 {
-	if (reader_self == R(cm))
+	if (cb_self == R(cm))
 		return -EDEADLK; /* "not from CM callbacks", as the local one */
 	return call_pd(R(cm), CEPD_QP_DESTROY, 0, qpn, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
 
 int cmr_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 {
-	if (reader_self == R(cm))
+	if (cb_self == R(cm))
 		return -EDEADLK;
 	return call_pd(R(cm), CEPD_QUIESCE, 0, timeout_ms, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
@@ -1137,7 +1152,7 @@ int cmr_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, struct c
 }
 
 /* r->lk held: @d ends here (the service has gone, or it was never made
- * there): its DESTROYED is made here, delivered by the reader. */
+ * there): its DESTROYED is made here, delivered by the callback thread. */
 static void destroyed_here(struct cmr *r, struct rid *d)
 {
 	struct cep_cm_event ev;
@@ -1166,8 +1181,8 @@ int cmr_destroy_id(struct cep_cm_id *id)
 	}
 	d->gone = 1;
 	cmr_id_get(id); /* the call's: DESTROYED may come before its reply */
-	/* not a callback of the reader: wait for one of this id running */
-	while (reader_self != r && d->delivering)
+	/* not from a callback: wait for one of this id running */
+	while (cb_self != r && d->delivering)
 		pthread_cond_wait(&r->cv, &r->lk);
 	wait_created(r, d);
 	unmade = !d->handle;
@@ -1175,13 +1190,10 @@ int cmr_destroy_id(struct cep_cm_id *id)
 	if (id->channel)
 		cm_channel_purge(id->channel, id, 0);
 	if (unmade) {
-		/* never made in cepd: it ends here; a callback id's DESTROYED
-		 * is the reader's to deliver, so wake it (a PING's answer) */
+		/* never made in cepd: it ends here (DESTROYED made here) */
 		pthread_mutex_lock(&r->lk);
 		destroyed_here(r, d);
 		pthread_mutex_unlock(&r->lk);
-		if (!id->channel && reader_self != r)
-			(void)call_pd(r, CEPD_PING, 0, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 		ret = 0;
 	} else {
 		ret = id_req(id, CEPD_DESTROY_ID, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
@@ -1204,7 +1216,7 @@ int cmr_destroy_id_sync(struct cep_cm_id *id)
 	struct timespec ts;
 	int ret;
 
-	if (reader_self == r)
+	if (cb_self == r)
 		return -EDEADLK;
 	if (id->channel)
 		return -EINVAL;

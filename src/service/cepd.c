@@ -618,7 +618,6 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 	switch (r->h.op) {
 	case CEPD_CREATE_ID: case CEPD_QP_REGISTER: case CEPD_QP_DESTROY:
 	case CEPD_CM_STATS: case CEPD_QUIESCE: case CEPD_SERVICE_STATS: case CEPD_QP_EVENT:
-	case CEPD_PING:
 		break;
 	default:
 		pthread_mutex_lock(&c->lk);
@@ -801,9 +800,6 @@ static void handle_request(struct client *c, const uint8_t *buf, size_t len)
 		break;
 	case CEPD_QUIESCE:
 		ret = cep_cm_quiesce(c->port->cm, r->a);
-		break;
-	case CEPD_PING:
-		ret = 0;
 		break;
 #ifdef CEPD_HAVE_UMAD
 	case CEPD_INIT_QP_ATTR: {

@@ -59,7 +59,6 @@ enum cepd_op {
 	CEPD_SERVICE_STATS, /* -; reply text (not NUL-terminated) */
 	CEPD_INIT_QP_ATTR,  /* handle, a = enum ibv_qp_state; reply struct cepd_qp_attr_rep */
 	CEPD_QP_EVENT,      /* a = QPN, b = enum ibv_event_type (COMM_EST) */
-	CEPD_PING,          /* -: answered 0 (wakes the client's reader) */
 	CEPD_OP_COUNT,
 	CEPD_REPLY = 0x100, /* struct cepd_rep + payload */
 	CEPD_EVENTS = 0x101,/* struct cepd_events + records */
@@ -201,7 +200,7 @@ static inline long cepd_param_size(uint32_t op)
 	case CEPD_NOTIFY_EST: case CEPD_REJECT: case CEPD_MRA: case CEPD_DISCONNECT:
 	case CEPD_DREP: case CEPD_APR: case CEPD_SIDR_REP: case CEPD_QP_REGISTER:
 	case CEPD_QP_DESTROY: case CEPD_ID_QUERY: case CEPD_CM_STATS: case CEPD_QUIESCE:
-	case CEPD_SERVICE_STATS: case CEPD_INIT_QP_ATTR: case CEPD_QP_EVENT: case CEPD_PING:
+	case CEPD_SERVICE_STATS: case CEPD_INIT_QP_ATTR: case CEPD_QP_EVENT:
 		return 0;
 	default:
 		return -1;
@@ -235,7 +234,7 @@ static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 	      r->h.op == CEPD_INIT_QP_ATTR || r->h.op == CEPD_CREATE_ID ||
 	      r->h.op == CEPD_QP_REGISTER || r->h.op == CEPD_QP_DESTROY || r->h.op == CEPD_CM_STATS ||
 	      r->h.op == CEPD_QUIESCE || r->h.op == CEPD_SERVICE_STATS ||
-	      r->h.op == CEPD_QP_EVENT || r->h.op == CEPD_PING)))
+	      r->h.op == CEPD_QP_EVENT)))
 		return -EINVAL;
 	if (sizeof(*r) + (size_t)ps + r->pd_len + r->aux_len != len)
 		return -EBADMSG;
