@@ -133,6 +133,7 @@ static struct {
 	unsigned nclients, serial;     /* lk */
 	_Atomic uint64_t clients_total, clients_dropped, bad_messages;
 	_Atomic unsigned live_clients; /* client structs not yet freed */
+	int check;                     /* --check: the tables at exit */
 	volatile sig_atomic_t stop;
 	int sigpipe[2];
 	unsigned workers;
@@ -1090,6 +1091,7 @@ static void print_stats(FILE *f)
 	for (unsigned i = 0; i < svc.nports; i++) {
 		struct port *p = &svc.port[i];
 		struct cep_cm_stats st = { .size = sizeof(st) };
+		struct cep_table_stats ts;
 		uint64_t sent = 0, rcvd = 0, drops = 0;
 
 		if (cep_cm_get_stats(p->cm, &st) == 0) {
@@ -1100,12 +1102,17 @@ static void print_stats(FILE *f)
 			for (unsigned d = 0; d < CEP_CM_DROP_COUNT; d++)
 				drops += st.drops[d];
 		}
+		/* the engine's table: CEPs alive (timewait included) and QPNs
+		 * registered, so a dead client's leftovers show */
+		cep_table_stats(cep_cm_table(p->cm), &ts);
 		fprintf(f, "port %u %s:%u guid %016llx mads_sent %llu mads_received %llu "
-			"drops %llu retries %llu ids %llu\n", i, p->dev[0] ? p->dev : "fabric",
+			"drops %llu retries %llu ids %llu ceps %llu qps %llu\n", i,
+			p->dev[0] ? p->dev : "fabric",
 			p->port_num, (unsigned long long)cep_cm_ca_guid(p->cm),
 			(unsigned long long)sent, (unsigned long long)rcvd,
 			(unsigned long long)drops, (unsigned long long)st.retries,
-			(unsigned long long)st.ids);
+			(unsigned long long)st.ids, (unsigned long long)ts.live,
+			(unsigned long long)ts.qps);
 	}
 	pthread_mutex_lock(&svc.lk);
 	{
@@ -1349,10 +1356,61 @@ static void on_signal(int sig)
 	errno = e;
 }
 
-/* SIGTERM: close the socket, drop every client (their calls fail with
- * -ECONNRESET), wait for their threads, then free the ports. */
-static void shutdown_all(void)
+/* --check, every client gone: wait (30 s at most) until each port's
+ * engine holds no id, no CEP (timewaits over) and no QPN, quiesce it and
+ * run cep_table_check() on its table. 0, or 1 after logging what held
+ * on. The main thread; only the CM workers run (nothing arms a timer
+ * once no id is left). */
+static int check_tables(void)
 {
+	struct timespec ts = { 0, 20 * 1000 * 1000 };
+	int status = 0;
+
+	for (unsigned i = 0; i < svc.nports; i++) {
+		struct cep_cm *cm = svc.port[i].cm;
+		struct cep_cm_stats st = { .size = sizeof(st) };
+		struct cep_table_stats tst;
+		char msg[512];
+		int bad = 0;
+
+		for (int t = 0; t < 1500; t++) {
+			if (cep_cm_get_stats(cm, &st))
+				break;
+			cep_table_stats(cep_cm_table(cm), &tst);
+			if (!st.ids && !tst.live && !tst.qps)
+				break;
+			nanosleep(&ts, NULL);
+		}
+		if (cep_cm_quiesce(cm, 5000))
+			logmsg("check: port %u did not quiesce", i);
+		(void)cep_cm_get_stats(cm, &st);
+		cep_table_stats(cep_cm_table(cm), &tst);
+		if (st.ids || tst.live || tst.qps) {
+			logmsg("check: port %u keeps %llu ids, %llu CEPs, %llu QPNs with no client",
+			       i, (unsigned long long)st.ids, (unsigned long long)tst.live,
+			       (unsigned long long)tst.qps);
+			bad = 1;
+		}
+		if (cep_table_check(cep_cm_table(cm), msg, sizeof(msg))) {
+			logmsg("check: port %u: cep_table_check: %s", i, msg);
+			bad = 1;
+		}
+		status |= bad;
+		logmsg("check: port %u: %s (CEPs allocated %llu freed %llu, binds %llu)", i,
+		       bad ? "FAILED" : "tables consistent and empty",
+		       (unsigned long long)tst.allocated, (unsigned long long)tst.freed,
+		       (unsigned long long)tst.bound);
+	}
+	return status;
+}
+
+/* SIGTERM: close the socket, drop every client (their calls fail with
+ * -ECONNRESET), wait for their threads, then free the ports. 0, or 1
+ * when --check found the tables wrong. */
+static int shutdown_all(void)
+{
+	int status = 0;
+
 	struct timespec ts = { 0, 10 * 1000 * 1000 };
 
 	close(svc.lfd);
@@ -1377,6 +1435,8 @@ static void shutdown_all(void)
 			break;
 		nanosleep(&ts, NULL);
 	}
+	if (svc.check)
+		status = check_tables();
 	for (unsigned i = 0; i < svc.nports; i++) {
 		(void)cep_cm_quiesce(svc.port[i].cm, 1000);
 		if (cep_cm_destroy(svc.port[i].cm))
@@ -1385,13 +1445,14 @@ static void shutdown_all(void)
 	}
 	if (svc.fab)
 		(void)cep_fabric_destroy(svc.fab);
+	return status;
 }
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: cepd [--socket PATH] [--port DEV:PORT]... [--fabric N] [--workers N]\n"
-		"            [--max-ids N] [-v]\n"
+		"            [--max-ids N] [--check] [-v]\n"
 		"       cepd --stats [--socket PATH]\n"
 		"Serve libcep's connection manager to the processes of this node.\n"
 		"  --socket PATH  listen here (default $CEP_SERVICE, else %s)\n"
@@ -1401,6 +1462,7 @@ static void usage(FILE *f)
 		"  --workers N    CM workers per port (default: online CPUs)\n"
 		"  --max-ids N    ids (and QPs) one client may hold (default 65536)\n"
 		"  --stats        print a running service's statistics and exit\n"
+		"  --check        at exit, check the CM tables (tests): exit 1 if wrong\n"
 		"  -v             log clients coming and going\n", CEPD_DEFAULT_SOCKET);
 }
 
@@ -1413,6 +1475,7 @@ int main(int argc, char **argv)
 		{ "workers", required_argument, NULL, 'w' },
 		{ "max-ids", required_argument, NULL, 'm' },
 		{ "stats", no_argument, NULL, 'S' },
+		{ "check", no_argument, NULL, 'C' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -1424,7 +1487,7 @@ int main(int argc, char **argv)
 	int stats = 0, o, ret = 0;
 	struct sigaction sa;
 
-	while ((o = getopt_long(argc, argv, "s:p:f:w:m:Svh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "s:p:f:w:m:SCvh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's': path = optarg; break;
 		case 'p':
@@ -1453,6 +1516,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'S': stats = 1; break;
+		case 'C': svc.check = 1; break;
 		case 'v': svc.verbose = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -1538,6 +1602,5 @@ int main(int argc, char **argv)
 		if (pf[0].revents & POLLIN)
 			accept_client();
 	}
-	shutdown_all();
-	return 0;
+	return shutdown_all();
 }
