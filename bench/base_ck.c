@@ -18,7 +18,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "table_impl.h"
-#include "tsan.h" /* the edges TSan cannot see, as libcep states them */
+#include "core/tsan.h" /* the edges TSan cannot see, as libcep states them */
 
 struct ck_entry {
 	uint32_t id; /* first: ck_rhs's compare reads a lookup key the same way */

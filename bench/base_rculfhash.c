@@ -13,7 +13,7 @@
 #include <urcu/rculfhash.h>
 
 #include "table_impl.h"
-#include "tsan.h" /* the RCU edges TSan cannot see, as libcep states them */
+#include "core/tsan.h" /* the RCU edges TSan cannot see, as libcep states them */
 
 struct lf_entry {
 	struct cds_lfht_node node;

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "rcu.h" /* cep_rcu_qsbr: this process's flavour */
+#include "core/rcu.h" /* cep_rcu_qsbr: this process's flavour */
 #include "storm.h"
 
 struct connect_rep {

@@ -24,7 +24,7 @@
 
 #include <cep/table.h>
 
-#include "table_keys.h"
+#include "core/table_keys.h"
 
 enum { PRESENT = 200, CHURN = 64, KINDS = 3 };
 #define QPN(i) (0x10000u + (uint32_t)(i))

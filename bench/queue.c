@@ -5,7 +5,7 @@
  * MAD and its address in (as the CM's receive function does); the consumer
  * reads every MAD (a checksum over its words: the cache lines cross CPUs
  * as in the dispatcher) and drops it.
- *  ring      the dispatcher's own bounded MPSC ring (src/dispatch.c), through
+ *  ring      the dispatcher's own bounded MPSC ring (src/cm/dispatch.c), through
  *            cep_dispatch_post_mad, consumed by its worker thread
  *  ck_ring   ConcurrencyKit ck_ring, MPSC, MADs copied into the ring's slots
  *  wfcqueue  liburcu wait-free concurrent queue: a node per MAD (malloc by the
@@ -23,7 +23,7 @@
 #include <urcu/wfcqueue.h>
 
 #include "bench.h"
-#include "dispatch.h" /* the library's dispatcher (internal) */
+#include "cm/dispatch.h" /* the library's dispatcher (internal) */
 
 #define QDEPTH 4096
 

@@ -2,11 +2,13 @@
 # SPDX-License-Identifier: MIT
 # Guest script of bench/rdmacm-cmtime.sh: Debian's cmtime, unmodified, on
 # libcep's librdmacm.so.1 and on the kernel's rdma_cm, alternately (for
-# each round and count: libcep with no kernel CM loaded, then ib_cm,
-# iw_cm, rdma_cm, rdma_ucm loaded and unloaded again). a runs the client,
-# b the server; a first times the verbs calls of a connection alone
-# (rdmacm-verbs-cost). Args: cep-rdmacm wrapper, rdmacm-verbs-cost, rounds,
-# counts. Prints
+# each round and count, each stack in turn: "libcep", the CM in cmtime's
+# process; "cepd", the same library attached to one cepd per guest, the
+# node's CM service; "kernel", with ib_cm, iw_cm, rdma_cm, rdma_ucm loaded
+# and unloaded again). a runs the client, b the server; a first times the
+# verbs calls of a connection alone (rdmacm-verbs-cost). Args: cep-rdmacm
+# wrapper, rdmacm-verbs-cost, cepd (or -), rounds, stacks ("libcep cepd
+# kernel"), counts. Prints
 # "BENCH <cm> n=<n> r=<round>: <line>" for every line of the client's
 # output, and for each guest its CPU time by kind over the run (ticks of
 # /proc/stat: where the time went) and the cmtime process's CPU time,
@@ -18,8 +20,10 @@ set -u
 . "$GB_LIB"
 wrap=$1
 cost=$2
-rounds=$3
-shift 3
+cepd=$3
+rounds=$4
+stacks=$5
+shift 5
 counts=$*
 ulimit -n 1048576 2>/dev/null || ulimit -n 65536
 gb_rxe_up || exit 1
@@ -58,14 +62,24 @@ rc=0
 r=1
 while [ $r -le "$rounds" ]; do
 for n in $counts; do
-	for cm in libcep kernel; do
+	for cm in $stacks; do
 		w=$wrap
+		tag=$cm-$n-$r
+		pre="BENCH $cm n=$n r=$r:"
+		svc=
+		export CEP_SERVICE=none
 		if [ $cm = kernel ]; then
 			w=
 			kernel_cm load || { echo "modprobe failed"; exit 1; }
+		elif [ $cm = cepd ]; then
+			# The node's CM service: cmtime's library attaches to it.
+			export CEP_SERVICE=/tmp/cepd-$tag.sock
+			"$cepd" --socket "$CEP_SERVICE" --port rxe0:1 >/tmp/cepd-$tag.out 2>&1 &
+			svc=$!
+			i=0
+			while [ ! -S "$CEP_SERVICE" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+			[ -S "$CEP_SERVICE" ] || { echo "$pre cepd did not start"; cat /tmp/cepd-$tag.out; rc=1; }
 		fi
-		tag=$cm-$n-$r
-		pre="BENCH $cm n=$n r=$r:"
 		if [ "$GB_NAME" = b ]; then
 			c0=$(cpu)
 			CEP_RDMACM_READY=$GB_SHARE/b.ready-$tag timeout 3000 $w cmtime \
@@ -105,6 +119,14 @@ for n in $counts; do
 			echo "$pre client guest cpu $(cpu_delta "$c0" "$(cpu)") (ticks)"
 			sed "s/^/$pre /" /tmp/client-$tag.out
 			gb_signal done-$tag
+		fi
+		if [ -n "$svc" ]; then
+			echo "$pre $GB_NAME cepd cpu $(awk '{ printf "user %.2f s system %.2f s", $14 / 100, $15 / 100 }' /proc/$svc/stat)"
+			threads "$svc" "$pre $GB_NAME cepd"
+			gb_signal cepd-stop-$tag
+			gb_wait cepd-stop-$tag 600
+			kill $svc 2>/dev/null
+			wait $svc
 		fi
 		if [ $cm = kernel ]; then
 			# both guests unload only once both processes are gone

@@ -20,7 +20,7 @@
 #include <cep/table.h>
 
 #include "bench.h"
-#include "slab.h" /* cep_mapped_bytes */
+#include "core/slab.h" /* cep_mapped_bytes */
 #include "storm.h"
 
 struct scale_row {
@@ -33,7 +33,7 @@ struct scale_row {
 };
 
 /* malloc's in-use bytes plus libcep's own mappings (object caches, big
- * index maps: src/slab.h), which mallinfo2 does not see. */
+ * index maps: src/core/slab.h), which mallinfo2 does not see. */
 static uint64_t heap_in_use(void)
 {
 	struct mallinfo2 mi = mallinfo2();

@@ -24,7 +24,7 @@
 
 #include "bench.h"
 #include "table_impl.h"
-#include "table_internal.h" /* cep_hash64: the baselines must hash alike */
+#include "core/table_internal.h" /* cep_hash64: the baselines must hash alike */
 
 struct mix {
 	char name[16];  /* "L/I/D" */

@@ -56,7 +56,7 @@ static inline uint32_t tbl_draw_id(uint64_t *rng)
 }
 
 /* The hash the baselines use for a comm ID: the one libcep's comm-ID index
- * uses (cep_hash64 in src/table.c, splitmix64 finaliser with a per-table
+ * uses (cep_hash64 in src/core/table.c, splitmix64 finaliser with a per-table
  * random seed), inline as it is there. table.c checks at start-up that the
  * two agree, so the baselines cannot drift from libcep. */
 static inline uint64_t tbl_hash_comm_id(uint64_t seed, uint32_t id)

@@ -15,7 +15,7 @@
 
 #include "bindcheck.h"
 #include "stress.h"
-#include "table_keys.h"
+#include "core/table_keys.h"
 
 #define ROUND_S 0.1
 #define NQP 4

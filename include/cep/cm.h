@@ -244,6 +244,57 @@ CEP_EXPORT int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out
  * table and memory are leaked (logged), not freed under that reference. */
 CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
 
+/* ---- a context served by cepd ------------------------------------------ */
+
+/* A CM context on a port owned by the node's CM service, cepd(8): every
+ * cep_cm_* call on it and on its ids and their events works as on a
+ * context of cep_cm_create(), with the same contracts and errors, and
+ * these differences:
+ * - the engine runs in cepd: handler callbacks run on one library thread
+ *   of this context, in the order cepd delivered them (another thread
+ *   receives the service's answers, so a callback may call any function
+ *   and wait for the application's locks as on a local context);
+ * - QPNs are this process's: cep_cm_qp_register() of a QPN another
+ *   client registered fails with EEXIST; on an RDMA port, of a QP the
+ *   kernel does not show as this process's, EPERM; connect/accept on a
+ *   QPN this process did not register, ENOENT;
+ * - a listen on a service ID another process listens on: EADDRINUSE;
+ * - cep_cm_create_id() asks nothing of cepd: the id is made there by its
+ *   first call, which returns the create's errors (ENOMEM, EAGAIN, and
+ *   EMFILE beyond the service's per-process budget, cepd --max-ids);
+ * - cep_cm_table() and cep_cm_id_cep() return NULL (the table is cepd's);
+ *   cep_cm_id_state(), cep_cm_id_lap_state() and
+ *   cep_cm_id_remote_comm_id() ask cepd (IDLE / LAP_IDLE / 0 once it has
+ *   gone);
+ * - once the service has gone (exited, killed, restarting) every call
+ *   fails with ECONNRESET; each id in a connection's course gets its
+ *   error event (REQ_ERROR, REP_ERROR, DREQ_ERROR or SIDR_REQ_ERROR) with
+ *   status ECONNRESET (negated), and cep_cm_destroy_id() still ends ids
+ *   (0, then DESTROYED), so nothing waits for ever;
+ * - cep_cm_destroy() closes the connection: cepd ends the context's ids
+ *   as when a client dies (REJ for pending requests, DREQ for established
+ *   connections, listeners gone) and destroys its QPs; no event is
+ *   delivered here. */
+struct cep_cm_attach_attr {
+	size_t size;           /* sizeof(struct cep_cm_attach_attr) */
+	/* The service's socket. NULL: the environment's CEP_SERVICE (a path;
+	 * "none" refuses with ENOENT), else /run/cep/cepd.sock. */
+	const char *socket;
+	/* The port: an RDMA device name ("mlx5_0", "rxe0") and its port
+	 * number (1-based), or, with @device NULL, @port_num is the index of
+	 * the port in the service's list (cepd --fabric N: 0..N-1). */
+	const char *device;
+	unsigned port_num;
+};
+
+/* Attach to cepd's CM of one port (see above). 0; -EINVAL (NULL, bad
+ * attr); -ENOENT (no socket at the path, or CEP_SERVICE=none);
+ * -ECONNREFUSED (nothing answers there); -ENODEV (the service has no such
+ * port); -EPROTONOSUPPORT (a cepd of another protocol version or libcep
+ * ABI); -EACCES; -ENAMETOOLONG; -ENOMEM; -EAGAIN (no thread); or another
+ * error of socket(2) or connect(2). Any thread. */
+CEP_EXPORT int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out);
+
 /* The core table of this context (for cep_table_check/stats). */
 CEP_EXPORT struct cep_table *cep_cm_table(struct cep_cm *cm);
 CEP_EXPORT unsigned cep_cm_workers(const struct cep_cm *cm);

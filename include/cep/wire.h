@@ -8,7 +8,7 @@
  * is refused with a distinct negative errno per class of fault and a precise
  * enum cep_wire_error, and *out is left untouched. cep_msg_encode() writes
  * every field from the same declarative tables the decoder reads (see
- * src/wire_fields.h and docs/protocol.md) and zeroes reserved bits, so
+ * src/wire/wire_fields.h and docs/protocol.md) and zeroes reserved bits, so
  * encode(decode(b)) == b for every valid MAD b apart from reserved bits.
  * All functions here are pure (no global state) and safe from any thread,
  * including CM callbacks and RCU read-side sections.

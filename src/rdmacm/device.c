@@ -27,6 +27,7 @@
 
 #include "ib.h"
 #include "rdmacm.h"
+#include "cm/cm_remote.h" /* cmr_port: a cepd context's port */
 
 struct rcm_global rcm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -405,6 +406,26 @@ int rcm_port_cm(struct rcm_port *p, struct cep_cm **out)
 	}
 	ua.dev_name = ibv_get_device_name(p->dev->verbs->device);
 	ua.port_num = p->port_num;
+	/* The node's CM service, when one serves this port (cepd(8),
+	 * docs/rdmacm.md): the port is shared with every other process, as
+	 * the kernel's CM shares it. Else (no service: ENOENT, ECONNREFUSED;
+	 * CEP_SERVICE=none; not this port: ENODEV) the CM runs here. */
+	{
+		struct cep_cm_attach_attr aa = { .size = sizeof(aa), .device = ua.dev_name,
+						 .port_num = p->port_num };
+
+		ret = cep_cm_attach(&aa, &cm);
+		if (!ret) {
+			p->info = *cmr_port(cm);
+			atomic_store_explicit(&p->cm, cm, memory_order_release);
+			*out = cm;
+			goto out;
+		}
+		if (ret != -ENOENT && ret != -ECONNREFUSED && ret != -ENODEV)
+			fprintf(stderr, "librdmacm (libcep): %s port %u: the CM service did not "
+				"take this process (%s): running the CM in the process\n",
+				ua.dev_name, p->port_num, strerror(-ret));
+	}
 	ret = cep_umad_open(&ua, &t);
 	if (ret) {
 		say_busy(p, ret);
@@ -467,7 +488,7 @@ static void print_stats(struct rcm_port *p, struct cep_cm *cm)
 	for (int d = 0; d < CEP_CM_DROP_COUNT; d++)
 		if (st.drops[d])
 			fprintf(stderr, " drop %s %" PRIu64, cep_cm_drop_name((unsigned)d), st.drops[d]);
-	if (cep_umad_get_stats(p->t, &us) == 0)
+	if (p->t && cep_umad_get_stats(p->t, &us) == 0)
 		fprintf(stderr, "; umad sent %" PRIu64 " send errors %" PRIu64 " received %" PRIu64
 			" receive errors %" PRIu64, us.sent, us.send_errors, us.received,
 			us.recv_errors);
@@ -496,7 +517,8 @@ __attribute__((destructor)) static void rcm_fini(void)
 			if (getenv("CEP_RDMACM_STATS"))
 				print_stats(p, cm);
 			cep_cm_destroy(cm);
-			p->t->ops->destroy(p->t);
+			if (p->t) /* NULL: the CM was cepd's */
+				p->t->ops->destroy(p->t);
 		}
 	}
 }

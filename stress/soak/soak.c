@@ -26,8 +26,8 @@
 #include <cep/fabric.h>
 #include <cep/table.h>
 
-#include "cm_internal.h"
-#include "dispatch.h"
+#include "cm/cm_internal.h"
+#include "cm/dispatch.h"
 #include "../stress.h"
 
 /* ---- the storm: W slots on node A, each connecting, releasing, again ---- */

@@ -6,7 +6,7 @@ man/meson.build):
 - every list of symbol-version nodes (`CEP_0.1`, ...) names exactly the
   nodes of src/libcep.map;
 - every statement of the default index names CEP_TABLE_INDEX_BUILTIN of
-  src/table_internal.h;
+  src/core/table_internal.h;
 - the README's `apt install` line installs every package of debian/control;
 - docs/quickstart.md's sample output is what examples/hello_callback prints
   (this version; comm IDs and the order of the two sides' lines aside).
@@ -57,10 +57,10 @@ for rel, text in texts():
 
 # 2. The default index.
 builtin = re.search(r'#define CEP_TABLE_INDEX_BUILTIN CEP_TABLE_INDEX_(\w+)',
-                    read('src/table_internal.h'))
+                    read('src/core/table_internal.h'))
 default = {'CK': 'ck', 'RCULFHASH': 'rculfhash'}.get(builtin.group(1) if builtin else '')
 if not default:
-    fail.append('src/table_internal.h: CEP_TABLE_INDEX_BUILTIN not found')
+    fail.append('src/core/table_internal.h: CEP_TABLE_INDEX_BUILTIN not found')
 # Each place that states the default, as (file, pattern whose group 1 names it).
 DEFAULT_STATED = [
     ('README.md', r'indexes \(ConcurrencyKit `ck_rhs` shards with liburcu reclamation by\s+'

@@ -13,7 +13,7 @@
 #include <cep/fabric.h>
 
 #include "../common/check.h"
-#include "dispatch.h"
+#include "cm/dispatch.h"
 
 #define MS 1000000ull
 

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "../common/check.h"
-#include "dispatch.h"
+#include "cm/dispatch.h"
 
 #define WORKERS 3
 #define PRODUCERS 3

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "cm_internal.h"
+#include "cm/cm_internal.h"
 
 static struct cep_cm_id *_Atomic target;
 static _Atomic int want_type = -1;

@@ -16,8 +16,8 @@
 #include <poll.h>
 
 #include "harness.h"
-#include "cm_internal.h"
-#include "rcu.h"
+#include "cm/cm_internal.h"
+#include "core/rcu.h"
 
 /* Bring node @n back after cep_cm_destroy: a fresh port and CM with the
  * same LID and GUID, its ids forgotten (they died with the old CM). */

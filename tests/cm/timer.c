@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../common/check.h"
-#include "timer.h"
+#include "cm/timer.h"
 
 struct item {
 	struct cep_timer t;

@@ -12,7 +12,7 @@
 
 #include <cep/wire.h>
 
-#include "wire_fields.h"
+#include "wire/wire_fields.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Promela model of libcep's binding-word protocol (src/binding.c and
+ * Promela model of libcep's binding-word protocol (src/core/binding.c and
  * cep_destroy): bind, unbind, destroy, qp_destroy_begin, comm-ID lookup,
  * references freed after an RCU grace period. spin checks every
  * interleaving: no leak, no second binding, no binding left to a dead CEP,
@@ -18,13 +18,13 @@
  *   FIX_QPD_CHECK  qp_destroy_begin tears down only a CEP linked to its QP
  *   OLD_PROTOCOL   without the three fixes (the protocol as first written,
  *                  which this model found flawed); by default the FIX_*
- *                  are on, as in src/binding.c
+ *                  are on, as in src/core/binding.c
  *   NO_READER      leave the reader out (smaller state space)
  * Trail legend: binding 0 = INVALID, 255 = RESERVED, else a comm ID;
  * CEP c has comm ID c + 1 (the CID_REUSE CEP 2 reuses comm ID 1).
  */
 
-/* The implemented protocol (src/binding.c) has all three fixes; planted
+/* The implemented protocol (src/core/binding.c) has all three fixes; planted
  * bug (c) replaces the first (its reference comes after the CAS). */
 #ifndef OLD_PROTOCOL
 #define FIX_BINDING

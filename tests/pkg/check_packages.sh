@@ -1,13 +1,14 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# The packages as a user gets them: build libcep0, libcep-dev, cep-utils
-# and cep-rdmacm with dpkg-buildpackage (debian/, meson -Dtests=false), unpack them into a
+# The packages as a user gets them: build libcep0, libcep-dev, cep-utils,
+# cepd and cep-rdmacm with dpkg-buildpackage (debian/, meson -Dtests=false), unpack them into a
 # scratch root (dpkg-deb -x, nothing installed on this machine), and from
 # that root only: build the quick-start examples the package ships with
 # pkg-config (PKG_CONFIG_SYSROOT_DIR), run them against the packaged
 # libcep.so.0, open `man cep_cm_connect`, run cepdump, and load an
 # unmodified librdmacm program (rping) on the packaged private
-# librdmacm.so.1 through the packaged cep-rdmacm; every document a packaged
+# librdmacm.so.1 through the packaged cep-rdmacm; cepd's systemd units
+# (socket activation) verify and name the packaged cepd; every document a packaged
 # man page names is in a package; lintian finds nothing to say.
 # Usage: check_packages.sh SOURCE_ROOT WORK_DIR PROJECT_VERSION
 set -eu
@@ -39,7 +40,7 @@ if ! (cd "$work/src" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" \
 fi
 echo "packages built in $(($(date +%s) - start)) s:"
 arch=$(dpkg --print-architecture)
-for p in libcep0 libcep-dev cep-utils cep-rdmacm; do
+for p in libcep0 libcep-dev cep-utils cepd cep-rdmacm; do
 	deb=$work/${p}_${version}_$arch.deb
 	[ -f "$deb" ] || fail "$p was not built"
 	echo "  $(basename "$deb"): $(dpkg-deb -f "$deb" Depends)"
@@ -152,6 +153,39 @@ if [ -x /usr/bin/rping ]; then
 	echo "cep-rdmacm rping: $(grep librdmacm "$work/rping.ldd" | tr -s ' \t' ' ')"
 else
 	echo "cep-rdmacm: rping not installed here (rdmacm-utils): the load check is skipped"
+fi
+
+# 8b. cepd: the packaged units start the packaged binary on the first
+# connection to /run/cep/cepd.sock (a listening SOCK_SEQPACKET socket, mode
+# 0666: cepd authenticates every client itself), systemd-analyze finds
+# nothing wrong with them, and the maintainer scripts enable the socket.
+unitdir=
+for d in lib/systemd/system usr/lib/systemd/system; do
+	[ -e "$root/$d/cepd.service" ] && unitdir=$root/$d
+done
+[ -n "$unitdir" ] || fail "cepd.service is not in any package"
+[ -e "$unitdir/cepd.socket" ] || fail "cepd.socket is not in any package"
+[ -x "$root/usr/sbin/cepd" ] || fail "/usr/sbin/cepd is not in any package"
+[ -e "$root/usr/share/man/man8/cepd.8.gz" ] || fail "cepd(8) is not in any package"
+[ -x "$root/etc/init.d/cepd" ] || fail "cepd's init script (other init systems) is not in any package"
+grep -qx 'ListenSequentialPacket=/run/cep/cepd.sock' "$unitdir/cepd.socket" ||
+	fail "cepd.socket does not listen on /run/cep/cepd.sock (SOCK_SEQPACKET)"
+grep -qx 'SocketMode=0666' "$unitdir/cepd.socket" || fail "cepd.socket is not mode 0666"
+grep -q '^ExecStart=/usr/sbin/cepd\b' "$unitdir/cepd.service" ||
+	fail "cepd.service does not start /usr/sbin/cepd"
+dpkg-deb -e "$work/cepd_${version}_$arch.deb" "$work/cepd.ctrl"
+grep -q 'cepd.socket' "$work/cepd.ctrl/postinst" || fail "cepd's postinst does not enable cepd.socket"
+if command -v systemd-analyze >/dev/null; then
+	# The units as installed, ExecStart pointed at the root's binary.
+	mkdir -p "$work/units"
+	cp "$unitdir/cepd.socket" "$work/units/"
+	sed "s|/usr/sbin/cepd|$root/usr/sbin/cepd|" "$unitdir/cepd.service" >"$work/units/cepd.service"
+	(cd "$work/units" && systemd-analyze verify --man=no ./cepd.socket ./cepd.service) \
+		>"$work/units/verify.txt" 2>&1 ||
+		{ cat "$work/units/verify.txt" >&2; fail "systemd-analyze verify cepd.socket cepd.service"; }
+	echo "cepd units: $(basename "$unitdir/cepd.socket") $(basename "$unitdir/cepd.service") verified"
+else
+	echo "cepd units: systemd-analyze not installed, not verified"
 fi
 
 # 9. lintian, pedantic tags included: nothing to report. An override goes

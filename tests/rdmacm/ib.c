@@ -47,7 +47,7 @@
 #include <infiniband/ib.h>
 
 #include "../common/check.h"
-#include "../../src/sa_backend.h"
+#include "sa/sa_backend.h"
 #include "ib.h"
 #include "rdmacm.h"
 

@@ -15,7 +15,7 @@
 
 #include <cep/sa.h>
 
-#include "../../src/sa_backend.h"
+#include "sa/sa_backend.h"
 #include "../common/check.h"
 
 /* ---- golden vectors ---- */

@@ -9,7 +9,7 @@
 #include <cep/table.h>
 
 #include "../common/check.h"
-#include "table_internal.h" /* refcnt, to check the binding's reference */
+#include "core/table_internal.h" /* refcnt, to check the binding's reference */
 
 static unsigned refs(struct cep *cep)
 {

@@ -13,7 +13,7 @@
 
 #include <cep/table.h>
 
-#include "table_internal.h"
+#include "core/table_internal.h"
 #include "../common/check.h"
 
 #define N (1u << 17)

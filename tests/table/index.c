@@ -9,7 +9,7 @@
 #include <cep/table.h>
 
 #include "../common/check.h"
-#include "table_keys.h"
+#include "core/table_keys.h"
 
 static void check_clean(struct cep_table *t)
 {

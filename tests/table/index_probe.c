@@ -38,8 +38,8 @@
 #include <time.h>
 
 #include "../common/check.h"
-#include "index.h"
-#include "rcu.h"
+#include "core/index.h"
+#include "core/rcu.h"
 
 /* An indexed object: the rculfhash node just before the key. */
 struct ent {

@@ -16,7 +16,7 @@ usage: check_capture.py TEST_PCAP CEPDUMP WORKDIR
    local EECN, unsupported link types refused, a help that lists every
    option, and field values the spec reserves flagged, not refused.
 6. --json carries every field of every message: its keys for each of the
-   11 messages are exactly the non-reserved rows of src/wire_fields.h.
+   11 messages are exactly the non-reserved rows of src/wire/wire_fields.h.
 7. cep_pcap(3)'s recipe for IB-framed captures works: its commands, as
    the man page prints them, make tshark dissect ib.pcap's CM messages.
 """
@@ -430,8 +430,8 @@ SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 def wire_rows():
     """{message: [JSON key of every non-reserved row]} and the header's, from
-    src/wire_fields.h (U/G/B rows: the name; P rows: private_data)."""
-    text = open(os.path.join(SRC, "src", "wire_fields.h")).read()
+    src/wire/wire_fields.h (U/G/B rows: the name; P rows: private_data)."""
+    text = open(os.path.join(SRC, "src", "wire", "wire_fields.h")).read()
     rows = {}
     for m in re.finditer(r"#define CEP_FIELDS_(\w+)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)", text):
         keys = []

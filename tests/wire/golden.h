@@ -2,7 +2,7 @@
 /*
  * The CM message layouts typed again, for the tests only, straight from the
  * IBTA vol. 1 chapter 12 tables (byte offsets within the CM message, bit 0 =
- * MSB) and independent of src/wire_fields.h: the golden vectors are built
+ * MSB) and independent of src/wire/wire_fields.h: the golden vectors are built
  * from these rows with a bit-at-a-time writer that shares no code with the
  * codec, so a wrong offset, width or mask on either side shows.
  */

@@ -19,7 +19,7 @@
 #include <cep/wire.h>
 
 #include "../common/check.h"
-#include "pcap.h"
+#include "wire/pcap.h"
 
 static const uint8_t gid_a[16] = { 0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff,
 				   0xfe, 0x33, 0x44, 0x55 };

@@ -13,7 +13,7 @@
 
 #include "../common/check.h"
 #include "golden.h"
-#include "wire_fields.h"
+#include "wire/wire_fields.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 

@@ -24,7 +24,7 @@
 #include "capture.h"
 #include "conn.h"
 #include "report.h"
-#include "wire_fields.h"
+#include "wire/wire_fields.h"
 
 enum { OUT_LINE, OUT_VERBOSE, OUT_JSON, OUT_VIEWS };
 enum { VIEW_SUMMARY = 1, VIEW_FLOW = 2 };

@@ -12,7 +12,7 @@
 #include <arpa/inet.h>
 
 #include "conn.h"
-#include "wire_fields.h"
+#include "wire/wire_fields.h"
 
 #define NONE UINT32_MAX
 

@@ -24,7 +24,7 @@
 
 #include <cep/umad.h>
 
-#include "pcap.h"
+#include "wire/pcap.h"
 
 #define CM_MGMT_CLASS 0x07
 #define CM_CLASS_VERSION 2
@@ -81,7 +81,7 @@ static void count(_Atomic uint64_t *c)
 	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
 }
 
-/* Record one MAD on this port in the process-wide capture (src/pcap.h);
+/* Record one MAD on this port in the process-wide capture (src/wire/pcap.h);
  * the CM leaves capture to the transports, which know the wire addresses.
  * @peer is the other end; @out says which way the MAD went. */
 static void capture(const struct umad_transport *u, const uint8_t *mad, size_t len,

@@ -2,7 +2,7 @@
 /*
  * CM engine, connections: REQ, REP, RTU, MRA, REJ, DREQ, DREP handlers,
  * QP teardown, and the connection API (connect, accept, RTU, reject, MRA,
- * disconnect, DREP). Same template and locking rules as cm.c.
+ * disconnect, DREP). Same template and locking rules as cm.c describes.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -10,7 +10,8 @@
 #include <string.h>
 
 #include "cm_internal.h"
-#include "table_internal.h"
+#include "core/table_internal.h"
+#include "cm/cm_remote.h"
 
 static int path_has_alt(const struct cep_path *p)
 {
@@ -805,6 +806,7 @@ static int cm_conn_param_defaults(const struct cep_cm_conn_param *p, struct cep_
 
 int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 {
+	if (id && cm_remote_id(id)) return cmr_connect(id, user); /* cepd (cm_remote.h) */
 	struct cep_cm_conn_param q, *p = &q;
 	struct cep_msg m;
 	struct cep_req *rq = &m.u.req;
@@ -906,6 +908,7 @@ out:
 
 int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 {
+	if (id && cm_remote_id(id)) return cmr_accept(id, p); /* cepd (cm_remote.h) */
 	struct cep_msg m;
 	struct cep_rep *rp = &m.u.rep;
 	int ret;
@@ -970,6 +973,7 @@ out:
 
 int cep_cm_notify_established(struct cep_cm_id *id)
 {
+	if (id && cm_remote_id(id)) return cmr_notify_established(id); /* cepd (cm_remote.h) */
 	int ret = 0;
 
 	if (!id)
@@ -998,6 +1002,7 @@ int cep_cm_notify_established(struct cep_cm_id *id)
 
 int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
+	if (id && cm_remote_id(id)) return cmr_rtu(id, pdata, len); /* cepd (cm_remote.h) */
 	int ret = 0;
 
 	if (!id || (len && !pdata))
@@ -1049,6 +1054,7 @@ int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t 
 int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
 		  const void *pdata, size_t len)
 {
+	if (id && cm_remote_id(id)) return cmr_reject(id, reason, ari, ari_len, pdata, len); /* cepd (cm_remote.h) */
 	int ret;
 
 	if (!id || reason == 0 ||
@@ -1066,6 +1072,7 @@ int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t
 
 int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len)
 {
+	if (id && cm_remote_id(id)) return cmr_mra(id, service_timeout, pdata, len); /* cepd (cm_remote.h) */
 	int ret = 0;
 
 	if (!id || service_timeout > 31 || (len && !pdata))
@@ -1117,6 +1124,7 @@ void cm_req_expire_after_mra(struct cep_cm_id *id)
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 {
+	if (id && cm_remote_id(id)) return cmr_disconnect(id, pdata, len); /* cepd (cm_remote.h) */
 	int ret;
 
 	if (!id || (len && !pdata))
@@ -1151,6 +1159,7 @@ int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 
 int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len)
 {
+	if (id && cm_remote_id(id)) return cmr_drep(id, pdata, len); /* cepd (cm_remote.h) */
 	int ret = 0;
 
 	if (!id || (len && !pdata))

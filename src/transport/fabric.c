@@ -30,8 +30,8 @@
 
 #include <cep/fabric.h>
 
-#include "clock.h"
-#include "pcap.h"
+#include "core/clock.h"
+#include "wire/pcap.h"
 
 #define FAB_DEFAULT_PORTS     64u
 #define FAB_MAX_PORTS         4096u
@@ -253,7 +253,7 @@ static bool identity_matches(struct fport *p, uint8_t ll, const struct cep_mad_a
 
 enum outcome { OUT_DELIVERED, OUT_STOPPED, OUT_NO_ROUTE };
 
-/* Record a delivered MAD in the process-wide capture (src/pcap.h). */
+/* Record a delivered MAD in the process-wide capture (src/wire/pcap.h). */
 static void capture(const struct fport *dst, const uint8_t *mad, size_t len,
 		    const struct cep_mad_addr *from)
 {

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "dispatch.h"
-#include "rcu.h"
+#include "core/rcu.h"
 
 struct slot {
 	_Atomic size_t seq;  /* == pos: free for producer pos; pos+1: full */

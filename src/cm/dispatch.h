@@ -16,7 +16,7 @@
 
 #include <cep/transport.h>
 
-#include "clock.h"
+#include "core/clock.h"
 #include "timer.h"
 
 struct cep_dispatch;

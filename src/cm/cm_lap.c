@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * CM engine, alternate paths: LAP and APR handlers and API (an ESTABLISHED
- * connection's LAP sub-state). Same template and locking rules as cm.c.
+ * connection's LAP sub-state). Same template and locking rules as cm.c describes.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "cm_internal.h"
+#include "cm/cm_remote.h"
 
 void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
@@ -86,6 +87,7 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 	       uint8_t remote_cm_response_timeout, const void *pdata, size_t len)
 {
+	if (id && cm_remote_id(id)) return cmr_lap(id, alt, remote_cm_response_timeout, pdata, len); /* cepd (cm_remote.h) */
 	struct cep_msg m;
 	int ret = 0;
 
@@ -126,6 +128,7 @@ out:
 int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
 	       const void *pdata, size_t len)
 {
+	if (id && cm_remote_id(id)) return cmr_apr(id, status, info, info_len, pdata, len); /* cepd (cm_remote.h) */
 	struct cep_msg m;
 	int ret = 0;
 

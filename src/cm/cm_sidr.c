@@ -2,12 +2,13 @@
 /*
  * CM engine, service ID resolution: SIDR_REQ and SIDR_REP handlers and API
  * (UD QPs: one request, one reply, retried on timeout). Same template and
- * locking rules as cm.c.
+ * locking rules as cm.c describes.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "cm_internal.h"
+#include "cm/cm_remote.h"
 
 void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			    const struct cep_mad_addr *from)
@@ -113,6 +114,7 @@ void cm_handle_sidr_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 
 int cep_cm_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
 {
+	if (id && cm_remote_id(id)) return cmr_sidr_req(id, p); /* cepd (cm_remote.h) */
 	struct cep_msg m;
 	int ret;
 
@@ -173,6 +175,7 @@ void cm_do_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_
 int cep_cm_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
 		    const void *pdata, size_t len)
 {
+	if (id && cm_remote_id(id)) return cmr_sidr_rep(id, status, qpn, qkey, pdata, len); /* cepd (cm_remote.h) */
 	int ret = 0;
 
 	if (!id || status > CEP_SIDR_STATUS_MAX || qpn > 0xffffff || (len && !pdata))

@@ -4,7 +4,7 @@
  * them to classic pcap files; the process-wide capture behind CEP_PCAP.
  * Guarantees: every record is complete when a write returns (flushed);
  * writers to one file are serialised by its mutex; capture off costs the
- * CM one relaxed load (src/pcap.h).
+ * CM one relaxed load (src/wire/pcap.h).
  */
 #include <errno.h>
 #include <pthread.h>

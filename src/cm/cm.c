@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * CM engine: contexts. A context is one port's CM: its table, its workers
+ * (each with a receive ring and a timer wheel, dispatch.c), its transport.
+ * Create, destroy (refused while an event is taken and not acked), the
+ * getters, QP registration, quiesce and statistics. The rest of the engine,
+ * by concern: cm_id.c (ids and their destruction), cm_timer.c (work items
+ * and timers), cm_send.c, cm_recv.c (the receive path), cm_state.c (shared
+ * transitions and lookups), cm_event.c (channels and the one delivery
+ * path), cm_util.c (names, helpers); the message handlers: cm_conn.c,
+ * cm_lap.c, cm_sidr.c.
+ *
+ * Each id is owned by worker (local comm ID % N): its MADs, timers and
+ * events run there; its protocol fields are guarded by its mutex, which API
+ * calls from other threads take too. Events are delivered only on the
+ * owning worker, with no lock held. See docs/cm.md.
+ *
+ * Handler template: look the id up (reference), lock, check the state and
+ * the identifiers, transition, send under the lock (so one id's MADs leave
+ * in state order), cm_emit() the event (the one delivery path: it drops
+ * the lock only while a callback runs), unlock, drop the reference.
+ * References: the user's (from create, dropped after DESTROYED), the
+ * table's (dropped by cep_destroy), one per armed wheel timer, one per
+ * queued work item, one per lookup, one per queued or taken channel event,
+ * cep_cm_destroy_id's own across the call. A channel event taken and not
+ * acked also holds its context (cm->taken): cep_cm_destroy refuses.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cm_internal.h"
+#include "core/table_internal.h"
+#include "cm/cm_remote.h"
+
+#ifdef CEP_TEST_HOOKS
+void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id, const struct cep_cm_event *ev);
+#endif
+
+
+/* ---- context ------------------------------------------------------------- */
+
+/* Contexts not yet destroyed: cep_cm_destroy() of anything else (a second
+ * call, a stray pointer) is -EINVAL instead of a use after free. Touched
+ * only by create and destroy, which are rare. */
+static pthread_mutex_t live_mtx = PTHREAD_MUTEX_INITIALIZER;
+static struct cep_cm *live_head;  /* live_mtx */
+
+static void live_add(struct cep_cm *cm)
+{
+	pthread_mutex_lock(&live_mtx);
+	cm->live_next = live_head;
+	live_head = cm;
+	pthread_mutex_unlock(&live_mtx);
+}
+
+/* cep_cm_destroy's decision, one step under live_mtx (so a second,
+ * racing call finds @cm either live and unchanged or gone): -EINVAL (not
+ * live), -EDEADLK (called on one of its workers), -EBUSY (an event of its
+ * ids is taken and not acked), all changing nothing; or 0: @cm is no
+ * longer live and no event of it can be taken any more (CM_CLOSED). */
+static int live_close(struct cep_cm *cm)
+{
+	int ret = -EINVAL;
+
+	pthread_mutex_lock(&live_mtx);
+	for (struct cep_cm **pp = &live_head; *pp; pp = &(*pp)->live_next) {
+		uint32_t none = 0;
+
+		if (*pp != cm)
+			continue;
+		if (cep_dispatch_self(cm->d) >= 0)
+			ret = -EDEADLK;
+		/* One RMW against cm_event_take's: either an event is taken
+		 * first and we refuse, or we close first and it is not taken.
+		 * acq_rel: the acks' puts (and their call_rcu) happen before
+		 * the teardown below and its RCU barrier. */
+		else if (!atomic_compare_exchange_strong_explicit(&cm->taken, &none, CM_CLOSED,
+								  memory_order_acq_rel,
+								  memory_order_relaxed))
+			ret = -EBUSY;
+		else {
+			*pp = cm->live_next;
+			ret = 0;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&live_mtx);
+	return ret;
+}
+
+int cm_event_take(struct cep_cm *cm)
+{
+	uint32_t v = atomic_load_explicit(&cm->taken, memory_order_relaxed);
+
+	/* Relaxed: the exclusion against live_close is the RMW order on this
+	 * word; what the event points to was published by the channel mutex. */
+	do {
+		if (v & CM_CLOSED)
+			return 0;
+	} while (!atomic_compare_exchange_weak_explicit(&cm->taken, &v, v + 1,
+							 memory_order_relaxed,
+							 memory_order_relaxed));
+	return 1;
+}
+
+void cm_event_done(struct cep_cm *cm)
+{
+	/* Release: the ack's puts happen before a destroy that sees 0. */
+	atomic_fetch_sub_explicit(&cm->taken, 1, memory_order_release);
+}
+
+/* Does the caller's attr (of its ->size) reach @field? */
+#define CM_ATTR_HAS(a, field) \
+	((a)->size >= offsetof(struct cep_cm_attr, field) + sizeof((a)->field))
+
+int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
+{
+	struct cep_table_attr ta = { .size = sizeof(ta) };
+	struct cep_dispatch_attr da = { 0 };
+	struct cep_cm *cm;
+	long ncpu;
+	int ret;
+
+	if (!attr || !out || attr->size < offsetof(struct cep_cm_attr, clock) || !attr->transport ||
+	    !attr->transport->ops || attr->workers > 1024 || attr->mra_service_timeout > 31 ||
+	    (attr->queue_depth & (attr->queue_depth - 1)))
+		return -EINVAL;
+	cm = calloc(1, sizeof(*cm));
+	if (!cm)
+		return -ENOMEM;
+	cm->tp = attr->transport;
+	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	cm->nworkers = attr->workers ? attr->workers : (unsigned)(ncpu > 0 ? ncpu : 1);
+	cm->mra_timeout = attr->mra_service_timeout ? attr->mra_service_timeout : 20;
+	cm->auto_mra = attr->auto_mra;
+	if (CM_ATTR_HAS(attr, clock))
+		cm->clock = attr->clock;
+	cm->backlog = CM_ATTR_HAS(attr, listen_backlog) && attr->listen_backlog ?
+		      attr->listen_backlog : 1024;
+	cm->half_open_ms = !CM_ATTR_HAS(attr, half_open_timeout_ms) || !attr->half_open_timeout_ms ?
+			   60000 : attr->half_open_timeout_ms > UINT32_MAX ?
+			   UINT32_MAX : (uint32_t)attr->half_open_timeout_ms;
+	if (getrandom(cm->route_key, sizeof(cm->route_key), 0) != sizeof(cm->route_key)) {
+		ret = -EIO; /* the kernel CSPRNG is ready on any Linux >= 3.17 */
+		goto fail;
+	}
+	ret = cm->tp->ops->query_port(cm->tp, &cm->port);
+	if (ret)
+		goto fail;
+	cm->ca_guid = cm_be64((const uint8_t *)&cm->port.ca_guid_net);
+	if (posix_memalign((void **)&cm->ws, 64, sizeof(*cm->ws) * cm->nworkers)) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	memset(cm->ws, 0, sizeof(*cm->ws) * cm->nworkers);
+	if (posix_memalign((void **)&cm->idl, 64, sizeof(*cm->idl) * cm->nworkers)) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned i = 0; i < cm->nworkers; i++) {
+		pthread_mutex_init(&cm->idl[i].mtx, NULL);
+		cm->idl[i].head = NULL;
+	}
+	ta.initial_size = attr->table_size;
+	ta.teardown = cm_id_teardown;
+	ta.release = cm_id_release;
+	ta.ctx = cm;
+	ret = cep_table_create(&ta, &cm->table);
+	if (ret)
+		goto fail;
+	da.workers = cm->nworkers;
+	da.queue_depth = attr->queue_depth ? attr->queue_depth : 4096;
+	da.ops.mad = cm_mad;
+	da.ctx = cm;
+	da.clock = cm->clock;
+	ret = cep_dispatch_create(&da, &cm->d);
+	if (ret)
+		goto fail_table;
+	ret = cm->tp->ops->start(cm->tp, cm_recv, cm);
+	if (ret)
+		goto fail_dispatch;
+	live_add(cm);
+	*out = cm;
+	return 0;
+fail_dispatch:
+	cep_dispatch_destroy(cm->d);
+fail_table:
+	cep_table_destroy(cm->table);
+fail:
+	free(cm->idl);
+	free(cm->ws);
+	free(cm);
+	return ret;
+}
+
+/* cep_cm_destroy, workers stopped and joined, CM_CLOSED (no event of ours
+ * is taken, none can be): the user's reference of every id the application
+ * did not destroy goes, as if it had (no event: the context is going
+ * away), and every event of ours still queued on a channel is dropped -
+ * never taken, so never seen; DESTROYED of ids the application destroyed
+ * too. The list holds ids whose CEP already left the table too. Puts here
+ * may end in call_rcu; its release (cm_id_release) takes l->mtx, so every id
+ * on the list stays in memory while we hold it. */
+static void release_ids(struct cep_cm *cm)
+{
+	for (unsigned w = 0; w < cm->nworkers; w++) {
+		struct cm_idlist *l = &cm->idl[w];
+
+		pthread_mutex_lock(&l->mtx);
+		for (struct cep_cm_id *id = l->head; id; id = id->all_next) {
+			int user;
+
+			pthread_mutex_lock(&id->lock);
+			user = !(id->flags & F_USER_GONE);
+			id->flags |= F_USER_GONE;
+			if (id->listener)
+				cm_half_open_end(id);
+			/* Its events are on id->channel only, which lives while
+			 * the id counts in its users: empty it, then leave it
+			 * (no DESTROYED will be acked, or the channel would stay
+			 * -EBUSY for ever). */
+			if (id->flags & F_CHANNEL_USER) {
+				cm_channel_purge(id->channel, id, 1);
+				cm_channel_leave(id);
+			}
+			pthread_mutex_unlock(&id->lock);
+			if (user)
+				cm_id_put(id);
+		}
+		pthread_mutex_unlock(&l->mtx);
+	}
+}
+
+/* Refuse while an event is taken and not acked, rather than wait (a thread
+ * that acks after destroy would hang) or free what it points to (the ack's
+ * put would run cm_id_release on a freed context): cm.h, docs/cm.md. */
+int cep_cm_destroy(struct cep_cm *cm)
+{
+	if (cmr_is_live(cm)) return cmr_destroy(cm); /* cepd (cm_remote.h) */
+	int ret;
+
+	if (!cm)
+		return -EINVAL;
+	/* Found first: a destroyed context's memory is not read. The check
+	 * and the removal are one step, so two racing calls get one 0. */
+	ret = live_close(cm);
+	if (ret)
+		return ret;
+	cm->tp->ops->stop(cm->tp);
+	if (cep_dispatch_quiesce(cm->d, 5000))
+		fprintf(stderr, "libcep: cep_cm_destroy: workers still busy after 5 s "
+			"(a callback blocking?); stopping them anyway\n");
+	atomic_store(&cm->stopping, 1);
+	cep_dispatch_stop(cm->d, cm_drain_timer, cm);
+	/* Workers are joined: drop the user's reference of every id the
+	 * application did not destroy and every queued event, so the table
+	 * can free them all. */
+	release_ids(cm);
+	ret = cep_table_destroy(cm->table);
+	cep_dispatch_destroy(cm->d);
+	if (ret) {
+		/* A core CEP still referenced: only the application can hold
+		 * one (cep_lookup_* on cep_cm_table() not put). The table is
+		 * kept, and so is what its release (cm_id_release) touches. */
+		fprintf(stderr, "libcep: cep_cm_destroy: a CEP of the context's table is still "
+			"referenced (cep_lookup_* without cep_put?): leaking the context\n");
+		return -ENOTEMPTY;
+	}
+	for (unsigned i = 0; i < cm->nworkers; i++)
+		pthread_mutex_destroy(&cm->idl[i].mtx);
+	free(cm->idl);
+	free(cm->ws);
+	free(cm);
+	return 0;
+}
+
+struct cep_table *cep_cm_table(struct cep_cm *cm)
+{
+	return cm->table;
+}
+
+unsigned cep_cm_workers(const struct cep_cm *cm)
+{
+	return cm->nworkers;
+}
+
+uint64_t cep_cm_ca_guid(const struct cep_cm *cm)
+{
+	return cm->ca_guid;
+}
+
+int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn)
+{
+	if (cm && cm_remote(cm)) return cmr_qp_register(cm, qpn); /* cepd (cm_remote.h) */
+	if (!cm)
+		return -EINVAL;
+	return cep_qp_register(cm->table, qpn);
+}
+
+int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn)
+{
+	if (cm && cm_remote(cm)) return cmr_qp_destroy(cm, qpn); /* cepd (cm_remote.h) */
+	int ret;
+
+	if (!cm)
+		return -EINVAL;
+	ret = cep_qp_destroy_begin(cm->table, qpn, NULL);
+	if (ret)
+		return ret;
+	return cep_qp_unregister(cm->table, qpn);
+}
+
+int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms)
+{
+	if (cm && cm_remote(cm)) return cmr_quiesce(cm, timeout_ms); /* cepd (cm_remote.h) */
+	if (!cm)
+		return -EINVAL;
+	if (cep_dispatch_self(cm->d) >= 0)
+		return -EDEADLK;
+	return cep_dispatch_quiesce(cm->d, timeout_ms);
+}
+
+int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
+{
+	if (cm && cm_remote(cm)) return cmr_get_stats(cm, st); /* cepd (cm_remote.h) */
+	struct cep_cm_stats all;
+
+	/* libcep 0.2's struct ended with ids: fill what the caller has */
+	if (!cm || !st || st->size < offsetof(struct cep_cm_stats, half_open_expired))
+		return -EINVAL;
+	size_t size = st->size;
+
+	memset(&all, 0, sizeof(all));
+#define SUM_(f) all.f += atomic_load_explicit(&w->f, memory_order_relaxed)
+	for (unsigned i = 0; i < cm->nworkers; i++) {
+		struct cm_wstats *w = &cm->ws[i];
+
+		for (int t = 0; t < CEP_MSG_COUNT; t++) {
+			SUM_(sent[t]);
+			SUM_(received[t]);
+		}
+		SUM_(retries);
+		SUM_(timeouts);
+		SUM_(duplicates);
+		SUM_(send_errors);
+		SUM_(half_open_expired);
+		SUM_(half_open_limited);
+		for (int d = 0; d < CEP_CM_DROP_COUNT; d++)
+			SUM_(drops[d]);
+		for (int r = 0; r <= CEP_REJ_REASON_MAX; r++) {
+			SUM_(rej_sent[r]);
+			SUM_(rej_received[r]);
+		}
+		for (int e = 0; e < CEP_CM_EVENT_COUNT; e++)
+			SUM_(events[e]);
+		for (int s = 0; s < CEP_CM_STATE_COUNT; s++)
+			SUM_(states[s]);
+	}
+#undef SUM_
+	all.ids = (uint64_t)atomic_load_explicit(&cm->ids, memory_order_relaxed);
+	all.size = size;
+	memcpy(st, &all, size < sizeof(all) ? size : sizeof(all));
+	return 0;
+}
