@@ -2,7 +2,7 @@
 /*
  * CM engine, connections: REQ, REP, RTU, MRA, REJ, DREQ, DREP handlers,
  * QP teardown, and the connection API (connect, accept, RTU, reject, MRA,
- * disconnect, DREP). Same template and locking rules as cm.c.
+ * disconnect, DREP). Same template and locking rules as cm.c describes.
  */
 #include <errno.h>
 #include <stddef.h>

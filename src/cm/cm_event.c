@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * CM event channels: a mutex-protected FIFO of event copies and an eventfd
+ * CM events: the one delivery path of every event but DESTROYED (cm_emit:
+ * a callback on the owning worker, or a copy queued on the id's channel),
+ * the event builders, DESTROYED's posting; and the event channels: a
+ * mutex-protected FIFO of event copies and an eventfd
  * that is readable exactly while the FIFO is not empty (both changed under
  * the channel mutex). Each queued event holds a reference on its id's CEP,
  * dropped by cep_cm_ack_event(), so the id outlives every event about it;
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
+#include "core/table_internal.h"
 
 struct chan_ev {
 	struct cep_cm_event ev;   /* first: cep_cm_ack_event casts back */
@@ -193,4 +197,122 @@ void cep_cm_ack_event(struct cep_cm_event *ev)
 	}
 	event_free(e);
 	cm_event_done(cm);
+}
+
+/* ---- events -------------------------------------------------------------- */
+
+void cm_ev_init(struct cep_cm_event *ev, struct cep_cm_id *id, enum cep_cm_event_type t)
+{
+	ev->type = t;
+	ev->id = id;
+	ev->listen_id = NULL;
+	ev->context = id->context;
+	ev->status = 0;
+	ev->msg.type = CEP_MSG_INVALID;
+	ev->private_data = NULL;
+	ev->private_data_len = 0;
+	memset(&ev->from, 0, sizeof(ev->from));
+}
+
+void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
+		   const struct cep_mad_addr *from)
+{
+	const uint8_t *base = (const uint8_t *)m;
+	const uint8_t *pd = NULL;
+
+	ev->msg = *m;
+	ev->from = *from;
+	switch (m->type) {
+	case CEP_MSG_REQ: pd = m->u.req.private_data; break;
+	case CEP_MSG_MRA: pd = m->u.mra.private_data; break;
+	case CEP_MSG_REJ: pd = m->u.rej.private_data; break;
+	case CEP_MSG_REP: pd = m->u.rep.private_data; break;
+	case CEP_MSG_RTU: pd = m->u.rtu.private_data; break;
+	case CEP_MSG_DREQ: pd = m->u.dreq.private_data; break;
+	case CEP_MSG_DREP: pd = m->u.drep.private_data; break;
+	case CEP_MSG_LAP: pd = m->u.lap.private_data; break;
+	case CEP_MSG_APR: pd = m->u.apr.private_data; break;
+	case CEP_MSG_SIDR_REQ: pd = m->u.sidr_req.private_data; break;
+	case CEP_MSG_SIDR_REP: pd = m->u.sidr_rep.private_data; break;
+	default: return;
+	}
+	/* The wire field has no length. RTU, DREQ and DREP usually carry
+	 * none, and a peer that sent none sent zeros: an all-zero field is
+	 * "none" (NULL), as cm.h says. The others always give the whole field
+	 * (zeros there can be data: a connection index 0, a CMA header). */
+	size_t n = cep_msg_private_data_size(m->type);
+	int none = m->type == CEP_MSG_RTU || m->type == CEP_MSG_DREQ || m->type == CEP_MSG_DREP;
+
+	for (size_t i = 0; none && i < n; i++)
+		none = pd[i] == 0;
+	if (!none) {
+		ev->private_data = (const uint8_t *)&ev->msg + (pd - base);
+		ev->private_data_len = n;
+	}
+}
+
+/* The one path of every event but DESTROYED (MAD handlers, timers, work
+ * items), on the owning worker, @id's lock held on entry and on return.
+ *
+ * Ordered against destroy by that lock: cep_cm_destroy_id() sets
+ * F_USER_GONE under it, so an event checked here after it is not
+ * delivered. A channel event is queued under the lock (destroy purges
+ * what was queued before); a callback runs with the lock dropped and
+ * `delivering` set, which cep_cm_destroy_id() from a thread that is not a
+ * worker waits for. So once cep_cm_destroy_id() has returned, no event but
+ * DESTROYED reaches the user. A callback's non-zero verdict destroys the
+ * id (the kernel's ib_cm rule). The caller re-checks the state after it:
+ * a callback may have changed it. Returns 1 if the event was delivered. */
+int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev)
+{
+	int verdict;
+
+	if (id->flags & F_USER_GONE)
+		return 0;
+	STAT_ADD(id->cm, id->worker, events[ev->type]);
+	if (id->channel) {
+		CM_HOOK(CM_HOOK_DELIVER, id, ev);
+		if (cm_channel_push(id->channel, ev))
+			STAT_ADD(id->cm, id->worker, drops[CEP_CM_DROP_NO_MEMORY]);
+		return 1;
+	}
+	if (!id->handler)
+		return 0;
+	id->delivering = 1;
+	pthread_mutex_unlock(&id->lock);
+	CM_HOOK(CM_HOOK_DELIVER, id, ev);
+	verdict = id->handler(id, ev);
+	pthread_mutex_lock(&id->lock);
+	id->delivering = 0;
+	if (verdict && !(id->flags & F_USER_GONE)) {
+		id->flags |= F_USER_GONE;
+		cm_destroy_act(id);
+		id->flags |= F_DESTROY_DONE;
+		cm_maybe_post_destroyed(id);
+	}
+	return 1;
+}
+
+/* cep_cm_stats.ids counts an id until it is destroyed, not until its
+ * memory goes a grace period later. Lock held, or the last reference. */
+void cm_uncount(struct cep_cm_id *id)
+{
+	if (!(id->flags & F_UNCOUNTED)) {
+		id->flags |= F_UNCOUNTED;
+		atomic_fetch_sub_explicit(&id->cm->ids, 1, memory_order_relaxed);
+	}
+}
+
+/* Not on F_USER_GONE alone: a listener's destroy sets it, then waits with
+ * the lock dropped for its children's request events, and the last child
+ * to unpin it (cm_listener_release) calls this. DESTROYED posted there
+ * would be delivered, and drop the user's reference, before destroy_act. */
+void cm_maybe_post_destroyed(struct cep_cm_id *id)
+{
+	if ((id->flags & (F_USER_GONE | F_DESTROY_DONE | F_DESTROYED_POSTED)) ==
+	    (F_USER_GONE | F_DESTROY_DONE) && id->lis.req_inflight == 0) {
+		id->flags |= F_DESTROYED_POSTED;
+		cm_uncount(id);
+		cm_post_bits(id, W_DESTROYED);
+	}
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private layout of the CM engine (cm.c, cm_event.c). Concurrency rule per
+ * Private layout of the CM engine (src/cm/cm*.c). Concurrency rule per
  * field: "const" (set before the id is reachable), "lock" (the id's mutex),
  * "owner" (only the owning worker thread), "atomic".
  */
@@ -267,7 +267,7 @@ void cm_event_done(struct cep_cm *cm);
 #define STAT_ADD(cm, w, field) \
 	atomic_fetch_add_explicit(&(cm)->ws[(w)].field, 1, memory_order_relaxed)
 
-/* ---- shared by cm.c, cm_conn.c, cm_lap.c, cm_sidr.c --------------------
+/* ---- shared by the engine's files (cm*.c) --------------------
  * "locked": the caller holds id->lock. "worker": the owning worker only.
  * "no lock": must not hold any id lock. Every caller holds a reference. */
 
@@ -293,6 +293,35 @@ static inline int cm_lock_live(struct cep_cm_id *id)
 
 /* Queue W_* bits for the owning worker (any thread, lock may be held). */
 void cm_post_bits(struct cep_cm_id *id, uint32_t bits);
+
+/* What each file of the engine gives the others (cm.c: contexts; cm_id.c:
+ * ids and destruction; cm_timer.c: work items and timers; cm_send.c;
+ * cm_recv.c; cm_state.c: shared transitions and lookups; cm_event.c:
+ * channels and the one delivery path; cm_util.c: names and helpers). */
+uint32_t cm_be32(const uint8_t *p);
+/* A passive id in state @s waits for the application's answer (counts
+ * against its listener's backlog). */
+int cm_unanswered(unsigned s);
+/* Locked: a child stops counting against its listener's backlog. */
+void cm_half_open_end(struct cep_cm_id *id);
+/* Worker: an id's work item (W_* bits), and a pending cm_waiter's release. */
+void cm_id_work_fn(struct cep_work *w);
+void cm_waiter_put(struct cm_waiter *wt);
+/* Worker, locked: resend the kept MAD of a retry. */
+void cm_resend_retry(struct cep_cm_id *id);
+/* Timer wheel drain callback of cep_cm_destroy (no worker runs). */
+void cm_drain_timer(struct cep_timer *t, void *ctx);
+/* Locked, F_USER_GONE just set: what the state asks of a destroy. */
+void cm_destroy_act(struct cep_cm_id *id);
+/* An id leaves its context's counts (last release or discard). */
+void cm_uncount(struct cep_cm_id *id);
+/* Table release callback: RCU callback after the id's last put. */
+void cm_id_release(struct cep *cep, void *ctx);
+/* The transport's receive callback (any transport thread) and the
+ * worker's handler of a posted MAD. */
+void cm_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_mad_addr *from);
+void cm_mad(void *ctx, unsigned w, const uint8_t *mad, size_t len,
+	    const struct cep_mad_addr *from);
 
 /* State and timers (locked). */
 void cm_set_state(struct cep_cm_id *id, unsigned s);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * CM engine, alternate paths: LAP and APR handlers and API (an ESTABLISHED
- * connection's LAP sub-state). Same template and locking rules as cm.c.
+ * connection's LAP sub-state). Same template and locking rules as cm.c describes.
  */
 #include <errno.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 /*
  * CM engine, service ID resolution: SIDR_REQ and SIDR_REP handlers and API
  * (UD QPs: one request, one reply, retried on timeout). Same template and
- * locking rules as cm.c.
+ * locking rules as cm.c describes.
  */
 #include <errno.h>
 #include <string.h>

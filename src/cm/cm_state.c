@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * CM engine: state changes shared by the message handlers, the timers and
+ * the API (every function here runs with the id's lock held unless it
+ * says otherwise): the state counters and a listener's backlog, timewait,
+ * the return to IDLE, the start of a DREQ; and the lookups that turn a
+ * MAD's identifiers into an id (a reference each) and check its sender.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cm_internal.h"
+#include "core/table_internal.h"
+
+/* A passive id counts against its listener's backlog while its request
+ * waits for the application's answer, as ucma's backlog counts the
+ * CONNECT_REQUESTs not yet taken: once accepted (REP_SENT on) it waits
+ * only for its peer, and its REP retries bound it (issue 21). */
+int cm_unanswered(unsigned s)
+{
+	return s == CEP_CM_REQ_RCVD || s == CEP_CM_MRA_REQ_SENT || s == CEP_CM_SIDR_REQ_RCVD;
+}
+
+/* Lock held: a child stops counting against its listener's backlog. */
+void cm_half_open_end(struct cep_cm_id *id)
+{
+	struct cep_cm_id *l = id->listener;
+
+	id->listener = NULL;
+	atomic_fetch_sub_explicit(&l->lis.half_open, 1, memory_order_relaxed);
+	cep_put(l->cep); /* not the listener's lock: never two id locks */
+}
+
+void cm_set_state(struct cep_cm_id *id, unsigned s)
+{
+	struct cm_wstats *w = &id->cm->ws[id->worker];
+
+	if (id->listener && !cm_unanswered(s))
+		cm_half_open_end(id);
+
+	atomic_fetch_sub_explicit(&w->states[id->state], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&w->states[s], 1, memory_order_relaxed);
+	id->state = (uint8_t)s;
+}
+
+void cm_free_retry(struct cep_cm_id *id)
+{
+	free(id->retry);
+	id->retry = NULL;
+}
+
+/* ---- transitions shared by handlers, timers and API (lock held) -------- */
+
+void cm_drop_remote_keys(struct cep_cm_id *id)
+{
+	cep_remove_remote_id(id->cep);
+	cep_remove_remote_qpn(id->cep);
+}
+
+/* The end of an id's protocol life while the user is gone (or its QP is):
+ * remove it from the table. The user's handle (if any) stays valid. */
+void cm_maybe_table_destroy(struct cep_cm_id *id)
+{
+	if ((id->flags & (F_USER_GONE | F_QP_GONE)) && !cep_is_destroyed(id->cep))
+		cep_destroy(id->cep);
+}
+
+void cm_reset_to_idle(struct cep_cm_id *id)
+{
+	cm_set_state(id, CEP_CM_IDLE);
+	id->lap_state = CEP_CM_LAP_IDLE;
+	cm_clear_timer(id);
+	cm_free_retry(id);
+	cm_drop_remote_keys(id);
+	cep_unbind(id->cep);
+	cm_maybe_table_destroy(id);
+}
+
+/* Timewait keeps only the local comm ID (a stale or repeated message for
+ * it is still recognised) and the QP binding; the remote keys go now, as
+ * the kernel's cm_enter_timewait -> cm_remove_remote does, so the peer
+ * may connect again at once, on the same comm ID or a new one from the
+ * same QP, and is not refused as stale (DESIGN.md, "Lifetimes"). */
+void cm_enter_timewait(struct cep_cm_id *id)
+{
+	cm_set_state(id, CEP_CM_TIMEWAIT);
+	id->lap_state = CEP_CM_LAP_IDLE;
+	cm_free_retry(id);
+	cm_drop_remote_keys(id);
+	/* The path's ACK timeout (2 x packet life + the peer's ACK delay,
+	 * clamped): every packet of the connection has died by then. The
+	 * kernel's cm_enter_timewait waits the same (av.timeout). */
+	cm_set_timer(id, TK_TIMEWAIT, cm_ms(id->path_timeout));
+}
+
+/* Lock held: ESTABLISHED -> DREQ_SENT. */
+int cm_start_dreq(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	if (id->state != CEP_CM_ESTABLISHED)
+		return -EINVAL;
+	id->lap_state = CEP_CM_LAP_IDLE;
+	cm_next_tid(id);
+	cm_send_simple(id, CEP_MSG_DREQ, pdata, len, 1);
+	cm_set_state(id, CEP_CM_DREQ_SENT);
+	id->retries_left = id->max_retries;
+	cm_set_timer(id, TK_RETRY, id->timeout_ms);
+	return 0;
+}
+
+/* ---- lookups ------------------------------------------------------------ */
+
+struct cep_cm_id *cm_find_id(struct cep_cm *cm, uint32_t comm_id)
+{
+	struct cep *cep;
+
+	if (comm_id == 0 || cep_lookup_comm_id(cm->table, comm_id, &cep))
+		return NULL;
+	return cep_context(cep);
+}
+
+void cm_id_put(struct cep_cm_id *id)
+{
+	cep_put(id->cep);
+}
+
+void cm_drop(struct cep_cm *cm, unsigned w, enum cep_cm_drop why)
+{
+	STAT_ADD(cm, w, drops[why]);
+}
+
+/* By GID when both carry one (and ours is known), else by LID; RoCE
+ * (no LID) always by GID. */
+static int addr_match(const struct cep_mad_addr *a, const struct cep_mad_addr *from)
+{
+	static const uint8_t zero[16];
+
+	if (a->grh_present && from->grh_present && memcmp(a->gid, zero, 16))
+		return !memcmp(a->gid, from->gid, 16);
+	if (a->lid)
+		return a->lid == from->lid;
+	return from->grh_present && !memcmp(a->gid, from->gid, 16);
+}
+
+struct cm_paths *cm_paths(struct cep_cm_id *id)
+{
+	if (!id->paths)
+		id->paths = calloc(1, sizeof(*id->paths));
+	return id->paths;
+}
+
+struct cm_addr cm_path_addr(const struct cep_path *p, int remote)
+{
+	struct cm_addr a;
+
+	memcpy(a.gid, remote ? p->remote_gid : p->local_gid, 16);
+	a.lid = remote ? p->remote_lid : p->local_lid;
+	a.grh = a.lid == 0 || !p->subnet_local;
+	a.valid = 1;
+	return a;
+}
+
+/* Stricter than the kernel (which never looks at the source): a stranger
+ * who learnt a connection's IDs cannot end, reset, stall or complete it.
+ * docs/protocol.md. */
+int cm_from_peer(struct cep_cm_id *id, unsigned w, const struct cep_mad_addr *from)
+{
+	if (addr_match(&id->peer, from))
+		return 1;
+	if (id->paths && id->paths->alt.valid) {
+		const struct cm_addr *a = &id->paths->alt;
+		struct cep_mad_addr alt = { .lid = a->lid, .grh_present = a->grh };
+
+		memcpy(alt.gid, a->gid, 16);
+		if (addr_match(&alt, from))
+			return 1;
+	}
+	cm_drop(id->cm, w, CEP_CM_DROP_ADDRESS);
+	return 0;
+}
+
+/* Answers without an id (unknown comm IDs, stale REQs). */
+void cm_reply_rej(struct cep_cm *cm, unsigned w, const struct cep_mad_addr *from,
+		      uint64_t tid, uint32_t local, uint32_t remote, unsigned reason,
+		      unsigned msg_code)
+{
+	struct cep_msg m;
+	struct cep_mad_addr to = *from;
+
+	cep_msg_init(&m, CEP_MSG_REJ, tid);
+	m.u.rej.local_comm_id = local;
+	m.u.rej.remote_comm_id = remote;
+	m.u.rej.reason = (uint16_t)reason;
+	m.u.rej.message_rejected = (uint8_t)msg_code;
+	to.qpn = 1;
+	to.qkey = CEP_QP1_QKEY;
+	cm_send_raw(cm, w, &m, &to, NULL);
+}
+
+struct cep_mad_addr cm_reply_addr(const struct cep_mad_addr *from)
+{
+	struct cep_mad_addr to = *from;
+
+	to.qpn = 1;
+	to.qkey = CEP_QP1_QKEY;
+	return to;
+}
