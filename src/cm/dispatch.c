@@ -440,6 +440,13 @@ static void *worker_main(void *arg)
 
 	self_d = d;
 	self_idx = (int)w->idx;
+	{
+		char name[16];
+
+		/* Named for per-thread CPU and wake-up counts (/proc, perf). */
+		snprintf(name, sizeof(name), "cep-worker%u", w->idx % 10000);
+		(void)pthread_setname_np(pthread_self(), name);
+	}
 	/* urcu-qsbr (CEP_RCU=qsbr): online for good, quiescent between
 	 * batches, offline asleep; no-ops with urcu-memb (rcu.h). */
 	cep_rcu_worker_begin();

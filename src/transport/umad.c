@@ -282,6 +282,7 @@ static void *recv_thread(void *arg)
 	};
 
 	in_recv_thread = u;
+	(void)pthread_setname_np(pthread_self(), "cep-umad");
 	/* Our own thread: the CM may make it wait for room instead of
 	 * dropping a MAD (the kernel's umad queue holds the rest). */
 	cep_recv_wait_abort = &u->stopping;
