@@ -327,12 +327,22 @@ static void run_to_completion(void)
 	struct cep_dispatch_stats st;
 	uint8_t mad[CEP_MAD_SIZE] = { 0 };
 	struct cep_mad_addr from = { 0 };
-	struct timespec ts = { 0, 100000000 };
 
 	rtc_thread = pthread_self();
 	CHECK_EQ(cep_dispatch_create(&a, &d), 0);
-	nanosleep(&ts, NULL); /* both workers asleep */
-	CHECK_EQ(cep_dispatch_run_mad(d, 1, mad, sizeof(mad), &from), 0);
+	/* Worker 1 asleep: its yields after start-up may take long on a
+	 * loaded host (or under TSan), and it wakes every 50 ms for a moment,
+	 * so ask until it is. */
+	int r = -EBUSY;
+
+	for (int i = 0; i < 5000 && r == -EBUSY; i++) {
+		r = cep_dispatch_run_mad(d, 1, mad, sizeof(mad), &from);
+		if (r == -EBUSY) {
+			struct timespec ms = { 0, 1000000 };
+			nanosleep(&ms, NULL);
+		}
+	}
+	CHECK_EQ(r, 0);
 	CHECK_EQ(atomic_load(&rtc_self), 1);
 	CHECK_EQ(atomic_load(&rtc_on_caller), 1);
 	CHECK_EQ(cep_dispatch_self(d), -1); /* not a worker after it */
@@ -340,7 +350,11 @@ static void run_to_completion(void)
 	atomic_store(&hold, 1);
 	mad[0] = 1;
 	CHECK_EQ(cep_dispatch_post_mad(d, 0, mad, sizeof(mad), &from), 0);
-	nanosleep(&ts, NULL);
+	for (int i = 0; i < 5000 && atomic_load(&rtc_self) != 0; i++) {
+		struct timespec ms = { 0, 1000000 };
+		nanosleep(&ms, NULL); /* until worker 0 is in the held MAD */
+	}
+	CHECK_EQ(atomic_load(&rtc_self), 0);
 	mad[0] = 0;
 	CHECK_EQ(cep_dispatch_run_mad(d, 0, mad, sizeof(mad), &from), -EBUSY);
 	CHECK_EQ(cep_dispatch_enter(d, 0), -EBUSY);
