@@ -10,7 +10,7 @@
  * wake it only when it announced, so a wake-up is never lost. An idle
  * worker yields a while before it sleeps only after MADs or work items
  * (and only when it may run on more than one CPU),
- * and sleeps until its next timer is due (at most SLEEP_MAX_MS), so armed
+ * and sleeps until its next timer is due (at most SLEEP_REAL_MAX_MS), so armed
  * timers cost a wake-up per expiry, not one per millisecond.
  * A worker holds its run lock while awake and drops it to sleep; a guest
  * thread that takes it meanwhile (trylock, never a wait) acts as that
@@ -397,23 +397,31 @@ static int dispatch_clock_is_self(struct cep_clock_sub *s)
  * guest's libcep server made 58-66 system calls per connection, not
  * 183-197). */
 #define SPIN_YIELDS 64
-/* The longest sleep: a safety net (a wake-up is never lost), and the bound
- * with a virtual clock, whose advance posts a tick to wake the worker. */
+/* The longest sleep with a virtual clock, whose advance posts a tick to
+ * wake the worker. */
 #define SLEEP_MAX_MS 50
+/* The longest sleep in real time: a safety net only (a post wakes the
+ * worker, and so does a guest that arms a timer due earlier than its
+ * wake-up: cep_dispatch_leave). Each wake-up of an idle worker is a
+ * context switch there and back on a one-vCPU guest: at 50 ms, 20 a
+ * second, 1-2 per connection of cmtime's 1,000 (issue 21). */
+#define SLEEP_REAL_MAX_MS 1000
 
 /* How long the worker may sleep: until its next timer is due (real time),
- * at most SLEEP_MAX_MS; 0 if one is due now. Worker. */
+ * at most SLEEP_REAL_MAX_MS (virtual: SLEEP_MAX_MS); 0 if one is due now.
+ * Worker. */
 static long sleep_ns(struct worker *w)
 {
 	const struct cep_clock *c = w->d->attr.clock;
+	int virt = cep_clock_is_virtual(c);
+	unsigned max = virt ? SLEEP_MAX_MS : SLEEP_REAL_MAX_MS;
 	uint64_t due, now;
 
 	/* What a guest compares its timers with (cep_dispatch_leave); with a
 	 * virtual clock only an advance's tick fires timers. */
-	w->sleep_until = cep_clock_is_virtual(c) ? UINT64_MAX :
-		cep_wheel_next(&w->wheel, SLEEP_MAX_MS);
-	if (!w->wheel.armed || cep_clock_is_virtual(c))
-		return SLEEP_MAX_MS * 1000000L;
+	w->sleep_until = virt ? UINT64_MAX : cep_wheel_next(&w->wheel, max);
+	if (!w->wheel.armed || virt)
+		return (long)max * 1000000L;
 	/* The wheel fires a timer of tick t once the clock's ms reach t. */
 	due = w->sleep_until * 1000000u;
 	now = cep_clock_now_ns(c);
@@ -684,7 +692,7 @@ void cep_dispatch_leave(struct cep_dispatch *d, unsigned wi)
 	/* A timer the guest armed that is due before the sleeping worker
 	 * wakes: wake it to sleep less. Later timers wait for its wake-up. */
 	if (w->wheel.armed && !cep_clock_is_virtual(d->attr.clock) &&
-	    cep_wheel_next(&w->wheel, SLEEP_MAX_MS) < w->sleep_until)
+	    cep_wheel_next(&w->wheel, SLEEP_REAL_MAX_MS) < w->sleep_until)
 		wake = 1;
 	/* release: the guest's work before quiesce sees it done. */
 	atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
@@ -714,11 +722,10 @@ int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad
 	d->attr.ops.mad(d->attr.ctx, wi, mad, len, from);
 	atomic_fetch_add_explicit(&w->st_mads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&w->st_inline, 1, memory_order_relaxed);
-	/* And what the MAD queued for it (posts to ourselves did not wake
-	 * the worker: wake_worker). */
-	while (drain_ring(w, SIZE_MAX) || drain_works(w))
+	/* And what the MAD and the timers due queued for it (posts to
+	 * ourselves do not wake the worker: wake_worker). */
+	while (drain_ring(w, SIZE_MAX) + drain_works(w) + run_wheel(w))
 		;
-	run_wheel(w);
 	self_d = NULL;
 	self_idx = -1;
 	cep_dispatch_leave(d, wi);
