@@ -68,7 +68,9 @@ static void timer_sync_or_post(struct cep_cm_id *id)
 		timer_sync_locked(id);
 	} else if (cep_dispatch_enter(d, id->worker) == 0) {
 		timer_sync_locked(id);
-		cep_dispatch_leave(d, id->worker);
+		/* the one timer we may have armed: the worker compares it with
+		 * its wake-up, no wheel scan on this API thread */
+		cep_dispatch_leave(d, id->worker, id->deadline ? id->deadline : UINT64_MAX);
 	} else {
 		cm_post_bits(id, W_TIMER);
 	}

@@ -683,16 +683,19 @@ int cep_dispatch_enter(struct cep_dispatch *d, unsigned wi)
 	return 0;
 }
 
-void cep_dispatch_leave(struct cep_dispatch *d, unsigned wi)
+void cep_dispatch_leave(struct cep_dispatch *d, unsigned wi, uint64_t armed_ms)
 {
 	struct worker *w = &d->w[wi];
 	int wake = 0;
 
 	note_armed(w);
 	/* A timer the guest armed that is due before the sleeping worker
-	 * wakes: wake it to sleep less. Later timers wait for its wake-up. */
-	if (w->wheel.armed && !cep_clock_is_virtual(d->attr.clock) &&
-	    cep_wheel_next(&w->wheel, SLEEP_REAL_MAX_MS) < w->sleep_until)
+	 * wakes: wake it to sleep less. Later timers wait for its wake-up.
+	 * The caller names its earliest, or asks us to look (a scan of up
+	 * to SLEEP_REAL_MAX_MS slots: not on an API thread's path). */
+	if (armed_ms == CEP_DISPATCH_ARMED_UNKNOWN && w->wheel.armed)
+		armed_ms = cep_wheel_next(&w->wheel, SLEEP_REAL_MAX_MS);
+	if (armed_ms < w->sleep_until && !cep_clock_is_virtual(d->attr.clock))
 		wake = 1;
 	/* release: the guest's work before quiesce sees it done. */
 	atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
@@ -728,7 +731,7 @@ int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad
 		;
 	self_d = NULL;
 	self_idx = -1;
-	cep_dispatch_leave(d, wi);
+	cep_dispatch_leave(d, wi, CEP_DISPATCH_ARMED_UNKNOWN);
 	return 0;
 }
 

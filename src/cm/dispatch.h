@@ -83,10 +83,14 @@ void cep_dispatch_post_work(struct cep_dispatch *d, unsigned w, struct cep_work 
  * stops, or urcu-qsbr is the flavour) and counts as an item quiesce waits
  * for. Between enter and leave the caller may use w's wheel and
  * cep_dispatch_now(d, w) as w's thread would, and must not run items
- * (it may hold an id lock). Leave wakes the worker only if a timer now
+ * (it may hold an id lock). Leave wakes the worker only if a timer it
  * armed is due before the worker's own wake-up. */
 int cep_dispatch_enter(struct cep_dispatch *d, unsigned w);
-void cep_dispatch_leave(struct cep_dispatch *d, unsigned w);
+/* @armed_ms: the earliest expiry (clock ms) the guest armed on w's wheel,
+ * UINT64_MAX for none, CEP_DISPATCH_ARMED_UNKNOWN to have the wheel
+ * scanned. */
+#define CEP_DISPATCH_ARMED_UNKNOWN 0
+void cep_dispatch_leave(struct cep_dispatch *d, unsigned w, uint64_t armed_ms);
 /* Enter, run what is queued for @w (its MADs stay in order), then @mad as
  * worker @w would (cep_dispatch_self says @w meanwhile, so the MAD's
  * events and callbacks run on this thread), then what it queued for @w,
