@@ -191,7 +191,9 @@ struct cep_cm_attr {
 	uint8_t mra_service_timeout;  /* advertised in automatic MRAs (5 bits);
 					 0 = 20 (~4 s) */
 	uint8_t auto_mra;             /* send MRA when the application takes more
-					 than half the peer's response timeout */
+					 than half the peer's response timeout,
+					 and at once for a REQ whose listener
+					 has others unanswered */
 	/* Time of every timer of this context (retries, MRA extensions,
 	 * timewait, half-open expiry) and of its workers' sleep. NULL:
 	 * CLOCK_MONOTONIC. A virtual clock (cep/clock.h) must outlive the

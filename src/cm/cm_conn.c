@@ -264,7 +264,19 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	 * life + our response timeout: then this half-open id expires, or
 	 * at the half-open limit if that comes first (cm_set_expiry). */
 	id->half_open_until = cep_clock_ms(cm->clock) + cm->half_open_ms;
-	if (cm->auto_mra && id->peer_timeout_ms / 2 + 1 < cm->half_open_ms)
+	if (cm->auto_mra && atomic_load_explicit(&lid->lis.half_open, memory_order_relaxed) > 1) {
+		/* The listener has other requests unanswered: this one waits
+		 * behind them, so MRA it now, as the kernel's rdma_cm (up to
+		 * 6.1) MRAs every request it delivers, rather than at half the
+		 * requester's timeout, when a burst's MRAs would all leave
+		 * together, late, behind the requester's REQ timer (issue 21:
+		 * 1,612 REQ retries for cmtime's 1,000 connections). A
+		 * listener that keeps up sends none. */
+		cm_send_mra(id, CEP_MSG_CODE_REQ, cm->mra_timeout, NULL, 0);
+		cm_keep_pdata(id, NULL, 0);
+		cm_set_state(id, CEP_CM_MRA_REQ_SENT);
+		cm_req_expire_after_mra(id);
+	} else if (cm->auto_mra && id->peer_timeout_ms / 2 + 1 < cm->half_open_ms)
 		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
 	else
 		cm_set_expiry(id, (1u + id->max_retries) *

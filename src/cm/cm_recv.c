@@ -6,7 +6,10 @@
  * SIDR_REQ, so a sender cannot aim a flood at one worker) and posts the
  * MAD to that worker's ring; the worker decodes and validates it (wire.c)
  * and calls the message's handler (cm_conn.c, cm_lap.c, cm_sidr.c). So a
- * CEP's MADs are handled in order, on one thread. See docs/cm.md.
+ * CEP's MADs are handled in order, as one worker. On a transport's own
+ * receive thread (umad) the MAD runs there, as its worker, while that
+ * worker sleeps, and a full ring makes the thread wait instead of drop.
+ * See docs/cm.md and docs/concurrency.md.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +20,13 @@
 
 #include "cm_internal.h"
 #include "core/table_internal.h"
+#include "transport/recv_wait.h"
+
+/* The longest a receive thread waits for room in a full worker ring before
+ * it drops the MAD (counted QUEUE_FULL): far above a worker's time for a
+ * ring of MADs, so only a worker stuck in a callback reaches it, and the
+ * port's other workers do not wait on that one for longer. */
+#define CM_RECV_WAIT_MS 2000
 
 /* SipHash-2-4 (Aumasson, Bernstein) of the 12-byte message (id, guid)
  * under the context's secret key: the worker of a REQ / SIDR_REQ. Without
@@ -82,8 +92,11 @@ static void reject_class_version(struct cep_cm *cm, const uint8_t *mad,
 	cm_send_raw(cm, 0, &r, &to, NULL);
 }
 
-/* Transport thread: route by the comm ID addressed to us (REQ: by the
- * remote (comm ID, CA GUID)); never blocks, never takes an id lock. */
+/* Transport thread, holding no libcep lock: route by the comm ID addressed
+ * to us (REQ: by the remote (comm ID, CA GUID)). On a sender's thread it
+ * never blocks and takes no id lock; on a transport's own receive thread
+ * (cep_recv_wait_abort set) it may run the MAD as its worker (id locks,
+ * events, callbacks) or wait for room in the worker's ring. */
 void cm_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_mad_addr *from)
 {
 	struct cep_cm *cm = ctx;
@@ -123,6 +136,20 @@ void cm_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep_mad_add
 		w = cm_be32(p + 4) % cm->nworkers;
 		break;
 	}
+	if (cep_recv_wait_abort) {
+		/* The transport's own receive thread (umad): run the MAD here
+		 * while its worker sleeps (no hand-off, no wake-up), else wait
+		 * for room rather than drop it (the peer would wait a whole
+		 * retry timeout). transport/recv_wait.h, docs/concurrency.md. */
+		if (cep_dispatch_run_mad(cm->d, w, mad, len, from) == 0)
+			return;
+		if (cep_dispatch_post_mad_wait(cm->d, w, mad, len, from,
+					       cep_recv_wait_abort, CM_RECV_WAIT_MS))
+			cm_drop(cm, w, CEP_CM_DROP_QUEUE_FULL);
+		return;
+	}
+	/* A sender's thread (the in-process fabric), maybe a worker: never
+	 * waits for another worker. */
 	if (cep_dispatch_post_mad(cm->d, w, mad, len, from))
 		cm_drop(cm, w, CEP_CM_DROP_QUEUE_FULL);
 }

@@ -55,15 +55,33 @@ static void timer_sync_locked(struct cep_cm_id *id)
 	cep_timer_arm(wh, &id->timer, id->deadline, id_timer_fn);
 }
 
+/* Lock held: bring the wheel to id->deadline as the owning worker - on
+ * its thread, or as a guest while it sleeps (cep_dispatch_enter: an API
+ * thread arming a connection's timer then costs the worker no work item
+ * and no wake-up) - or leave it to a W_TIMER work item when the worker is
+ * busy. The guest runs no item, so holding the id lock is fine. */
+static void timer_sync_or_post(struct cep_cm_id *id)
+{
+	struct cep_dispatch *d = id->cm->d;
+
+	if (cep_dispatch_self(d) == (int)id->worker) {
+		timer_sync_locked(id);
+	} else if (cep_dispatch_enter(d, id->worker) == 0) {
+		timer_sync_locked(id);
+		/* the one timer we may have armed: the worker compares it with
+		 * its wake-up, no wheel scan on this API thread */
+		cep_dispatch_leave(d, id->worker, id->deadline ? id->deadline : UINT64_MAX);
+	} else {
+		cm_post_bits(id, W_TIMER);
+	}
+}
+
 /* Lock held: want a timer of @kind in @ms. */
 void cm_set_timer(struct cep_cm_id *id, unsigned kind, uint32_t ms)
 {
 	id->deadline = cep_clock_ms(id->cm->clock) + ms;
 	id->timer_kind = (uint8_t)kind;
-	if (cep_dispatch_self(id->cm->d) == (int)id->worker)
-		timer_sync_locked(id);
-	else
-		cm_post_bits(id, W_TIMER);
+	timer_sync_or_post(id);
 }
 
 /* The half-open limit (cep_cm_attr.half_open_timeout_ms): without it the
@@ -88,10 +106,7 @@ void cm_set_expiry(struct cep_cm_id *id, uint32_t give_up_ms, uint32_t floor_ms)
 void cm_clear_timer(struct cep_cm_id *id)
 {
 	id->deadline = 0;
-	if (cep_dispatch_self(id->cm->d) == (int)id->worker)
-		timer_sync_locked(id);
-	else
-		cm_post_bits(id, W_TIMER);
+	timer_sync_or_post(id);
 }
 
 /* ---- timers ---------------------------------------------------------------- */

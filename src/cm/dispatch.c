@@ -2,14 +2,21 @@
 /*
  * Dispatcher workers. Receive rings are bounded MPSC queues with a sequence
  * number per slot (C11 atomics, so ThreadSanitizer sees every hand-off
- * without annotations); the work stack is a Treiber stack the worker empties
+ * without annotations); a producer that may wait for room sleeps on a
+ * second condition variable the worker signals after a batch, if it saw a
+ * waiter (fenced both sides, so no lost wake-up); the work stack is a Treiber stack the worker empties
  * with one exchange (no ABA: the consumer never pops single nodes). A worker
  * sleeps on a condition variable only after announcing it, and producers
  * wake it only when it announced, so a wake-up is never lost. An idle
  * worker yields a while before it sleeps only after MADs or work items
  * (and only when it may run on more than one CPU),
- * and sleeps until its next timer is due (at most SLEEP_MAX_MS), so armed
+ * and sleeps until its next timer is due (at most SLEEP_REAL_MAX_MS), so armed
  * timers cost a wake-up per expiry, not one per millisecond.
+ * A worker holds its run lock while awake and drops it to sleep; a guest
+ * thread that takes it meanwhile (trylock, never a wait) acts as that
+ * worker - its ring, work stack, wheel - so a MAD read on a transport's
+ * receive thread can run to completion there without waking the worker,
+ * and an API thread can arm a timer on the wheel without a work item.
  * With a virtual clock (cep/clock.h) time moves only by an advance, which
  * posts a tick item to every worker; the tick runs the wheel, so timers due
  * after an advance fire inside an item that quiesce waits for.
@@ -47,7 +54,8 @@ struct worker {
 	_Alignas(64) _Atomic size_t tail;  /* claim counter */
 	_Atomic uint64_t posted;           /* items in (quiesce, sleep check) */
 	struct cep_work *_Atomic works;    /* Treiber stack */
-	_Atomic uint64_t st_full;
+	_Atomic uint64_t st_full, st_waits;
+	_Atomic int room_waiters;          /* in cep_dispatch_post_mad_wait */
 	/* read by producers on every post, written by the worker to sleep */
 	_Alignas(64) _Atomic int sleeping;
 	/* the worker */
@@ -55,10 +63,18 @@ struct worker {
 	_Atomic uint64_t done;             /* items out (quiesce) */
 	_Atomic int in_timers;             /* firing timers now (quiesce) */
 	_Atomic uint64_t st_mads, st_works, st_timers, st_sleeps, st_yields;
+	_Atomic uint64_t st_inline;        /* MADs a guest ran (run_mad) */
 	_Atomic uint64_t st_armed;         /* wheel.armed after the last item */
 	pthread_mutex_t mtx;
 	pthread_cond_t cv;
 	int wake;                          /* under mtx */
+	/* Held by whoever acts as this worker: its thread while awake, or a
+	 * guest (cep_dispatch_enter) while it sleeps. Guard of head, wheel,
+	 * now and sleep_until. */
+	pthread_mutex_t run;
+	uint64_t sleep_until;              /* ms the sleeping worker wakes at */
+	pthread_mutex_t room_mtx;          /* room_cv: producers wait for room */
+	pthread_cond_t room_cv;
 	struct cep_work tick;              /* virtual clock moved: run the wheel */
 	_Atomic int tick_queued;           /* tick posted and not yet started */
 	struct cep_wheel wheel;            /* worker thread only */
@@ -74,6 +90,10 @@ struct cep_dispatch {
 	struct cep_clock_sub sub;         /* on attr.clock when virtual */
 };
 
+/* A producer waiting for room re-reads its abort flag, the stop flag and
+ * its bound this often (the worker signals room, nobody signals those). */
+#define ROOM_SLICE_NS 10000000L
+
 static _Thread_local const struct cep_dispatch *self_d;
 static _Thread_local int self_idx = -1;
 
@@ -83,6 +103,10 @@ static _Thread_local int self_idx = -1;
  * sees our item or we see it asleep (no lost wake-up). */
 static void wake_worker(struct worker *w)
 {
+	/* A guest acting as w drains what it posts to w before it leaves
+	 * (the worker itself is awake: sleeping is 0). */
+	if (self_d == w->d && self_idx == (int)w->idx)
+		return;
 	if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
 		pthread_mutex_lock(&w->mtx);
 		w->wake = 1;
@@ -91,15 +115,14 @@ static void wake_worker(struct worker *w)
 	}
 }
 
-int cep_dispatch_post_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad,
-			  size_t len, const struct cep_mad_addr *from)
+/* One attempt to copy a MAD into worker @w's ring: 0, or -ENOBUFS when the
+ * ring is full (not counted here). Lock-free; any thread. */
+static int ring_put(struct worker *w, const uint8_t *mad, size_t len,
+		    const struct cep_mad_addr *from)
 {
-	struct worker *w = &d->w[wi];
 	size_t pos;
 	struct slot *s;
 
-	if (len > CEP_MAD_SIZE)
-		return -EINVAL;
 	pos = atomic_load_explicit(&w->tail, memory_order_relaxed);
 	for (;;) {
 		size_t seq;
@@ -115,7 +138,6 @@ int cep_dispatch_post_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *ma
 						memory_order_relaxed, memory_order_relaxed))
 				break;
 		} else if (dif < 0) {
-			atomic_fetch_add_explicit(&w->st_full, 1, memory_order_relaxed);
 			return -ENOBUFS;
 		} else {
 			pos = atomic_load_explicit(&w->tail, memory_order_relaxed);
@@ -130,6 +152,90 @@ int cep_dispatch_post_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *ma
 	atomic_fetch_add_explicit(&w->posted, 1, memory_order_seq_cst);
 	wake_worker(w);
 	return 0;
+}
+
+int cep_dispatch_post_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad,
+			  size_t len, const struct cep_mad_addr *from)
+{
+	struct worker *w = &d->w[wi];
+
+	if (len > CEP_MAD_SIZE)
+		return -EINVAL;
+	if (ring_put(w, mad, len, from) == 0)
+		return 0;
+	atomic_fetch_add_explicit(&w->st_full, 1, memory_order_relaxed);
+	return -ENOBUFS;
+}
+
+/* Is the slot the next producer would claim still unconsumed? */
+static int ring_full(struct worker *w)
+{
+	size_t pos = atomic_load_explicit(&w->tail, memory_order_relaxed);
+	size_t seq = atomic_load_explicit(&w->ring[pos & w->mask].seq, memory_order_acquire);
+
+	return (intptr_t)seq - (intptr_t)pos < 0;
+}
+
+int cep_dispatch_post_mad_wait(struct cep_dispatch *d, unsigned wi, const uint8_t *mad,
+			       size_t len, const struct cep_mad_addr *from,
+			       const _Atomic int *abort, unsigned max_ms)
+{
+	struct worker *w = &d->w[wi];
+	uint64_t end = 0;
+
+	if (len > CEP_MAD_SIZE)
+		return -EINVAL;
+	if (cep_dispatch_self(d) >= 0) /* a worker waiting on a ring: deadlock */
+		return cep_dispatch_post_mad(d, wi, mad, len, from);
+	for (;;) {
+		struct timespec ts;
+
+		if (ring_put(w, mad, len, from) == 0)
+			return 0;
+		if (!end) {
+			end = cep_clock_ms(NULL) + max_ms;
+			atomic_fetch_add_explicit(&w->st_waits, 1, memory_order_relaxed);
+		}
+		if ((abort && atomic_load_explicit(abort, memory_order_relaxed)) ||
+		    atomic_load_explicit(&d->stop, memory_order_relaxed) ||
+		    cep_clock_ms(NULL) >= end) {
+			atomic_fetch_add_explicit(&w->st_full, 1, memory_order_relaxed);
+			return -ENOBUFS;
+		}
+		/* Dekker pair with room_signal (fences seq_cst on both
+		 * sides): the consumer sees us waiting, or we see the slot it
+		 * freed; the mutex keeps its broadcast after our check. */
+		atomic_fetch_add_explicit(&w->room_waiters, 1, memory_order_relaxed);
+		atomic_thread_fence(memory_order_seq_cst);
+		pthread_mutex_lock(&w->room_mtx);
+		if (ring_full(w)) {
+			/* A slice: abort, stop and the bound are read again
+			 * after it (nobody signals those). */
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += ROOM_SLICE_NS;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&w->room_cv, &w->room_mtx, &ts);
+		}
+		pthread_mutex_unlock(&w->room_mtx);
+		atomic_fetch_sub_explicit(&w->room_waiters, 1, memory_order_relaxed);
+	}
+}
+
+/* Worker, after it freed slots: wake producers waiting for room. The fence
+ * pairs with the one in cep_dispatch_post_mad_wait (after its waiter count
+ * goes up): our slot release before our read of the count, its count
+ * before its read of the slot, so one of us sees the other. */
+static void room_signal(struct worker *w)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&w->room_waiters, memory_order_relaxed)) {
+		pthread_mutex_lock(&w->room_mtx);
+		pthread_cond_broadcast(&w->room_cv);
+		pthread_mutex_unlock(&w->room_mtx);
+	}
 }
 
 void cep_dispatch_post_work(struct cep_dispatch *d, unsigned wi, struct cep_work *work)
@@ -177,6 +283,7 @@ static size_t drain_ring(struct worker *w, size_t budget)
 		/* release: the batch's processing before quiesce sees it done */
 		atomic_fetch_add_explicit(&w->done, n, memory_order_release);
 		atomic_fetch_add_explicit(&w->st_mads, n, memory_order_relaxed);
+		room_signal(w);
 	}
 	return n;
 }
@@ -290,21 +397,33 @@ static int dispatch_clock_is_self(struct cep_clock_sub *s)
  * guest's libcep server made 58-66 system calls per connection, not
  * 183-197). */
 #define SPIN_YIELDS 64
-/* The longest sleep: a safety net (a wake-up is never lost), and the bound
- * with a virtual clock, whose advance posts a tick to wake the worker. */
+/* The longest sleep with a virtual clock, whose advance posts a tick to
+ * wake the worker. */
 #define SLEEP_MAX_MS 50
+/* The longest sleep in real time: a safety net only (a post wakes the
+ * worker, and so does a guest that arms a timer due earlier than its
+ * wake-up: cep_dispatch_leave). Each wake-up of an idle worker is a
+ * context switch there and back on a one-vCPU guest: at 50 ms, 20 a
+ * second, 1-2 per connection of cmtime's 1,000 (issue 21). */
+#define SLEEP_REAL_MAX_MS 1000
 
 /* How long the worker may sleep: until its next timer is due (real time),
- * at most SLEEP_MAX_MS; 0 if one is due now. Worker. */
+ * at most SLEEP_REAL_MAX_MS (virtual: SLEEP_MAX_MS); 0 if one is due now.
+ * Worker. */
 static long sleep_ns(struct worker *w)
 {
 	const struct cep_clock *c = w->d->attr.clock;
+	int virt = cep_clock_is_virtual(c);
+	unsigned max = virt ? SLEEP_MAX_MS : SLEEP_REAL_MAX_MS;
 	uint64_t due, now;
 
-	if (!w->wheel.armed || cep_clock_is_virtual(c))
-		return SLEEP_MAX_MS * 1000000L;
+	/* What a guest compares its timers with (cep_dispatch_leave); with a
+	 * virtual clock only an advance's tick fires timers. */
+	w->sleep_until = virt ? UINT64_MAX : cep_wheel_next(&w->wheel, max);
+	if (!w->wheel.armed || virt)
+		return (long)max * 1000000L;
 	/* The wheel fires a timer of tick t once the clock's ms reach t. */
-	due = cep_wheel_next(&w->wheel, SLEEP_MAX_MS) * 1000000u;
+	due = w->sleep_until * 1000000u;
 	now = cep_clock_now_ns(c);
 	return due > now ? (long)(due - now) : 0;
 }
@@ -329,9 +448,17 @@ static void *worker_main(void *arg)
 
 	self_d = d;
 	self_idx = (int)w->idx;
+	{
+		char name[16];
+
+		/* Named for per-thread CPU and wake-up counts (/proc, perf). */
+		snprintf(name, sizeof(name), "cep-worker%u", w->idx % 10000);
+		(void)pthread_setname_np(pthread_self(), name);
+	}
 	/* urcu-qsbr (CEP_RCU=qsbr): online for good, quiescent between
 	 * batches, offline asleep; no-ops with urcu-memb (rcu.h). */
 	cep_rcu_worker_begin();
+	pthread_mutex_lock(&w->run); /* ours while awake */
 	if (d->attr.ops.thread_start)
 		d->attr.ops.thread_start(d->attr.ctx, w->idx);
 	for (;;) {
@@ -384,16 +511,22 @@ static void *worker_main(void *arg)
 				ts.tv_nsec -= 1000000000L;
 			}
 			cep_rcu_worker_idle_begin(); /* grace periods do not wait for a sleeper */
+			/* Asleep, a guest may act as this worker (run-to-
+			 * completion, cep_dispatch_enter); awake, we wait for
+			 * it to leave. */
+			pthread_mutex_unlock(&w->run);
 			pthread_mutex_lock(&w->mtx);
 			if (!w->wake)
 				pthread_cond_timedwait(&w->cv, &w->mtx, &ts);
 			w->wake = 0;
 			pthread_mutex_unlock(&w->mtx);
+			pthread_mutex_lock(&w->run);
 			cep_rcu_worker_idle_end();
 		}
 		atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
 		idle = d->spin; /* spin again once work came */
 	}
+	pthread_mutex_unlock(&w->run);
 	cep_rcu_worker_end();
 	self_d = NULL;
 	self_idx = -1;
@@ -431,6 +564,9 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 			atomic_init(&w->ring[j].seq, j);
 		pthread_mutex_init(&w->mtx, NULL);
 		pthread_cond_init(&w->cv, NULL);
+		pthread_mutex_init(&w->run, NULL);
+		pthread_mutex_init(&w->room_mtx, NULL);
+		pthread_cond_init(&w->room_cv, NULL);
 		w->tick.fn = tick_fn;
 		/* The wheel is set up before the thread starts: work posted at
 		 * once (a tick, a timer) may touch it from the worker. */
@@ -502,6 +638,9 @@ void cep_dispatch_destroy(struct cep_dispatch *d)
 	for (unsigned i = 0; i < d->attr.workers; i++) {
 		pthread_mutex_destroy(&d->w[i].mtx);
 		pthread_cond_destroy(&d->w[i].cv);
+		pthread_mutex_destroy(&d->w[i].run);
+		pthread_mutex_destroy(&d->w[i].room_mtx);
+		pthread_cond_destroy(&d->w[i].room_cv);
 		free(d->w[i].ring);
 	}
 	free(d->w);
@@ -516,6 +655,84 @@ unsigned cep_dispatch_workers(const struct cep_dispatch *d)
 int cep_dispatch_self(const struct cep_dispatch *d)
 {
 	return self_d == d ? self_idx : -1;
+}
+
+int cep_dispatch_enter(struct cep_dispatch *d, unsigned wi)
+{
+	struct worker *w = &d->w[wi];
+
+	/* QSBR: the worker's read-side protocol (online between batches)
+	 * is its thread's; a guest would need it too. A worker (or a guest)
+	 * never acts as a second one. */
+	if (cep_rcu_qsbr || self_d ||
+	    atomic_load_explicit(&d->stop, memory_order_relaxed))
+		return -EBUSY;
+	/* Never waits: a guest may hold an id lock (cm_set_timer), and the
+	 * worker holds run while it takes id locks. */
+	if (pthread_mutex_trylock(&w->run))
+		return -EBUSY;
+	/* Under run: stop set before we got it means the worker may be gone
+	 * (it leaves run unlocked when it exits). */
+	if (atomic_load_explicit(&d->stop, memory_order_relaxed)) {
+		pthread_mutex_unlock(&w->run);
+		return -EBUSY;
+	}
+	/* seq_cst: quiesce counts a guest inside as an item not done. */
+	atomic_fetch_add_explicit(&w->posted, 1, memory_order_seq_cst);
+	w->now = cep_clock_ms(d->attr.clock);
+	return 0;
+}
+
+void cep_dispatch_leave(struct cep_dispatch *d, unsigned wi, uint64_t armed_ms)
+{
+	struct worker *w = &d->w[wi];
+	int wake = 0;
+
+	note_armed(w);
+	/* A timer the guest armed that is due before the sleeping worker
+	 * wakes: wake it to sleep less. Later timers wait for its wake-up.
+	 * The caller names its earliest, or asks us to look (a scan of up
+	 * to SLEEP_REAL_MAX_MS slots: not on an API thread's path). */
+	if (armed_ms == CEP_DISPATCH_ARMED_UNKNOWN && w->wheel.armed)
+		armed_ms = cep_wheel_next(&w->wheel, SLEEP_REAL_MAX_MS);
+	if (armed_ms < w->sleep_until && !cep_clock_is_virtual(d->attr.clock))
+		wake = 1;
+	/* release: the guest's work before quiesce sees it done. */
+	atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
+	pthread_mutex_unlock(&w->run);
+	if (wake) {
+		pthread_mutex_lock(&w->mtx);
+		w->wake = 1;
+		pthread_cond_signal(&w->cv);
+		pthread_mutex_unlock(&w->mtx);
+	}
+}
+
+int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad,
+			 size_t len, const struct cep_mad_addr *from)
+{
+	struct worker *w = &d->w[wi];
+
+	if (len > CEP_MAD_SIZE)
+		return -EINVAL;
+	if (cep_dispatch_enter(d, wi))
+		return -EBUSY;
+	self_d = d;
+	self_idx = (int)wi;
+	/* What was queued for this worker first: its MADs in order. */
+	while (drain_ring(w, SIZE_MAX) || drain_works(w))
+		;
+	d->attr.ops.mad(d->attr.ctx, wi, mad, len, from);
+	atomic_fetch_add_explicit(&w->st_mads, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&w->st_inline, 1, memory_order_relaxed);
+	/* And what the MAD and the timers due queued for it (posts to
+	 * ourselves do not wake the worker: wake_worker). */
+	while (drain_ring(w, SIZE_MAX) + drain_works(w) + run_wheel(w))
+		;
+	self_d = NULL;
+	self_idx = -1;
+	cep_dispatch_leave(d, wi, CEP_DISPATCH_ARMED_UNKNOWN);
+	return 0;
 }
 
 struct cep_wheel *cep_dispatch_wheel(struct cep_dispatch *d, unsigned w)
@@ -558,6 +775,8 @@ void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st)
 		st->mads += atomic_load_explicit(&w->st_mads, memory_order_relaxed);
 		st->works += atomic_load_explicit(&w->st_works, memory_order_relaxed);
 		st->full += atomic_load_explicit(&w->st_full, memory_order_relaxed);
+		st->waits += atomic_load_explicit(&w->st_waits, memory_order_relaxed);
+		st->inline_mads += atomic_load_explicit(&w->st_inline, memory_order_relaxed);
 		st->timers += atomic_load_explicit(&w->st_timers, memory_order_relaxed);
 		st->sleeps += atomic_load_explicit(&w->st_sleeps, memory_order_relaxed);
 		st->yields += atomic_load_explicit(&w->st_yields, memory_order_relaxed);

@@ -4,8 +4,11 @@
  * receive ring (a full ring is a counted drop, never unbounded memory), an
  * unbounded intrusive work stack (each work item is queued at most once at
  * a time, so it is bounded by the objects that embed it) and a timer wheel.
- * Everything posted to worker w runs on worker w's thread, in order per
- * producer for MADs.
+ * Everything posted to worker w runs as worker w, in order per producer for
+ * MADs: on its thread, or on a guest thread that took its run lock while
+ * it slept (cep_dispatch_enter, run-to-completion); one at a time either
+ * way. A producer that may wait (cep_dispatch_post_mad_wait) waits for
+ * room in a full ring instead of dropping.
  */
 #ifndef CEP_DISPATCH_H
 #define CEP_DISPATCH_H
@@ -61,12 +64,46 @@ unsigned cep_dispatch_workers(const struct cep_dispatch *d);
  * Lock-free; any thread, including transport receive threads. */
 int cep_dispatch_post_mad(struct cep_dispatch *d, unsigned w, const uint8_t *mad,
 			  size_t len, const struct cep_mad_addr *from);
+/* The same from a thread that may wait (a transport's own receive thread,
+ * never a worker of any dispatcher nor a sender's thread): a full ring
+ * makes it wait for room, woken by the worker, instead of dropping, so a
+ * burst stays in the kernel's receive queue rather than costing the peer a
+ * retry timeout. Gives up (-ENOBUFS, counted as full) when *@abort (may be
+ * NULL) becomes nonzero, the dispatcher stops, or after @max_ms. From a
+ * worker of @d it does not wait (it would wait for itself). */
+int cep_dispatch_post_mad_wait(struct cep_dispatch *d, unsigned w, const uint8_t *mad,
+			       size_t len, const struct cep_mad_addr *from,
+			       const _Atomic int *abort, unsigned max_ms);
 /* Queue @work on worker @w. Never fails. Lock-free; any thread. */
 void cep_dispatch_post_work(struct cep_dispatch *d, unsigned w, struct cep_work *work);
 
+/* Run-to-completion. A thread that is no worker may act as worker @w while
+ * that worker sleeps: cep_dispatch_enter takes w's run lock without ever
+ * waiting (-EBUSY: the worker is awake, a guest is in, the dispatcher
+ * stops, or urcu-qsbr is the flavour) and counts as an item quiesce waits
+ * for. Between enter and leave the caller may use w's wheel and
+ * cep_dispatch_now(d, w) as w's thread would, and must not run items
+ * (it may hold an id lock). Leave wakes the worker only if a timer it
+ * armed is due before the worker's own wake-up. */
+int cep_dispatch_enter(struct cep_dispatch *d, unsigned w);
+/* @armed_ms: the earliest expiry (clock ms) the guest armed on w's wheel,
+ * UINT64_MAX for none, CEP_DISPATCH_ARMED_UNKNOWN to have the wheel
+ * scanned. */
+#define CEP_DISPATCH_ARMED_UNKNOWN 0
+void cep_dispatch_leave(struct cep_dispatch *d, unsigned w, uint64_t armed_ms);
+/* Enter, run what is queued for @w (its MADs stay in order), then @mad as
+ * worker @w would (cep_dispatch_self says @w meanwhile, so the MAD's
+ * events and callbacks run on this thread), then what it queued for @w,
+ * and leave. 0, or -EBUSY as cep_dispatch_enter (then post it). Only from
+ * a thread that holds no lock of the dispatcher's user: a transport's own
+ * receive thread. */
+int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned w, const uint8_t *mad,
+			 size_t len, const struct cep_mad_addr *from);
+
 /* The calling thread's worker index in @d, or -1. */
 int cep_dispatch_self(const struct cep_dispatch *d);
-/* Worker @w's timer wheel: only from worker @w's thread. */
+/* Worker @w's timer wheel: only from worker @w's thread (or a guest
+ * between cep_dispatch_enter and leave). */
 struct cep_wheel *cep_dispatch_wheel(struct cep_dispatch *d, unsigned w);
 /* Current tick of worker @w (its thread only). */
 uint64_t cep_dispatch_now(struct cep_dispatch *d, unsigned w);
@@ -84,6 +121,8 @@ struct cep_dispatch_stats {
 	uint64_t mads;      /* MADs processed */
 	uint64_t works;     /* work items run */
 	uint64_t full;      /* MADs dropped: ring full */
+	uint64_t waits;     /* posts that waited for room (post_mad_wait) */
+	uint64_t inline_mads; /* of mads, run by a guest (run_mad) */
 	uint64_t timers;    /* timers fired */
 	uint64_t sleeps;    /* times a worker went to sleep */
 	uint64_t yields;    /* sched_yield calls of idle workers */

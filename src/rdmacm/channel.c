@@ -9,7 +9,13 @@
  * application made the channel's fd non-blocking (then EAGAIN).
  *
  * Guarantees: a channel's queue and its eventfd change together under the
- * channel mutex, so the fd is readable exactly while events wait. Every
+ * channel mutex, so the fd is readable exactly while events wait. An
+ * event that arrives while a thread is blocked in rdma_get_cm_event on the
+ * empty channel is handed to that thread (oldest first, a futex wake) and
+ * never queued: no eventfd write and read, no poll, and the fd stays
+ * unreadable, exact for poll() users, as the queue stays empty. A signal
+ * interrupts the wait as it interrupts a read of the ucma fd; the getter
+ * then looks at O_NONBLOCK again (and keeps waiting without it). Every
  * queued event holds a reference on its owner id. A channel destroyed
  * while another thread is inside rdma_get_cm_event on it (rping's CM
  * thread, back from acking the last event, while main destroys the
@@ -19,10 +25,11 @@
  * memory.
  */
 #include <fcntl.h>
-#include <poll.h>
+#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "rdmacm.h"
@@ -40,6 +47,7 @@ struct rcm_channel *rcm_channel_new(void)
 		return NULL;
 	}
 	pthread_mutex_init(&c->mtx, NULL);
+	c->waiting_tail = &c->waiting;
 	return c;
 }
 
@@ -120,9 +128,37 @@ void rcm_event_drop(struct rcm_event *e)
 	free(e);
 }
 
-/* Caller holds c->mtx. */
-static void chan_append(struct rcm_channel *c, struct rcm_event *e)
+/* Wake a getter chan_append handed an event to; after the channel mutex
+ * is released, so the woken thread does not wait for it. The getter may
+ * have seen the event and left already: its word is thread-local
+ * (channel_wait), so a late wake is at most a spurious one for that
+ * thread's next wait, which rechecks. */
+static void getter_wake(struct rcm_getter *g)
 {
+	if (g)
+		syscall(SYS_futex, &g->handed, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Caller holds c->mtx. Returns the getter to wake with getter_wake, if
+ * the event went to one. */
+static struct rcm_getter *chan_append(struct rcm_channel *c, struct rcm_event *e)
+{
+	struct rcm_getter *g = c->waiting;
+
+	if (g) {
+		/* A getter waits, so the queue is empty: the event is its,
+		 * reported now as a pop would (rdma_destroy_id then waits for
+		 * its ack instead of taking it back). */
+		c->waiting = g->next;
+		if (!c->waiting)
+			c->waiting_tail = &c->waiting;
+		g->e = e;
+		atomic_fetch_add_explicit(&e->owner->events_reported, 1,
+					  memory_order_relaxed);
+		/* release: g->e before the getter's acquire of handed. */
+		atomic_store_explicit(&g->handed, 1, memory_order_release);
+		return g;
+	}
 	rcm_evq_push(&c->q, e);
 	e->owner->queued++;
 	if (!c->signaled) {
@@ -132,6 +168,7 @@ static void chan_append(struct rcm_channel *c, struct rcm_event *e)
 		if (write(c->ch.fd, &one, sizeof(one)) == sizeof(one))
 			c->signaled = 1;
 	}
+	return NULL;
 }
 
 /* Caller holds c->mtx: the queue went empty, the fd stops being readable. */
@@ -147,6 +184,7 @@ static void chan_unsignal(struct rcm_channel *c)
 void rcm_push_locked(struct rcm_event *e)
 {
 	struct rcm_id *o = e->owner;
+	struct rcm_getter *g;
 	struct rcm_channel *c;
 
 	if (o->destroying) {
@@ -161,8 +199,9 @@ void rcm_push_locked(struct rcm_event *e)
 	}
 	c = rcm_channel_of(o->id.channel);
 	pthread_mutex_lock(&c->mtx);
-	chan_append(c, e);
+	g = chan_append(c, e);
 	pthread_mutex_unlock(&c->mtx);
+	getter_wake(g);
 }
 
 void rcm_push_request(struct rcm_event *e)
@@ -243,7 +282,7 @@ void rcm_channel_put(struct rcm_channel *c, struct rcm_event *list)
 	while (list) {
 		struct rcm_event *next = list->next;
 
-		chan_append(c, list);
+		getter_wake(chan_append(c, list)); /* rare: id migration */
 		list = next;
 	}
 	pthread_mutex_unlock(&c->mtx);
@@ -263,6 +302,80 @@ static int superseded(struct rcm_event *e)
 	return drop;
 }
 
+/* Caller holds c->mtx: the oldest queued event, reported, or NULL. */
+static struct rcm_event *channel_pop_locked(struct rcm_channel *c)
+{
+	struct rcm_event *e = rcm_evq_pop(&c->q);
+
+	if (e) {
+		e->owner->queued--;
+		if (!c->q.head)
+			chan_unsignal(c);
+		/* Counted under the channel lock: rdma_destroy_id takes its
+		 * undelivered events under the same lock. */
+		atomic_fetch_add_explicit(&e->owner->events_reported, 1,
+					  memory_order_relaxed);
+	}
+	return e;
+}
+
+static struct rcm_event *channel_pop(struct rcm_channel *c)
+{
+	struct rcm_event *e;
+
+	pthread_mutex_lock(&c->mtx);
+	e = channel_pop_locked(c);
+	pthread_mutex_unlock(&c->mtx);
+	return e;
+}
+
+/* Wait for the next event: queued already, or handed to us by chan_append
+ * (a futex wait, so a signal interrupts it as it interrupts a read of the
+ * ucma fd). NULL after a signal, with nothing taken. */
+static struct rcm_event *channel_wait(struct rcm_channel *c)
+{
+	/* Thread-local, not on the stack: a hand-off's wake may come after
+	 * we took the event and left (getter_wake). One per thread: a thread
+	 * is in one rdma_get_cm_event at a time. */
+	static _Thread_local struct rcm_getter g;
+	struct rcm_event *e;
+
+	pthread_mutex_lock(&c->mtx);
+	e = channel_pop_locked(c);
+	if (e) {
+		pthread_mutex_unlock(&c->mtx);
+		return e;
+	}
+	g.next = NULL;
+	g.e = NULL;
+	atomic_store_explicit(&g.handed, 0, memory_order_relaxed);
+	*c->waiting_tail = &g;
+	c->waiting_tail = &g.next;
+	pthread_mutex_unlock(&c->mtx);
+	for (;;) {
+		/* acquire: pairs with the hand-off's release (g.e is set). */
+		if (atomic_load_explicit(&g.handed, memory_order_acquire))
+			return g.e;
+		if (syscall(SYS_futex, &g.handed, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0) < 0 &&
+		    errno == EINTR) {
+			struct rcm_getter **pp = &c->waiting;
+
+			pthread_mutex_lock(&c->mtx);
+			if (g.e) { /* handed meanwhile: ours */
+				pthread_mutex_unlock(&c->mtx);
+				return g.e;
+			}
+			while (*pp != &g)
+				pp = &(*pp)->next;
+			*pp = g.next;
+			if (c->waiting_tail == &g.next)
+				c->waiting_tail = pp;
+			pthread_mutex_unlock(&c->mtx);
+			return NULL;
+		}
+	}
+}
+
 RCM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
 				 struct rdma_cm_event **event)
 {
@@ -274,34 +387,28 @@ RCM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
 	c = rcm_channel_of(channel);
 	atomic_fetch_add(&c->getters, 1); /* the channel stays while we are in */
 	for (;;) {
-		struct pollfd pf = { .fd = c->ch.fd, .events = POLLIN };
 		int fl;
 
-		pthread_mutex_lock(&c->mtx);
-		e = rcm_evq_pop(&c->q);
-		if (e) {
-			e->owner->queued--;
-			if (!c->q.head)
-				chan_unsignal(c);
-			/* Counted under the channel lock: rdma_destroy_id
-			 * takes its undelivered events under the same lock. */
-			atomic_fetch_add_explicit(&e->owner->events_reported, 1,
-						  memory_order_relaxed);
+		e = channel_pop(c);
+		if (!e) {
+			/* Empty: honour O_NONBLOCK as a read of the ucma fd
+			 * would, then wait for the next event, handed over. */
+			fl = fcntl(c->ch.fd, F_GETFL);
+			if (fl < 0 || (fl & O_NONBLOCK)) {
+				int err = fl < 0 ? errno : EAGAIN;
+
+				getter_leave(c);
+				return rcm_err(err);
+			}
+			e = channel_wait(c);
+			if (!e)
+				continue; /* a signal: O_NONBLOCK may be set now */
 		}
-		pthread_mutex_unlock(&c->mtx);
-		if (e && superseded(e)) {
+		if (superseded(e)) {
 			rdma_ack_cm_event(&e->ev);
 			continue;
 		}
-		if (e)
-			break;
-		fl = fcntl(c->ch.fd, F_GETFL);
-		if (fl < 0 || (fl & O_NONBLOCK) || (poll(&pf, 1, -1) < 0 && errno != EINTR)) {
-			int err = fl < 0 || !(fl & O_NONBLOCK) ? errno : EAGAIN;
-
-			getter_leave(c);
-			return rcm_err(err);
-		}
+		break;
 	}
 	getter_leave(c); /* the event holds its owner, not the channel */
 	if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST)

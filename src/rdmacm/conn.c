@@ -613,8 +613,20 @@ RCM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
 		ret = qp_to_rts(r, r->id.qp, r->resp_res, r->init_depth);
 	if (!ret)
 		ret = cep_cm_accept(r->cep, &acc);
-	if (ret)
+	if (ret == -EINVAL && cep_cm_id_state(r->cep) == CEP_CM_IDLE) {
+		/* The request ended before this answer: the requester gave
+		 * up (the CM's half-open expiry) or rejected it. The kernel's
+		 * REQ_RCVD never expires, so there rdma_accept succeeds and
+		 * the REP's timeout or the peer's REJ ends the connection;
+		 * here that event (UNREACHABLE or REJECTED) is queued, or
+		 * will be once we unlock. Failing instead killed cmtime's
+		 * server in a storm ("failure accepting: Invalid argument",
+		 * issue 21). */
 		rcm_qp_error(r->id.qp);
+		ret = 0;
+	} else if (ret) {
+		rcm_qp_error(r->id.qp);
+	}
 out:
 	pthread_mutex_unlock(&r->mtx);
 	return ret ? rcm_err(-ret) : rcm_complete(r);

@@ -177,11 +177,21 @@ static inline struct rcm_event *rcm_evq_take(struct rcm_evq *q)
 /* The fd is an eventfd that is readable exactly while events wait (its
  * counter and the queue change together under mtx), so poll/epoll on it
  * behaves as on librdmacm's character device. */
+/* A thread blocked in rdma_get_cm_event on an empty channel: the next
+ * event is handed to it directly (channel.c). */
+struct rcm_getter {
+	struct rcm_getter *next;       /* under the channel mutex */
+	struct rcm_event *e;           /* set under the channel mutex */
+	_Atomic uint32_t handed;       /* futex word: 0 waiting, 1 e is set */
+};
+
 struct rcm_channel {
 	struct rdma_event_channel ch;  /* ch.fd */
 	pthread_mutex_t mtx;
 	struct rcm_evq q;
 	int signaled;                  /* eventfd counter is 1 */
+	/* Blocked getters, oldest first; nonempty only while q is empty. */
+	struct rcm_getter *waiting, **waiting_tail;
 	/* Threads inside rdma_get_cm_event, plus RCM_CHANNEL_DEAD once
 	 * destroyed: the channel (its memory and fd) is freed by whichever
 	 * of destroy and the last getter comes last (channel.c). */

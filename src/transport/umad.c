@@ -5,7 +5,8 @@
  * thread polls the fd and an eventfd, so stop() wakes and joins it promptly;
  * after each poll it reads every MAD already queued (the fd is non-blocking),
  * one system call per MAD instead of two while MADs arrive faster than it
- * handles them.
+ * handles them. The receive thread may wait in the receive function (a
+ * full CM worker ring: transport/recv_wait.h) until stop() sets stopping.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +25,7 @@
 
 #include <cep/umad.h>
 
+#include "transport/recv_wait.h"
 #include "wire/pcap.h"
 
 #define CM_MGMT_CLASS 0x07
@@ -60,6 +62,10 @@ struct umad_transport {
 	 * send or receive paths. */
 	pthread_mutex_t lock;
 	int state;                 /* enum umad_run_state, under lock */
+	/* Set by stop() before it wakes the receive thread: a delivery
+	 * waiting for room in a full CM worker ring gives up (recv_wait.h).
+	 * Relaxed: the eventfd and the join order the rest. */
+	_Atomic int stopping;
 	/* Statistics only: relaxed, no ordering with anything. */
 	_Atomic uint64_t sent, send_errors, received, recv_errors, recv_status,
 		recv_dropped;
@@ -276,6 +282,10 @@ static void *recv_thread(void *arg)
 	};
 
 	in_recv_thread = u;
+	(void)pthread_setname_np(pthread_self(), "cep-umad");
+	/* Our own thread: the CM may make it wait for room instead of
+	 * dropping a MAD (the kernel's umad queue holds the rest). */
+	cep_recv_wait_abort = &u->stopping;
 
 	for (;;) {
 		int n = poll(pfd, 2, -1);
@@ -358,6 +368,7 @@ static void umad_stop(struct cep_transport *t)
 {
 	struct umad_transport *u = to_umad(t);
 
+	atomic_store_explicit(&u->stopping, 1, memory_order_relaxed);
 	if (in_recv_thread == u) {
 		wake(u);  /* the thread ends after this callback; destroy joins */
 		return;

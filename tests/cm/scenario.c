@@ -231,6 +231,39 @@ static void t_mra_auto(void)
 	teardown_all();
 }
 
+/* auto_mra and a listener already behind (issue 21): a second REQ while the
+ * first is unanswered is MRAed at once - the kernel's rdma_cm (to 6.1) MRAs
+ * every request it delivers (cma_ib_req_handler, CMA_CM_MRA_SETTING) - while
+ * the first, alone when it came, waits for the half-timeout MRA. */
+static void t_mra_behind(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a1, *a2;
+
+	setup(2, 1);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	a1 = make_id(&A);
+	a2 = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	p.remote_cm_response_timeout = 15; /* 134 ms: auto MRA after 68 ms */
+	CHECK_EQ(cep_cm_connect(a1, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	p.qpn = 0x101;
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
+	settle(); /* no time passes */
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, a1), 0);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, a2), 1);
+	CHECK_EQ(cep_cm_id_state(last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id), CEP_CM_MRA_REQ_SENT);
+	advance_ms(68);
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 2)); /* the first's, at half */
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, a1), 1);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, a2), 1);
+	CHECK_EQ(stats_of(&A).retries, 0);
+	teardown_all();
+}
+
 /* The active side MRAs the REP, then sends RTU by hand. */
 static void t_mra_rep(void)
 {
@@ -2609,6 +2642,7 @@ static const struct {
 	{ "rej-rep", t_rej_rep },
 	{ "mra-req", t_mra_req },
 	{ "mra-auto", t_mra_auto },
+	{ "mra-behind", t_mra_behind },
 	{ "mra-rep", t_mra_rep },
 	{ "req-timeout", t_req_timeout },
 	{ "tid", t_tid },

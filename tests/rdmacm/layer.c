@@ -181,7 +181,75 @@ static void t_pdata_einval(void)
 	teardown_all();
 }
 
+/* Issue 21: the application answers a connection request after its
+ * requester gave up (the CM's half-open limit passed: cmtime's server
+ * under a 10,000-connection storm). The kernel's REQ_RCVD never expires:
+ * its rdma_accept succeeds and the REP's timeout ends the connection with
+ * UNREACHABLE. Here rdma_accept failed with EINVAL and cmtime's server
+ * exited ("failure accepting: Invalid argument"); now it returns 0, sends
+ * nothing, and the id's UNREACHABLE (-ETIMEDOUT) follows. */
+static void t_accept_expired(void)
+{
+	struct rcm_service tcp;
+	struct rcm_dev dev;
+	struct rcm_port port;
+	struct rcm_channel *ch;
+	struct rcm_id *l;
+	struct cep_cm_id *lc;
+	struct rdma_cm_event *ev = NULL;
+	struct rdma_conn_param cp;
+	struct rdma_cm_id *c;
+	struct cep_port_info pinfo;
+	struct cep_msg m;
+
+	half_open_ms_of[1] = 500; /* B's limit */
+	setup(2, 0);
+	standin_port(&dev, &port, B.cm, IBV_LINK_LAYER_ETHERNET);
+	lc = service_listener(&tcp, CEP_RDMA_PS_TCP);
+	tcp.port = &port;
+	ch = rcm_channel_new();
+	CHECK(ch != NULL);
+	rdma_listener(&tcp, ch, RDMA_PS_TCP, IBV_QPT_RC, &l);
+	raw_req(&m, 0x9300, 0x900);
+	m.u.req.service_id = tcp.sid;
+	cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	c = ev->id;
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	/* the stand-in port's attributes do not fit the REQ: take B's, as
+	 * pdata-einval does, so only the request's end can refuse */
+	B.tp->ops->query_port(B.tp, &pinfo);
+	pthread_mutex_lock(&rcm_id_of(c)->mtx);
+	CHECK_EQ(cep_qp_params_passive(&rcm_id_of(c)->qpp, &pinfo, &m.u.req), 0);
+	rcm_id_of(c)->have_req = 1;
+	pthread_mutex_unlock(&rcm_id_of(c)->mtx);
+	advance_ms(600); /* past the limit: the request expires */
+	memset(&cp, 0, sizeof(cp));
+	cp.qp_num = 0x200;
+	cp.responder_resources = RDMA_MAX_RESP_RES;
+	cp.initiator_depth = RDMA_MAX_INIT_DEPTH;
+	CHECK_EQ(rdma_accept(c, &cp), 0);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_REP), 0);
+	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_UNREACHABLE);
+	CHECK_EQ(ev->status, -ETIMEDOUT);
+	CHECK(ev->id == c);
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	CHECK_EQ(rdma_destroy_id(c), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(lc), 0);
+	tcp.nlisteners = 0;
+	rcm_id_put(l);
+	teardown_all();
+	free(port.qpns);
+	rcm_channel_free(ch);
+}
+
 static const struct named_test tests[] = {
+	{ "accept-expired", t_accept_expired },
 	{ "no-listener", t_no_listener },
 	{ "qp-type", t_qp_type },
 	{ "pdata-einval", t_pdata_einval },
