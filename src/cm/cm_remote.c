@@ -952,19 +952,9 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 		ret = -errno;
 		goto fail;
 	}
-	memset(&h, 0, sizeof(h));
-	h.h.op = CEPD_HELLO;
-	h.h.len = sizeof(h);
-	h.h.seq = 1;
-	h.magic = CEPD_MAGIC;
-	h.version = CEPD_VERSION;
-	h.port_num = attr->port_num;
+	cepd_hello_init(&h, 0, attr->port_num);
 	if (attr->device)
 		memcpy(h.device, attr->device, strlen(attr->device) + 1);
-	h.sizes[0] = sizeof(struct cep_msg);
-	h.sizes[1] = sizeof(struct cep_path);
-	h.sizes[2] = sizeof(struct cep_mad_addr);
-	h.sizes[3] = sizeof(struct cep_cm_stats);
 	if (send(r->fd, &h, sizeof(h), MSG_NOSIGNAL) < 0) {
 		ret = -ECONNREFUSED;
 		goto fail;

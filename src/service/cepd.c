@@ -1161,17 +1161,7 @@ static int stats_command(const char *path)
 		fprintf(stderr, "cepd: --stats: %s: %s\n", path, strerror(errno));
 		return 1;
 	}
-	memset(&h, 0, sizeof(h));
-	h.h.op = CEPD_HELLO;
-	h.h.len = sizeof(h);
-	h.h.seq = 1;
-	h.magic = CEPD_MAGIC;
-	h.version = CEPD_VERSION;
-	h.flags = CEPD_HELLO_STATS;
-	h.sizes[0] = sizeof(struct cep_msg);
-	h.sizes[1] = sizeof(struct cep_path);
-	h.sizes[2] = sizeof(struct cep_mad_addr);
-	h.sizes[3] = sizeof(struct cep_cm_stats);
+	cepd_hello_init(&h, CEPD_HELLO_STATS, 0);
 	memset(&r, 0, sizeof(r));
 	r.h.op = CEPD_SERVICE_STATS;
 	r.h.len = sizeof(r);

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cep/cm.h>
 
@@ -83,6 +84,25 @@ struct cepd_hello {
 	uint32_t sizes[4];       /* sizeof cep_msg, cep_path, cep_mad_addr,
 				    cep_cm_stats: the copied structs agree */
 };
+
+/* Fill @h as this build's HELLO: magic, version, the sizes of the structs
+ * the protocol copies whole, @flags and @port_num (the caller copies a
+ * device name into h->device when it names one). */
+static inline void cepd_hello_init(struct cepd_hello *h, uint32_t flags, uint32_t port_num)
+{
+	memset(h, 0, sizeof(*h));
+	h->h.op = CEPD_HELLO;
+	h->h.len = sizeof(*h);
+	h->h.seq = 1;
+	h->magic = CEPD_MAGIC;
+	h->version = CEPD_VERSION;
+	h->flags = flags;
+	h->port_num = port_num;
+	h->sizes[0] = sizeof(struct cep_msg);
+	h->sizes[1] = sizeof(struct cep_path);
+	h->sizes[2] = sizeof(struct cep_mad_addr);
+	h->sizes[3] = sizeof(struct cep_cm_stats);
+}
 
 struct cepd_hello_rep {
 	uint32_t version;

@@ -71,7 +71,7 @@ static void touch(const char *path)
 	}
 }
 
-static void die(const char *what)
+static _Noreturn void die(const char *what)
 {
 	fprintf(stderr, "cepd-guest: %s: %s\n", what, strerror(errno));
 	exit(1);
@@ -337,18 +337,8 @@ static int raw_connect(void)
 
 static void fill_hello(struct cepd_hello *h, const char *dev, unsigned num)
 {
-	memset(h, 0, sizeof(*h));
-	h->h.op = CEPD_HELLO;
-	h->h.len = sizeof(*h);
-	h->h.seq = 1;
-	h->magic = CEPD_MAGIC;
-	h->version = CEPD_VERSION;
-	h->port_num = num;
+	cepd_hello_init(h, 0, num);
 	snprintf(h->device, sizeof(h->device), "%s", dev);
-	h->sizes[0] = sizeof(struct cep_msg);
-	h->sizes[1] = sizeof(struct cep_path);
-	h->sizes[2] = sizeof(struct cep_mad_addr);
-	h->sizes[3] = sizeof(struct cep_cm_stats);
 }
 
 /* Send @len bytes; the reply's ret (events skipped), 1 on EOF, 2 on no

@@ -43,6 +43,8 @@
 #include "../common/check.h"
 #include "service/proto.h"
 
+#include "cepd_spawn.h"
+
 static const char *cepd_path;
 static const char *max_ids = "65536"; /* cepd --max-ids */
 static char sock_path[100];
@@ -52,28 +54,10 @@ static char dir_path[64];
 
 static pid_t start_cepd(void)
 {
-	pid_t pid = fork();
+	char *const argv[] = { "cepd", "--fabric", "2", "--workers", "2", "--socket", sock_path,
+			       "--max-ids", (char *)max_ids, NULL };
 
-	if (pid == 0) {
-		execl(cepd_path, "cepd", "--fabric", "2", "--workers", "2", "--socket", sock_path,
-		      "--max-ids", max_ids, (char *)NULL);
-		_exit(127);
-	}
-	/* ready when it answers */
-	for (int i = 0; i < 500; i++) {
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-
-		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(fd);
-			return pid;
-		}
-		close(fd);
-		usleep(10000);
-	}
-	fprintf(stderr, "cepd did not come up\n");
-	exit(1);
+	return cepd_spawn(cepd_path, argv, sock_path, 500, "service");
 }
 
 /* The output of cepd --stats, or "" */
@@ -658,17 +642,7 @@ static int raw_fd(unsigned port)
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
 		return -1;
-	memset(&h, 0, sizeof(h));
-	h.h.op = CEPD_HELLO;
-	h.h.len = sizeof(h);
-	h.h.seq = 1;
-	h.magic = CEPD_MAGIC;
-	h.version = CEPD_VERSION;
-	h.port_num = port;
-	h.sizes[0] = sizeof(struct cep_msg);
-	h.sizes[1] = sizeof(struct cep_path);
-	h.sizes[2] = sizeof(struct cep_mad_addr);
-	h.sizes[3] = sizeof(struct cep_cm_stats);
+	cepd_hello_init(&h, 0, port);
 	if (send(fd, &h, sizeof(h), 0) < 0 || recv(fd, buf, sizeof(buf), 0) < (ssize_t)sizeof(struct cepd_rep) ||
 	    ((struct cepd_rep *)buf)->ret != 0)
 		return -1;

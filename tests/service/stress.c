@@ -46,6 +46,8 @@
 
 #include "service/proto.h"
 
+#include "cepd_spawn.h"
+
 #define MAX_SLOTS 32
 #define NQP 48            /* QPNs per client */
 #define QPN_GRACE_S 20    /* a dead client's QPN may stay registered this long */
@@ -447,27 +449,10 @@ static void judge(unsigned i, int st, int killed)
 
 static pid_t start_cepd(void)
 {
-	pid_t pid = fork();
+	char *const argv[] = { "cepd", "--fabric", "2", "--workers", "2", "--check", "--socket",
+			       sock_path, NULL };
 
-	if (pid == 0) {
-		execl(cepd_path, "cepd", "--fabric", "2", "--workers", "2", "--check", "--socket",
-		      sock_path, (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 1000; i++) {
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-
-		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(fd);
-			return pid;
-		}
-		close(fd);
-		msleep(10);
-	}
-	fprintf(stderr, "service-stress: cepd did not come up\n");
-	exit(1);
+	return cepd_spawn(cepd_path, argv, sock_path, 1000, "service-stress");
 }
 
 static void stats(char *out, size_t len)
@@ -539,16 +524,7 @@ static int raw_hello(unsigned port)
 			close(fd);
 		return -1;
 	}
-	memset(&h, 0, sizeof(h));
-	h.h.op = CEPD_HELLO;
-	h.h.len = sizeof(h);
-	h.magic = CEPD_MAGIC;
-	h.version = CEPD_VERSION;
-	h.port_num = port;
-	h.sizes[0] = sizeof(struct cep_msg);
-	h.sizes[1] = sizeof(struct cep_path);
-	h.sizes[2] = sizeof(struct cep_mad_addr);
-	h.sizes[3] = sizeof(struct cep_cm_stats);
+	cepd_hello_init(&h, 0, port);
 	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) < 0) {
 		close(fd);
 		return -1;
