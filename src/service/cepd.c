@@ -1185,7 +1185,13 @@ static int stats_command(const char *path)
 
 static int port_start(struct port *p)
 {
-	struct cep_cm_attr ca = { .size = sizeof(ca), .transport = p->tp, .workers = svc.workers };
+	/* As the kernel's CM serves rdma_cm (and as the librdmacm drop-in's
+	 * in-process CM does): a request the application has not answered in
+	 * half the peer's timeout, or that arrives while its listener is
+	 * behind, gets an MRA with service timeout 24, so the requester waits
+	 * instead of retrying into a busy node. */
+	struct cep_cm_attr ca = { .size = sizeof(ca), .transport = p->tp, .workers = svc.workers,
+				  .mra_service_timeout = 24, .auto_mra = 1 };
 	int ret = p->tp->ops->query_port(p->tp, &p->info);
 
 	if (!ret)
