@@ -241,7 +241,8 @@ static void release_ids(struct cep_cm *cm)
  * put would run cm_id_release on a freed context): cm.h, docs/cm.md. */
 int cep_cm_destroy(struct cep_cm *cm)
 {
-	if (cmr_is_live(cm)) return cmr_destroy(cm); /* cepd (cm_remote.h) */
+	if (cmr_is_live(cm)) /* cepd (cm_remote.h) */
+		return cmr_destroy(cm);
 	int ret;
 
 	if (!cm)
@@ -296,7 +297,8 @@ uint64_t cep_cm_ca_guid(const struct cep_cm *cm)
 
 int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn)
 {
-	if (cm && cm_remote(cm)) return cmr_qp_register(cm, qpn); /* cepd (cm_remote.h) */
+	if (cm && cm_remote(cm)) /* cepd (cm_remote.h) */
+		return cmr_qp_register(cm, qpn);
 	if (!cm)
 		return -EINVAL;
 	return cep_qp_register(cm->table, qpn);
@@ -304,7 +306,8 @@ int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn)
 
 int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 {
-	if (cm && cm_remote(cm)) return cmr_qp_destroy(cm, qpn); /* cepd (cm_remote.h) */
+	if (cm && cm_remote(cm)) /* cepd (cm_remote.h) */
+		return cmr_qp_destroy(cm, qpn);
 	int ret;
 
 	if (!cm)
@@ -317,7 +320,8 @@ int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 
 int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 {
-	if (cm && cm_remote(cm)) return cmr_quiesce(cm, timeout_ms); /* cepd (cm_remote.h) */
+	if (cm && cm_remote(cm)) /* cepd (cm_remote.h) */
+		return cmr_quiesce(cm, timeout_ms);
 	if (!cm)
 		return -EINVAL;
 	if (cep_dispatch_self(cm->d) >= 0)
@@ -327,7 +331,8 @@ int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 
 int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
 {
-	if (cm && cm_remote(cm)) return cmr_get_stats(cm, st); /* cepd (cm_remote.h) */
+	if (cm && cm_remote(cm)) /* cepd (cm_remote.h) */
+		return cmr_get_stats(cm, st);
 	struct cep_cm_stats all;
 
 	/* libcep 0.2's struct ended with ids: fill what the caller has */

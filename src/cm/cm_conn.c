@@ -818,7 +818,8 @@ static int cm_conn_param_defaults(const struct cep_cm_conn_param *p, struct cep_
 
 int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 {
-	if (id && cm_remote_id(id)) return cmr_connect(id, user); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_connect(id, user);
 	struct cep_cm_conn_param q, *p = &q;
 	struct cep_msg m;
 	struct cep_req *rq = &m.u.req;
@@ -920,7 +921,8 @@ out:
 
 int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 {
-	if (id && cm_remote_id(id)) return cmr_accept(id, p); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_accept(id, p);
 	struct cep_msg m;
 	struct cep_rep *rp = &m.u.rep;
 	int ret;
@@ -985,7 +987,8 @@ out:
 
 int cep_cm_notify_established(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) return cmr_notify_established(id); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_notify_established(id);
 	int ret = 0;
 
 	if (!id)
@@ -1014,7 +1017,8 @@ int cep_cm_notify_established(struct cep_cm_id *id)
 
 int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) return cmr_rtu(id, pdata, len); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_rtu(id, pdata, len);
 	int ret = 0;
 
 	if (!id || (len && !pdata))
@@ -1066,7 +1070,8 @@ int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t 
 int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
 		  const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) return cmr_reject(id, reason, ari, ari_len, pdata, len); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_reject(id, reason, ari, ari_len, pdata, len);
 	int ret;
 
 	if (!id || reason == 0 ||
@@ -1084,7 +1089,8 @@ int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t
 
 int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) return cmr_mra(id, service_timeout, pdata, len); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_mra(id, service_timeout, pdata, len);
 	int ret = 0;
 
 	if (!id || service_timeout > 31 || (len && !pdata))
@@ -1136,7 +1142,8 @@ void cm_req_expire_after_mra(struct cep_cm_id *id)
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) return cmr_disconnect(id, pdata, len); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_disconnect(id, pdata, len);
 	int ret;
 
 	if (!id || (len && !pdata))
@@ -1171,7 +1178,8 @@ int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 
 int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) return cmr_drep(id, pdata, len); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_drep(id, pdata, len);
 	int ret = 0;
 
 	if (!id || (len && !pdata))

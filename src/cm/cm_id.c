@@ -117,7 +117,11 @@ void cm_id_release(struct cep *cep, void *ctx)
 int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr,
 		     struct cep_cm_id **out)
 {
-	if (cm && attr && out && cm_remote(cm)) { if (attr->size < sizeof(*attr) || !!attr->handler == !!attr->channel) return -EINVAL; return cmr_create_id(cm, attr, out); } /* cepd (cm_remote.h) */
+	if (cm && attr && out && cm_remote(cm)) { /* cepd (cm_remote.h) */
+		if (attr->size < sizeof(*attr) || !!attr->handler == !!attr->channel)
+			return -EINVAL;
+		return cmr_create_id(cm, attr, out);
+	}
 	unsigned w;
 
 	if (!cm || !attr || !out || attr->size < sizeof(*attr) ||
@@ -131,13 +135,15 @@ int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr,
 
 uint32_t cep_cm_id_local_comm_id(const struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) return cmr_id_local_comm_id(id); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_id_local_comm_id(id);
 	return id ? cep_local_comm_id(id->cep) : 0;
 }
 
 uint32_t cep_cm_id_remote_comm_id(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) return cmr_id_remote_comm_id(id); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_id_remote_comm_id(id);
 	uint32_t r;
 
 	if (!id)
@@ -171,7 +177,8 @@ void cep_cm_id_set_context(struct cep_cm_id *id, void *context)
 
 enum cep_cm_state cep_cm_id_state(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) return cmr_id_state(id); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_id_state(id);
 	enum cep_cm_state s;
 
 	if (!id)
@@ -184,7 +191,8 @@ enum cep_cm_state cep_cm_id_state(struct cep_cm_id *id)
 
 enum cep_cm_lap_state cep_cm_id_lap_state(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) return cmr_id_lap_state(id); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_id_lap_state(id);
 	enum cep_cm_lap_state s;
 
 	if (!id)
@@ -208,7 +216,8 @@ int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask)
 int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id, uint64_t mask,
 			  unsigned backlog)
 {
-	if (id && cm_remote_id(id)) return cmr_listen(id, service_id, mask, backlog); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_listen(id, service_id, mask, backlog);
 	struct cep *existing = NULL;
 	int ret;
 
@@ -310,7 +319,8 @@ static void wait_deliveries(struct cep_cm_id *id)
  * while the lock is dropped in wait_deliveries or for the purge. */
 int cep_cm_destroy_id(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) return cmr_destroy_id(id); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_destroy_id(id);
 	struct cep_cm_channel *ch;
 
 	if (!id)
@@ -346,7 +356,8 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 
 int cep_cm_destroy_id_sync(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) return cmr_destroy_id_sync(id); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_destroy_id_sync(id);
 	struct cm_waiter *wt;
 	struct timespec ts;
 	int ret = 0;

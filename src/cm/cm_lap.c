@@ -87,7 +87,8 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 	       uint8_t remote_cm_response_timeout, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) return cmr_lap(id, alt, remote_cm_response_timeout, pdata, len); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_lap(id, alt, remote_cm_response_timeout, pdata, len);
 	struct cep_msg m;
 	int ret = 0;
 
@@ -128,7 +129,8 @@ out:
 int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
 	       const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) return cmr_apr(id, status, info, info_len, pdata, len); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_apr(id, status, info, info_len, pdata, len);
 	struct cep_msg m;
 	int ret = 0;
 

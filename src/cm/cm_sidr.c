@@ -114,7 +114,8 @@ void cm_handle_sidr_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 
 int cep_cm_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
 {
-	if (id && cm_remote_id(id)) return cmr_sidr_req(id, p); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_sidr_req(id, p);
 	struct cep_msg m;
 	int ret;
 
@@ -175,7 +176,8 @@ void cm_do_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_
 int cep_cm_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
 		    const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) return cmr_sidr_rep(id, status, qpn, qkey, pdata, len); /* cepd (cm_remote.h) */
+	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_sidr_rep(id, status, qpn, qkey, pdata, len);
 	int ret = 0;
 
 	if (!id || status > CEP_SIDR_STATUS_MAX || qpn > 0xffffff || (len && !pdata))

@@ -172,7 +172,8 @@ int cep_verbs_modify_qp(struct ibv_qp *qp, const struct cep_qp_params *p,
 
 int cep_cm_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev)
 {
-	if (cm && ev && cm_remote(cm)) return cmr_qp_event(cm, ev); /* cepd (cm_remote.h) */
+	if (cm && ev && cm_remote(cm)) /* cepd (cm_remote.h) */
+		return cmr_qp_event(cm, ev);
 	struct cep *cep;
 	int ret;
 
@@ -195,7 +196,8 @@ int cep_cm_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev)
 int cep_cm_init_qp_attr(struct cep_cm_id *id, enum ibv_qp_state state,
 			struct ibv_qp_attr *attr, int *mask)
 {
-	if (id && attr && mask && cm_remote_id(id)) return cmr_init_qp_attr(id, state, attr, mask); /* cepd (cm_remote.h) */
+	if (id && attr && mask && cm_remote_id(id)) /* cepd (cm_remote.h) */
+		return cmr_init_qp_attr(id, state, attr, mask);
 	int ret;
 
 	if (!id || !attr || !mask)
