@@ -90,7 +90,9 @@ struct feeder {
 };
 
 /* Send duplicate RTUs, keeping the MADs in flight (sent, not yet done)
- * under the limit, until the deadline. */
+ * under the limit, until the deadline - at least one round: on a loaded
+ * host a feeder may first run after a short run's deadline, and a rep
+ * that sent nothing measures nothing. */
 static void *feeder_main(void *arg)
 {
 	struct feeder *fd = arg;
@@ -99,7 +101,7 @@ static void *feeder_main(void *arg)
 	uint64_t done = f->done0, dups;
 	double c0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
 
-	while (bench_now_ns() < f->deadline && !fd->err) {
+	do {
 		while (atomic_load_explicit(&f->sent, memory_order_relaxed) - (done - f->done0) <
 		       f->limit) {
 			fd->err = fd->port->ops->send(fd->port, f->mads[i], CEP_MAD_SIZE, &f->to);
@@ -114,7 +116,7 @@ static void *feeder_main(void *arg)
 			fd->err = node_done(f->cm, &done, &dups);
 		if (atomic_load_explicit(&f->sent, memory_order_relaxed) - (done - f->done0) >= f->limit)
 			sched_yield(); /* the workers are behind: give them the CPU */
-	}
+	} while (bench_now_ns() < f->deadline && !fd->err);
 	fd->cpu = cpu_s(CLOCK_THREAD_CPUTIME_ID) - c0;
 	return NULL;
 }
