@@ -1183,6 +1183,8 @@ static int stats_command(const char *path)
 
 /* ---- ports ------------------------------------------------------------------ */
 
+/* The next slot's port, its transport just opened: start its CM and count
+ * it, or destroy the transport and leave the slot free. */
 static int port_start(struct port *p)
 {
 	/* As the kernel's CM serves rdma_cm (and as the librdmacm drop-in's
@@ -1194,9 +1196,15 @@ static int port_start(struct port *p)
 				  .mra_service_timeout = 24, .auto_mra = 1 };
 	int ret = p->tp->ops->query_port(p->tp, &p->info);
 
+	p->index = svc.nports;
 	if (!ret)
 		ret = cep_cm_create(&ca, &p->cm);
-	return ret;
+	if (ret) {
+		p->tp->ops->destroy(p->tp);
+		return ret;
+	}
+	svc.nports++;
+	return 0;
 }
 
 static int fabric_ports(unsigned n)
@@ -1217,13 +1225,9 @@ static int fabric_ports(unsigned n)
 		if (ret)
 			return ret;
 		p->port_num = 1;
-		p->index = svc.nports;
 		ret = port_start(p);
-		if (ret) {
-			p->tp->ops->destroy(p->tp);
+		if (ret)
 			return ret;
-		}
-		svc.nports++;
 	}
 	return 0;
 }
@@ -1243,14 +1247,7 @@ static int umad_port(const char *dev, unsigned num)
 		return ret;
 	snprintf(p->dev, sizeof(p->dev), "%s", dev);
 	p->port_num = (uint8_t)num;
-	p->index = svc.nports;
-	ret = port_start(p);
-	if (ret) {
-		p->tp->ops->destroy(p->tp);
-		return ret;
-	}
-	svc.nports++;
-	return 0;
+	return port_start(p);
 }
 
 /* Every active port of every RDMA device. */
