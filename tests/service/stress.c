@@ -46,7 +46,7 @@
 
 #include "service/proto.h"
 
-#include "cepd_spawn.h"
+#include "cepd_test.h"
 
 #define MAX_SLOTS 32
 #define NQP 48            /* QPNs per client */
@@ -230,33 +230,8 @@ static int conn_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 static int connect_to(struct cep_cm_id *id, unsigned to_slot, uint32_t qpn)
 {
 	struct cep_cm_conn_param p;
-	unsigned from = cl.port, to = 1 - cl.port;
-	uint64_t g0 = 0x0002c90300a00000ull + from, g1 = 0x0002c90300a00000ull + to;
 
-	memset(&p, 0, sizeof(p));
-	p.size = sizeof(p);
-	p.service_id = sid_of(to_slot);
-	p.primary.local_lid = (uint16_t)(from + 1);
-	p.primary.remote_lid = (uint16_t)(to + 1);
-	p.primary.local_gid[0] = p.primary.remote_gid[0] = 0xfe;
-	p.primary.local_gid[1] = p.primary.remote_gid[1] = 0x80;
-	for (int i = 0; i < 8; i++) {
-		p.primary.local_gid[8 + i] = (uint8_t)(g0 >> (56 - 8 * i));
-		p.primary.remote_gid[8 + i] = (uint8_t)(g1 >> (56 - 8 * i));
-	}
-	p.primary.subnet_local = 1;
-	p.primary.local_ack_timeout = 14;
-	p.qpn = qpn;
-	p.starting_psn = 1;
-	p.pkey = 0xffff;
-	p.responder_resources = 1;
-	p.initiator_depth = 1;
-	p.remote_cm_response_timeout = 14; /* 67 ms per try */
-	p.local_cm_response_timeout = 14;
-	p.max_cm_retries = 3;
-	p.retry_count = 7;
-	p.rnr_retry_count = 7;
-	p.transport_service_type = CEP_TS_RC;
+	cepd_fabric_conn(&p, cl.port, 1 - cl.port, sid_of(to_slot), qpn, 14); /* 67 ms per try */
 	return cep_cm_connect(id, &p);
 }
 
