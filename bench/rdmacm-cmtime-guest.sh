@@ -8,7 +8,8 @@
 # and unloaded again). a runs the client, b the server; a first times the
 # verbs calls of a connection alone (rdmacm-verbs-cost). Args: cep-rdmacm
 # wrapper, rdmacm-verbs-cost, cepd (or -), rounds, stacks ("libcep cepd
-# kernel"), counts. Prints
+# kernel"), counts (COUNT or COUNT:ROUNDS: that count in the first ROUNDS
+# rounds only). Prints
 # "BENCH <cm> n=<n> r=<round>: <line>" for every line of the client's
 # output, and for each guest its CPU time by kind over the run (ticks of
 # /proc/stat: where the time went) and the cmtime process's CPU time,
@@ -61,7 +62,9 @@ cpu_delta() { # before after -> "user U system S irq I idle D"
 rc=0
 r=1
 while [ $r -le "$rounds" ]; do
-for n in $counts; do
+for spec in $counts; do
+	n=${spec%%:*}
+	[ "$n" = "$spec" ] || [ $r -le "${spec#*:}" ] || continue
 	for cm in $stacks; do
 		w=$wrap
 		tag=$cm-$n-$r

@@ -4,7 +4,9 @@
 # rdma_cm, same two Soft-RoCE guests, same run (docs/benchmarks.md, section
 # "librdmacm on libcep: cmtime"). For each round and count the guests run
 # libcep, then the kernel CM, alternately.
-#   bench/rdmacm-cmtime.sh BUILD_DIR [COUNT...]     (default: 1000 10000)
+#   bench/rdmacm-cmtime.sh BUILD_DIR [COUNT[:ROUNDS]...]   (default: 1000 10000)
+# A COUNT:ROUNDS runs that count in the first ROUNDS rounds only (e.g.
+# "1000 10000:1": three rounds at 1,000 and one at 10,000, one boot).
 # Prints cmtime's per-step tables of both, each guest's CPU time by kind,
 # and a summary: median total ms per step over the rounds and the ratio
 # kernel / libcep. Exit 77 when the guests cannot run (reason on stderr).
@@ -41,9 +43,12 @@ rc=$?
 grep -h "^BENCH" "$run/a.log" "$run/b.log" 2>/dev/null
 sed -n '/^verbs cost/,/^ibv_destroy_cq\|^2 x (ibv_destroy/p' "$run/a.log"
 [ $rc = 0 ] || { tail -40 "$run/bed.out" >&2; exit $rc; }
-for n in $counts; do
+for spec in $counts; do
+	n=${spec%%:*}
+	nr=$rounds
+	[ "$n" = "$spec" ] || { [ "${spec#*:}" -lt "$rounds" ] && nr=${spec#*:}; }
 	echo
-	echo "n=$n: cmtime total ms per step, median of $rounds rounds (min-max); ratio = kernel / stack"
+	echo "n=$n: cmtime total ms per step, median of $nr rounds (min-max); ratio = kernel / stack"
 	awk -v n=$n -v stacks="$stacks" '
 	function median(s,   k, v, i, j, t) {
 		k = split(s, v, " ")
