@@ -213,7 +213,11 @@ struct cep_cm_attr {
 	 * timeouts the requester gave: then it expires as when the requester
 	 * gives up (REQ_ERROR / SIDR_REQ_ERROR, -ETIMEDOUT; counted in
 	 * cep_cm_stats.half_open_limited). An MRA of ours lets the id wait
-	 * at least its service timeout from the MRA. 0 = 60000 (60 s); at
+	 * at least for the requester's next try after it (our service
+	 * timeout + its ACK timeout + its response timeout), and each repeat
+	 * of the REQ renews that wait, so a request the application holds
+	 * does not expire while its requester still tries (as the kernel's
+	 * REQ_RCVD never does). 0 = 60000 (60 s); at
 	 * most 2^32 - 1 counts. With a backlog of B, forged requests must
 	 * come faster than B per limit to keep a listener full. (64 bits:
 	 * the struct grows, so @size tells a libcep 0.2 caller apart.) */

@@ -35,7 +35,8 @@ static void release_stale(struct cep_cm_id *old, unsigned w, const struct cep_ma
 
 /* A REQ whose (comm ID, CA GUID) @cur holds: a repeat of the request
  * @cur answers (worker, no lock held, a reference on @cur held). In
- * MRA_REQ_SENT the MRA goes again (kernel cm_dup_req_handler); elsewhere
+ * MRA_REQ_SENT the MRA goes again (kernel cm_dup_req_handler) and the
+ * request's expiry is renewed (cm_req_expire_after_mra); elsewhere
  * the answer is on its way or retried. A timewait id holds no remote key
  * (cm_enter_timewait): one that entered timewait since the lookup sends
  * nothing, and the requester's retry is a new request. */
@@ -48,9 +49,13 @@ static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 		return;
 	}
 	STAT_ADD(cm, w, duplicates);
-	if (cur->state == CEP_CM_MRA_REQ_SENT)
+	if (cur->state == CEP_CM_MRA_REQ_SENT) {
 		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, cur->resend_pd,
 			    cur->resend_len);
+		/* the requester still waits: so may the request (at least its
+		 * next try; the half-open limit is spent by now) */
+		cm_req_expire_after_mra(cur);
+	}
 	pthread_mutex_unlock(&cur->lock);
 }
 
@@ -1135,9 +1140,19 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
  * limit, but never before the service timeout we just asked for. */
 void cm_req_expire_after_mra(struct cep_cm_id *id)
 {
+	/* The floor is the requester's next try after our MRA: it waits our
+	 * service timeout plus its path's ACK timeout (kernel cm_mra_handler),
+	 * then repeats the REQ; one of its response timeouts more covers the
+	 * two flights and a busy host. While it keeps trying, each repeat
+	 * renews this (dup_req): a request the application holds does not
+	 * expire under it while the requester waits, as the kernel's REQ_RCVD
+	 * never does (cmtime's server dereferences NULL on an error event for
+	 * a request it holds: issue 21, 10,000 connections). */
+	uint32_t next_try = cm_ms(id->mra_timeout) + cm_ms(id->path_timeout) + id->peer_timeout_ms;
+
 	cm_set_expiry(id, cm_ms(id->mra_timeout) + cm_ms(id->path_timeout) +
 			  id->max_retries * (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms),
-		      cm_ms(id->mra_timeout));
+		      next_try);
 }
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)

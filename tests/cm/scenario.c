@@ -1830,7 +1830,10 @@ static void t_half_open_limit(void)
 	CHECK_EQ(st.live, 1); /* the listener */
 	CHECK_EQ(stats_of(&B).half_open_expired, 301);
 	CHECK_EQ(stats_of(&B).half_open_limited, 301);
-	/* our MRA (service timeout 26: 274878 ms) outlasts the limit */
+	/* our MRA outlasts the limit: the id waits for the requester's next
+	 * try after it - our service timeout (26: 274878 ms) + its ACK
+	 * timeout + one of its response timeouts (31, clamped to 24: 68720
+	 * ms each) */
 	B.pol.destroy_on_error = 0;
 	forged_req(&m, 0x7b81, 0x901);
 	raw_send(&m, LID_B);
@@ -1838,7 +1841,7 @@ static void t_half_open_limit(void)
 	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
 	CHECK_EQ(cep_cm_mra(b, 26, NULL, 0), 0);
 	mraed = b;
-	advance_ms(274877);
+	advance_ms(274878 + 2 * 68720 - 1);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
 	advance_ms(1);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
@@ -1863,10 +1866,14 @@ static void t_half_open_limit(void)
 }
 
 /* The same limit set by the context (5 s) with automatic MRA: the MRA
- * goes at half the requester's response timeout (20: 2148 ms), the id
- * expires 5 s after the REQ all the same (the context's MRA service
- * timeout, 16: 269 ms, asks for less). A REQ whose requester gives up
- * first expires then, not counted as limited. */
+ * goes at half the requester's response timeout (20: 4295 ms), and from
+ * it the id waits for the requester's next try, past the limit: the
+ * context's MRA service timeout (16: 269 ms) + the requester's ACK
+ * timeout (31, clamped to 24: 68720 ms) + its response timeout. Each
+ * repeat of the REQ gets the MRA again and starts that wait over (a
+ * request the application holds lives while its requester waits, as the
+ * kernel's). A REQ whose requester gives up first expires then, not
+ * counted as limited. */
 static void t_half_open_limit_auto_mra(void)
 {
 	struct cep_msg m;
@@ -1881,12 +1888,20 @@ static void t_half_open_limit_auto_mra(void)
 	raw_send(&m, LID_B);
 	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
 	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	const uint32_t next_try = 269 + 68720 + 4295;
+
 	advance_ms(2149);
 	CHECK(raw_wait(CEP_MSG_MRA, 1));
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
-	advance_ms(4999 - 2149);
+	advance_ms(next_try - 1000);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
-	advance_ms(1);
+	raw_send(&m, LID_B); /* the requester tries again */
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	advance_ms(1010); /* past the first wait's end */
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(next_try - 1010 - 2);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(3);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
 	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 1));
 	/* a quick requester is not cut: not counted as limited */
@@ -1896,7 +1911,7 @@ static void t_half_open_limit_auto_mra(void)
 	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
 	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
 	advance_ms(9); /* the MRA (17 ms / 2), then 269 + 5 + 2 x (2 x 3 + 17) */
-	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	CHECK(raw_wait(CEP_MSG_MRA, 3));
 	advance_ms(319);
 	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
 	advance_ms(1);
