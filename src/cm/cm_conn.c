@@ -52,8 +52,8 @@ static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 	if (cur->state == CEP_CM_MRA_REQ_SENT) {
 		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, cur->resend_pd,
 			    cur->resend_len);
-		/* the requester still waits: so may the request (at least its
-		 * next try; the half-open limit is spent by now) */
+		/* the requester still waits: so may the request, at least
+		 * until its next try */
 		cm_req_expire_after_mra(cur);
 	}
 	pthread_mutex_unlock(&cur->lock);
@@ -1137,7 +1137,7 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
  * packet life + our response timeout). So at most: the extended wait,
  * then Max CM Retries normal ones. (A 6.1 requester extends every retry:
  * its later retry after our expiry is a new REQ.) Bounded by the half-open
- * limit, but never before the service timeout we just asked for. */
+ * limit, but never before the requester's next try after our MRA. */
 void cm_req_expire_after_mra(struct cep_cm_id *id)
 {
 	/* The floor is the requester's next try after our MRA: it waits our
