@@ -179,13 +179,7 @@ static void t_layer(void)
 	struct rdma_cm_id *c = ev->id;
 
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
-	CHECK_EQ(rdma_destroy_id(c), 0);
-	CHECK_EQ(cep_cm_destroy_id_sync(lc), 0);
-	tcp.nlisteners = 0;
-	rcm_id_put(l);
-	teardown_all();
-	free(port.qpns);
-	rcm_channel_free(ch);
+	standin_teardown(c, lc, &tcp, l, &port, ch);
 }
 
 static const struct named_test tests[] = {

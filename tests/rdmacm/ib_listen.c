@@ -111,13 +111,7 @@ static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_even
 	struct rdma_cm_id *c = ev->id;
 
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
-	CHECK_EQ(rdma_destroy_id(c), 0);
-	CHECK_EQ(cep_cm_destroy_id_sync(lc), 0);
-	tcp.nlisteners = 0;
-	rcm_id_put(l);
-	teardown_all();
-	free(port.qpns);
-	rcm_channel_free(ch);
+	standin_teardown(c, lc, &tcp, l, &port, ch);
 }
 
 static void check_ib(const struct rdma_cm_event *ev, int alt)

@@ -239,13 +239,7 @@ static void t_accept_expired(void)
 	CHECK_EQ(ev->status, -ETIMEDOUT);
 	CHECK(ev->id == c);
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
-	CHECK_EQ(rdma_destroy_id(c), 0);
-	CHECK_EQ(cep_cm_destroy_id_sync(lc), 0);
-	tcp.nlisteners = 0;
-	rcm_id_put(l);
-	teardown_all();
-	free(port.qpns);
-	rcm_channel_free(ch);
+	standin_teardown(c, lc, &tcp, l, &port, ch);
 }
 
 static const struct named_test tests[] = {

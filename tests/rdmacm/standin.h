@@ -3,7 +3,8 @@
  * Shared set-up of the librdmacm layer tests that run without a device
  * (layer.c, ece.c, ib_listen.c): a stand-in device and port on a node of
  * tests/cm/harness.h, a port-space service with its libcep listener, and
- * an rdma_cm listener id on 0.0.0.0:PORT_RDMA. Include after
+ * an rdma_cm listener id on 0.0.0.0:PORT_RDMA, and the end of a test
+ * built from them. Include after
  * "../cm/harness.h" and "rdmacm.h". Test threads only.
  */
 #ifndef CEP_TEST_RDMACM_STANDIN_H
@@ -59,6 +60,21 @@ static void rdma_listener(struct rcm_service *s, struct rcm_channel *ch, enum rd
 	*slot = l;
 	s->listeners = slot;
 	s->nlisteners = s->cap = 1;
+}
+
+/* The end of a test made of the above: destroy the passive rdma_cm id
+ * @c the test took from listener @l, the libcep listener @lc of service
+ * @s, then the harness's nodes, @port's QPN registry and channel @ch. */
+static void standin_teardown(struct rdma_cm_id *c, struct cep_cm_id *lc, struct rcm_service *s,
+			     struct rcm_id *l, struct rcm_port *port, struct rcm_channel *ch)
+{
+	CHECK_EQ(rdma_destroy_id(c), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(lc), 0);
+	s->nlisteners = 0;
+	rcm_id_put(l);
+	teardown_all();
+	free(port->qpns);
+	rcm_channel_free(ch);
 }
 
 #endif /* CEP_TEST_RDMACM_STANDIN_H */
