@@ -1148,11 +1148,10 @@ void cm_req_expire_after_mra(struct cep_cm_id *id)
 	 * expire under it while the requester waits, as the kernel's REQ_RCVD
 	 * never does (cmtime's server dereferences NULL on an error event for
 	 * a request it holds: issue 21, 10,000 connections). */
-	uint32_t next_try = cm_ms(id->mra_timeout) + cm_ms(id->path_timeout) + id->peer_timeout_ms;
+	uint32_t extended = cm_ms(id->mra_timeout) + cm_ms(id->path_timeout);
 
-	cm_set_expiry(id, cm_ms(id->mra_timeout) + cm_ms(id->path_timeout) +
-			  id->max_retries * (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms),
-		      next_try);
+	cm_set_expiry(id, extended + id->max_retries * (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms),
+		      extended + id->peer_timeout_ms);
 }
 
 int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
