@@ -483,6 +483,17 @@ static void print_stats(struct rcm_port *p, struct cep_cm *cm)
 		if (st.received[t])
 			fprintf(stderr, " %s %" PRIu64, cep_msg_name((enum cep_msg_type)t),
 				st.received[t]);
+	/* REJs by reason: what a test needs to tell a known race of the
+	 * program (a REQ before its server's listen: 8, Invalid Service ID)
+	 * from a fault. */
+	for (unsigned r = 0; r <= CEP_REJ_REASON_MAX; r++)
+		if (st.rej_sent[r])
+			fprintf(stderr, "; REJ sent reason %u (%s) x%" PRIu64, r,
+				cep_rej_reason_name(r), st.rej_sent[r]);
+	for (unsigned r = 0; r <= CEP_REJ_REASON_MAX; r++)
+		if (st.rej_received[r])
+			fprintf(stderr, "; REJ received reason %u (%s) x%" PRIu64, r,
+				cep_rej_reason_name(r), st.rej_received[r]);
 	fprintf(stderr, "; retries %" PRIu64 " timeouts %" PRIu64 " duplicates %" PRIu64
 		" send errors %" PRIu64, st.retries, st.timeouts, st.duplicates, st.send_errors);
 	for (int d = 0; d < CEP_CM_DROP_COUNT; d++)
