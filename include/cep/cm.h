@@ -204,9 +204,11 @@ struct cep_cm_attr {
 	/* Default backlog of a listener: how many of its passive ids may
 	 * wait for the application's answer at once (REQ_RCVD, MRA_REQ_SENT,
 	 * SIDR_REQ_RCVD; an accepted id waiting for its RTU does not count,
-	 * as ucma's backlog counts only unfetched requests); a request
-	 * beyond it is dropped unanswered and counted (CEP_CM_DROP_BACKLOG)
-	 * and the peer retries. 0 = 1024 (librdmacm's default). */
+	 * as ucma's backlog counts only unfetched requests; librdmacm on
+	 * libcep also stops counting one when rdma_get_cm_event returns its
+	 * CONNECT_REQUEST); a request beyond it is dropped unanswered and
+	 * counted (CEP_CM_DROP_BACKLOG) and the peer retries. 0 = 1024
+	 * (librdmacm's default). */
 	unsigned listen_backlog;
 	/* The longest a passive id may stay half-open unanswered (REQ_RCVD,
 	 * MRA_REQ_SENT, SIDR_REQ_RCVD), in ms from its request, whatever

@@ -75,12 +75,13 @@ int cm_listener_hold(struct cep_cm_id *lid, struct cep_cm_id *id)
 	pthread_mutex_lock(&lid->lock);
 	if (lid->state != CEP_CM_LISTEN || (lid->flags & F_USER_GONE)) {
 		ret = -ENOENT;
-	} else if (atomic_load_explicit(&lid->lis.half_open, memory_order_relaxed) >= lid->lis.backlog) {
+	} else if (atomic_load_explicit(&lid->lis.untaken, memory_order_relaxed) >= lid->lis.backlog) {
 		/* Increments happen only here, under this lock: the count
 		 * cannot pass the backlog; decrements may race (a slot frees). */
 		ret = -ENOBUFS;
 	} else {
 		atomic_fetch_add_explicit(&lid->lis.half_open, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&lid->lis.untaken, 1, memory_order_relaxed);
 		cep_get(lid->cep); /* the child's, until its half-open state ends */
 		lid->lis.req_inflight++;
 		if (lid->channel) /* the listener's own count keeps it alive here */

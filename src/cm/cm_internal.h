@@ -115,6 +115,9 @@ enum {
 	F_EXPIRE_LIMITED = 1u << 7, /* the armed expiry is the half-open limit's */
 	F_DESTROY_DONE = 1u << 8, /* the destroy did what the state asks: from
 				     here DESTROYED may be posted */
+	F_TAKEN = 1u << 9,       /* an unanswered child the application has
+				     taken (cm_request_taken): out of its
+				     listener's lis.untaken */
 };
 
 /* id->timer_kind (lock) */
@@ -174,11 +177,17 @@ struct cep_cm_id {
 		uint32_t req_inflight; /* lock: REQ/SIDR_REQ events of its children
 					  being delivered (they use its context
 					  and channel) */
-		uint32_t backlog;      /* lock: most unanswered children */
+		uint32_t backlog;      /* lock: most untaken children */
 		_Atomic uint32_t half_open; /* children whose request awaits the
 					  application's answer now (REQ_RCVD,
 					  MRA_REQ_SENT, SIDR_REQ_RCVD; incremented
 					  under its lock, decremented by each child) */
+		_Atomic uint32_t untaken; /* those of them the application has
+					  not taken yet (cm_request_taken): what
+					  the backlog bounds, as ucma's counts the
+					  CONNECT_REQUESTs not yet fetched (same
+					  increments and decrements, and one at
+					  the take) */
 	} lis;
 	struct cep_cm_id *listener;    /* lock: an unanswered child: the listener
 					  it counts against (a CEP reference held) */
@@ -304,6 +313,12 @@ uint32_t cm_be32(const uint8_t *p);
 int cm_unanswered(unsigned s);
 /* Locked: a child stops counting against its listener's backlog. */
 void cm_half_open_end(struct cep_cm_id *id);
+/* Any thread, no engine lock held (takes @id's): the application has
+ * taken @id's request (librdmacm: rdma_get_cm_event returned its
+ * CONNECT_REQUEST), so it no longer counts against its listener's backlog,
+ * though it stays unanswered (half_open: the automatic MRA's measure). A
+ * no-op for an id of cepd's, or one already answered or taken. */
+void cm_request_taken(struct cep_cm_id *id);
 /* Worker: an id's work item (W_* bits), and a pending cm_waiter's release. */
 void cm_id_work_fn(struct cep_work *w);
 void cm_waiter_put(struct cm_waiter *wt);

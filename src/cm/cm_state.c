@@ -14,25 +14,49 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
+#include "cm_remote.h" /* cm_remote_id */
 #include "core/table_internal.h"
 
-/* A passive id counts against its listener's backlog while its request
- * waits for the application's answer, as ucma's backlog counts the
- * CONNECT_REQUESTs not yet taken: once accepted (REP_SENT on) it waits
- * only for its peer, and its REP retries bound it (issue 21). */
+/* A passive id counts against its listener while its request waits for
+ * the application's answer: once accepted (REP_SENT on) it waits only for
+ * its peer, and its REP retries bound it (issue 21). Of those, the backlog
+ * bounds the ones the application has not taken yet (lis.untaken), as
+ * ucma's backlog counts the CONNECT_REQUESTs not yet fetched: a server
+ * that fetches at once and answers later (cmtime: a queue to its request
+ * thread) is not refused while it works through the queue, and its
+ * requesters wait on our MRA instead of retrying REQs we drop (10,000
+ * connections, issue 21). */
 int cm_unanswered(unsigned s)
 {
 	return s == CEP_CM_REQ_RCVD || s == CEP_CM_MRA_REQ_SENT || s == CEP_CM_SIDR_REQ_RCVD;
 }
 
-/* Lock held: a child stops counting against its listener's backlog. */
+/* Lock held: a child stops counting against its listener's backlog. The
+ * counts are atomics, never the listener's lock: never two id locks. */
 void cm_half_open_end(struct cep_cm_id *id)
 {
 	struct cep_cm_id *l = id->listener;
 
 	id->listener = NULL;
 	atomic_fetch_sub_explicit(&l->lis.half_open, 1, memory_order_relaxed);
-	cep_put(l->cep); /* not the listener's lock: never two id locks */
+	if (!(id->flags & F_TAKEN))
+		atomic_fetch_sub_explicit(&l->lis.untaken, 1, memory_order_relaxed);
+	cep_put(l->cep);
+}
+
+void cm_request_taken(struct cep_cm_id *id)
+{
+	if (!id || cm_remote_id(id))
+		return; /* cepd's listener counts unanswered requests */
+	pthread_mutex_lock(&id->lock);
+	/* id->listener is set under this lock before the request's event is
+	 * emitted and cleared under it when the request is answered: taken
+	 * after the answer (or twice), nothing moves. */
+	if (id->listener && !(id->flags & F_TAKEN)) {
+		id->flags |= F_TAKEN;
+		atomic_fetch_sub_explicit(&id->listener->lis.untaken, 1, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&id->lock);
 }
 
 void cm_set_state(struct cep_cm_id *id, unsigned s)

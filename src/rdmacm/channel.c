@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "rdmacm.h"
+#include "cm/cm_internal.h" /* cm_request_taken */
 
 struct rcm_channel *rcm_channel_new(void)
 {
@@ -227,6 +228,12 @@ void rcm_push_request(struct rcm_event *e)
 static void request_taken(struct rcm_id *l, struct rcm_id *c)
 {
 	struct rcm_event *e, *held;
+
+	/* First, with none of our locks held (the engine emits events under
+	 * its id lock, and our push takes l->mtx under it): the engine stops
+	 * counting it against the listener's backlog, as ucma counts only the
+	 * requests not yet fetched. */
+	cm_request_taken(c->cep);
 
 	pthread_mutex_lock(&c->mtx);
 	c->cr_pending = 0;

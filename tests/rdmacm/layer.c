@@ -10,6 +10,7 @@
  * Usage: test-rdmacm-layer NAME.
  */
 #include <arpa/inet.h>
+#include <poll.h>
 
 #include <cep/rdma_cm.h>
 
@@ -242,7 +243,83 @@ static void t_accept_expired(void)
 	standin_teardown(c, lc, &tcp, l, &port, ch);
 }
 
+/* Issue 21: the CM's listener backlog bounds the requests the application
+ * has not taken yet, as ucma's backlog counts the CONNECT_REQUESTs not yet
+ * fetched. A server that takes each request at once and answers later
+ * (cmtime: a queue to its request thread) holds more unanswered requests
+ * than the backlog; only untaken ones past it are dropped (for the peer to
+ * retry). Before, every unanswered request counted: cmtime's server at
+ * 10,000 connections held 1,024 and dropped the rest for the requesters
+ * to retry, over and over. Here: backlog 4; five REQs untaken drop one;
+ * the four taken (still unanswered) make room for four more. */
+/* The next CONNECT_REQUEST on @ch, taken and acked: its id (NULL, a
+ * failure counted, when none comes within 5 s: never blocks). */
+static struct rdma_cm_id *take_request(struct rcm_channel *ch)
+{
+	struct rdma_cm_event *ev = NULL;
+	struct rdma_cm_id *c;
+
+	if (poll(&(struct pollfd){ .fd = ch->ch.fd, .events = POLLIN }, 1, 5000) != 1) {
+		CHECK(!"a CONNECT_REQUEST");
+		return NULL;
+	}
+	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	c = ev->id;
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	return c;
+}
+
+static void t_backlog_taken(void)
+{
+	enum { BACKLOG = 4 };
+	struct rcm_service tcp;
+	struct rcm_dev dev;
+	struct rcm_port port;
+	struct rcm_channel *ch;
+	struct rcm_id *l;
+	struct cep_cm_id *lc;
+	struct rdma_cm_id *c[2 * BACKLOG];
+	struct cep_msg m;
+	unsigned i, n = 0;
+
+	setup(2, 0);
+	standin_port(&dev, &port, B.cm, IBV_LINK_LAYER_ETHERNET);
+	lc = service_listener_backlog(&tcp, CEP_RDMA_PS_TCP, BACKLOG);
+	tcp.port = &port;
+	ch = rcm_channel_new();
+	CHECK(ch != NULL);
+	rdma_listener(&tcp, ch, RDMA_PS_TCP, IBV_QPT_RC, &l);
+	for (i = 0; i < 2 * BACKLOG + 2; i++) {
+		raw_req(&m, 0x9400 + i, 0x900 + i);
+		m.u.req.service_id = tcp.sid;
+		cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
+		raw_send(&m, LID_B);
+		settle();
+		if (i == BACKLOG) { /* the fifth, untaken: dropped */
+			CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 1);
+			/* take the four; they stay unanswered */
+			for (; n < BACKLOG; n++)
+				c[n] = take_request(ch);
+		}
+	}
+	/* four of the last five fit, untaken; the fifth is dropped */
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 2);
+	for (; n < 2 * BACKLOG; n++)
+		c[n] = take_request(ch);
+	CHECK_EQ(poll(&(struct pollfd){ .fd = ch->ch.fd, .events = POLLIN }, 1, 0), 0);
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
+	CHECK_EQ(stats_of(&B).states[CEP_CM_REQ_RCVD] + stats_of(&B).states[CEP_CM_MRA_REQ_SENT],
+		 2 * BACKLOG);
+	if (check_failures)
+		exit(1); /* ids missing: no teardown */
+	for (n = 0; n + 1 < 2 * BACKLOG; n++)
+		CHECK_EQ(rdma_destroy_id(c[n]), 0);
+	standin_teardown(c[n], lc, &tcp, l, &port, ch);
+}
+
 static const struct named_test tests[] = {
+	{ "backlog-taken", t_backlog_taken },
 	{ "accept-expired", t_accept_expired },
 	{ "no-listener", t_no_listener },
 	{ "qp-type", t_qp_type },

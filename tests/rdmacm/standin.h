@@ -30,8 +30,10 @@ static void standin_port(struct rcm_dev *dev, struct rcm_port *port, struct cep_
 	atomic_store(&port->cm, cm);
 }
 
-/* Port space @ps's service for PORT_RDMA, with its libcep listener on B. */
-static struct cep_cm_id *service_listener(struct rcm_service *s, enum cep_rdma_ps ps)
+/* Port space @ps's service for PORT_RDMA, with its libcep listener on B
+ * of backlog @backlog (0: the CM's). */
+static struct cep_cm_id *service_listener_backlog(struct rcm_service *s, enum cep_rdma_ps ps,
+						   unsigned backlog)
 {
 	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = rcm_cep_handler,
 				     .context = &s->hdr };
@@ -42,8 +44,13 @@ static struct cep_cm_id *service_listener(struct rcm_service *s, enum cep_rdma_p
 	s->sid = cep_rdma_service_id(ps, PORT_RDMA);
 	pthread_mutex_init(&s->mtx, NULL);
 	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &l), 0);
-	CHECK_EQ(cep_cm_listen(l, s->sid, ~0ull), 0);
+	CHECK_EQ(cep_cm_listen_backlog(l, s->sid, ~0ull, backlog), 0);
 	return l;
+}
+
+static struct cep_cm_id *service_listener(struct rcm_service *s, enum cep_rdma_ps ps)
+{
+	return service_listener_backlog(s, ps, 0);
 }
 
 /* An rdma_cm id of @ps / @qpt on channel @ch listening on 0.0.0.0:PORT_RDMA,
