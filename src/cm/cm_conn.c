@@ -910,7 +910,7 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	 * address vector's timeout is packet life + 1) */
 	id->path_timeout = (uint8_t)(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);
 	id->max_retries = id->retries_left = p->max_cm_retries;
-	id->flags = (uint8_t)((id->flags & ~(F_MANUAL_RTU | F_MANUAL_DREP)) |
+	id->flags = (uint16_t)((id->flags & ~(F_MANUAL_RTU | F_MANUAL_DREP)) |
 			      (p->manual_rtu ? F_MANUAL_RTU : 0) |
 			      (p->manual_drep ? F_MANUAL_DREP : 0));
 	ret = cm_send_msg(id, &m, 1);
@@ -977,7 +977,7 @@ int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	}
 	cm_copy_pdata(rp->private_data, p->private_data, p->private_data_len);
 	id->local_qpn = p->qpn;
-	id->flags = (uint8_t)((id->flags & ~F_MANUAL_DREP) | (p->manual_drep ? F_MANUAL_DREP : 0));
+	id->flags = (uint16_t)((id->flags & ~F_MANUAL_DREP) | (p->manual_drep ? F_MANUAL_DREP : 0));
 	ret = cm_send_msg(id, &m, 1);
 	if (ret) {
 		cep_unbind(id->cep);

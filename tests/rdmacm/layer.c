@@ -280,7 +280,9 @@ static void t_backlog_taken(void)
 	struct rcm_id *l;
 	struct cep_cm_id *lc;
 	struct rdma_cm_id *c[2 * BACKLOG];
-	struct cep_msg m;
+	struct rdma_conn_param cp;
+	struct cep_port_info pinfo;
+	struct cep_msg m, first;
 	unsigned i, n = 0;
 
 	setup(2, 0);
@@ -296,6 +298,8 @@ static void t_backlog_taken(void)
 		cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
 		raw_send(&m, LID_B);
 		settle();
+		if (i == 0)
+			first = m;
 		if (i == BACKLOG) { /* the fifth, untaken: dropped */
 			CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 1);
 			/* take the four; they stay unanswered */
@@ -313,6 +317,35 @@ static void t_backlog_taken(void)
 		 2 * BACKLOG);
 	if (check_failures)
 		exit(1); /* ids missing: no teardown */
+	/* A taken request answered leaves the count as it was: the backlog
+	 * is still empty (accept once cleared the take, and the answer took
+	 * the request out a second time: every later REQ was dropped). */
+	B.tp->ops->query_port(B.tp, &pinfo);
+	pthread_mutex_lock(&rcm_id_of(c[0])->mtx);
+	CHECK_EQ(cep_qp_params_passive(&rcm_id_of(c[0])->qpp, &pinfo, &first.u.req), 0);
+	rcm_id_of(c[0])->have_req = 1;
+	pthread_mutex_unlock(&rcm_id_of(c[0])->mtx);
+	memset(&cp, 0, sizeof(cp));
+	cp.qp_num = 0x200;
+	cp.responder_resources = RDMA_MAX_RESP_RES;
+	cp.initiator_depth = RDMA_MAX_INIT_DEPTH;
+	CHECK_EQ(rdma_accept(c[0], &cp), 0);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_REP), 1);
+	for (i = 0; i < BACKLOG; i++) {
+		raw_req(&m, 0x9500 + i, 0xa00 + i);
+		m.u.req.service_id = tcp.sid;
+		cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
+		raw_send(&m, LID_B);
+	}
+	settle();
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 2);
+	for (i = 0; i < BACKLOG; i++) {
+		struct rdma_cm_id *x = take_request(ch);
+
+		if (x)
+			CHECK_EQ(rdma_destroy_id(x), 0);
+	}
 	for (n = 0; n + 1 < 2 * BACKLOG; n++)
 		CHECK_EQ(rdma_destroy_id(c[n]), 0);
 	standin_teardown(c[n], lc, &tcp, l, &port, ch);
