@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libibumad transport: QP1 of one port, CM class 0x07 version 2 (method Send).
- * Sends are lock-free writes on the umad fd from any thread; one receive
+ * Sends are lock-free writes from any thread on a second umad fd of their
+ * own (a send-only agent): ib_umad holds a file's mutex for the whole of a
+ * write - on RoCE that includes creating an address handle, which resolves
+ * the peer's MAC through the ib_addr workqueue - and its receive side
+ * (queue_packet, read) takes the same mutex, so on one fd every MAD
+ * received waited behind the sends in progress (10,000 connections in a
+ * one-vCPU guest: the server read 25 MADs a second while its REP retries
+ * went out; issue 21). One receive
  * thread polls the fd and an eventfd, so stop() wakes and joins it promptly;
  * after each poll it reads every MAD already queued (the fd is non-blocking),
  * one system call per MAD instead of two while MADs arrive faster than it
@@ -45,6 +52,8 @@ struct umad_transport {
 	struct cep_transport pub;
 	int fd;                    /* umad port fd, stable until destroy */
 	int agent;                 /* agent id of the CM class registration */
+	int send_fd;               /* sends: a second fd (or fd), stable */
+	int send_agent;            /* its send-only agent (or agent) */
 	int wake_fd;               /* eventfd: stop() -> receive thread */
 	struct ibv_context *ctx;   /* for query_port: GIDs, MTU, P_Key */
 	char ca_name[UMAD_CA_NAME_LEN];
@@ -160,7 +169,7 @@ static int umad_send_mad(struct cep_transport *t, const uint8_t *mad,
 
 	/* timeout 0: no kernel retries or response matching; the CM times
 	 * its own retries. */
-	if (umad_send(u->fd, u->agent, umad, CEP_MAD_SIZE, 0, 0) < 0) {
+	if (umad_send(u->send_fd, u->send_agent, umad, CEP_MAD_SIZE, 0, 0) < 0) {
 		int err = errno ? errno : EIO;
 
 		count(&u->send_errors);
@@ -389,6 +398,10 @@ static void umad_destroy(struct cep_transport *t)
 	if (!u)
 		return;
 	umad_stop(t);
+	if (u->send_fd != u->fd) {
+		umad_unregister(u->send_fd, u->send_agent);
+		umad_close_port(u->send_fd);
+	}
 	umad_unregister(u->fd, u->agent);
 	umad_close_port(u->fd);
 	close(u->wake_fd);
@@ -488,6 +501,7 @@ CEP_EXPORT int cep_umad_open(const struct cep_umad_attr *attr,
 	}
 	u->pub.ops = &umad_ops;
 	u->fd = -1;
+	u->send_fd = -1;
 	u->wake_fd = -1;
 	u->state = UMAD_IDLE;
 	pthread_mutex_init(&u->lock, NULL);
@@ -562,6 +576,19 @@ CEP_EXPORT int cep_umad_open(const struct cep_umad_attr *attr,
 		ret = errno == EINVAL || errno == EBUSY ? -EBUSY :
 			errno ? -errno : -EIO;
 		goto fail;
+	}
+	/* The sends' own fd: an agent of no class receives nothing
+	 * unsolicited (ib_umad_reg_agent registers no class for class 0) and
+	 * still sends on QP1; the kernel stamps its TIDs' upper half, as
+	 * for any agent. Without one (out of fds, say) sends share the
+	 * receive fd, as before. */
+	u->send_fd = umad_open_port(u->ca_name, u->port_num);
+	u->send_agent = u->send_fd < 0 ? -1 : umad_register(u->send_fd, 0, 0, 0, NULL);
+	if (u->send_agent < 0) {
+		if (u->send_fd >= 0)
+			umad_close_port(u->send_fd);
+		u->send_fd = u->fd;
+		u->send_agent = u->agent;
 	}
 	*out = &u->pub;
 	return 0;
