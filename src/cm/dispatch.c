@@ -317,6 +317,10 @@ static size_t drain_works(struct worker *w)
 	return n;
 }
 
+/* Timers fired per turn of the worker loop, between its ring batches of
+ * 256 MADs (run_wheel). */
+#define TIMER_BATCH 64
+
 /* Fire what is due on this worker's wheel at the clock's time. Worker. */
 static size_t run_wheel(struct worker *w)
 {
@@ -328,9 +332,16 @@ static size_t run_wheel(struct worker *w)
 	/* seq_cst: quiesce must see either this flag or the effects of the
 	 * timers it covers, not neither. */
 	atomic_store_explicit(&w->in_timers, 1, memory_order_seq_cst);
-	f = cep_wheel_run(&w->wheel, w->now);
+	/* At most TIMER_BATCH, then the ring again: the worker loop comes
+	 * back for the rest (it sees fired > 0). A burst of due retries
+	 * (10,000 REPs sent together time out together) must not hold the
+	 * ring - and the receive thread waiting for room in it - for the
+	 * seconds their sends take: the RTUs that end those retries are
+	 * behind it (issue 21). The flag stays set while some are left, so
+	 * quiesce still waits for every timer due. */
+	f = cep_wheel_run_max(&w->wheel, w->now, TIMER_BATCH);
 	note_armed(w);
-	atomic_store_explicit(&w->in_timers, 0, memory_order_seq_cst);
+	atomic_store_explicit(&w->in_timers, cep_wheel_pending(&w->wheel), memory_order_seq_cst);
 	if (f)
 		atomic_fetch_add_explicit(&w->st_timers, f, memory_order_relaxed);
 	return f;

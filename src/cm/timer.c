@@ -13,6 +13,7 @@ void cep_wheel_init(struct cep_wheel *w, uint64_t now_ms)
 		w->slot[i].prev = &w->slot[i];
 	}
 	w->last = now_ms;
+	w->resume = 0;
 	w->armed = 0;
 }
 
@@ -51,10 +52,12 @@ int cep_timer_cancel(struct cep_wheel *w, struct cep_timer *t)
 	return 1;
 }
 
-static size_t run_slot(struct cep_wheel *w, struct cep_timer *head, uint64_t now)
+/* Fire at most @max of the slot's due timers; *@more when it keeps some. */
+static size_t run_slot(struct cep_wheel *w, struct cep_timer *head, uint64_t now, size_t max,
+		       int *more)
 {
 	struct cep_timer pending;
-	size_t fired = 0;
+	size_t fired = 0, taken = 0;
 
 	/* Move due timers to a private list first: a fn may re-arm into this
 	 * very slot, and must not be visited again in this pass. */
@@ -63,6 +66,11 @@ static size_t run_slot(struct cep_wheel *w, struct cep_timer *head, uint64_t now
 		n = t->next;
 		if (t->expires > now)
 			continue;
+		if (taken == max) {
+			*more = 1;
+			break;
+		}
+		taken++;
 		t->prev->next = t->next;
 		t->next->prev = t->prev;
 		t->next = &pending;
@@ -83,23 +91,40 @@ static size_t run_slot(struct cep_wheel *w, struct cep_timer *head, uint64_t now
 	return fired;
 }
 
-size_t cep_wheel_run(struct cep_wheel *w, uint64_t now_ms)
+size_t cep_wheel_run_max(struct cep_wheel *w, uint64_t now_ms, size_t max)
 {
 	size_t fired = 0;
-	uint64_t from = w->last + 1;
+	uint64_t from = w->resume ? w->resume : w->last + 1;
+	uint64_t end = now_ms > w->last ? now_ms : w->last;
 
-	if (now_ms <= w->last)
+	if (now_ms <= w->last && !w->resume)
 		return 0;
 	if (w->armed == 0) {
-		w->last = now_ms;
+		w->last = end;
+		w->resume = 0;
 		return 0;
 	}
-	if (now_ms - w->last >= CEP_WHEEL_SLOTS)
-		from = now_ms - CEP_WHEEL_SLOTS + 1; /* every slot once */
-	w->last = now_ms;
-	for (uint64_t tick = from; tick <= now_ms; tick++)
-		fired += run_slot(w, &w->slot[tick & (CEP_WHEEL_SLOTS - 1)], now_ms);
+	if (end - from >= CEP_WHEEL_SLOTS)
+		from = end - CEP_WHEEL_SLOTS + 1; /* every slot once */
+	/* last first: a fn arms at last + 1 at the earliest, never into a
+	 * slot this run has passed */
+	w->last = end;
+	w->resume = 0;
+	for (uint64_t tick = from; tick <= end; tick++) {
+		int more = 0;
+
+		fired += run_slot(w, &w->slot[tick & (CEP_WHEEL_SLOTS - 1)], end, max - fired, &more);
+		if (more) {
+			w->resume = tick; /* this slot and the later ones */
+			break;
+		}
+	}
 	return fired;
+}
+
+size_t cep_wheel_run(struct cep_wheel *w, uint64_t now_ms)
+{
+	return cep_wheel_run_max(w, now_ms, SIZE_MAX);
 }
 
 /* Timers looked at by one cep_wheel_next before it settles for "now". */
@@ -111,6 +136,8 @@ uint64_t cep_wheel_next(const struct cep_wheel *w, uint64_t within)
 
 	if (w->armed == 0)
 		return w->last + within;
+	if (w->resume)
+		return w->last; /* due already */
 	for (uint64_t tick = w->last + 1; tick <= w->last + within; tick++) {
 		const struct cep_timer *head = &w->slot[tick & (CEP_WHEEL_SLOTS - 1)];
 
@@ -138,4 +165,5 @@ void cep_wheel_drain(struct cep_wheel *w, void (*fn)(struct cep_timer *t, void *
 			fn(t, ctx);
 		}
 	}
+	w->resume = 0;
 }

@@ -25,6 +25,9 @@ struct cep_timer {
 struct cep_wheel {
 	struct cep_timer slot[CEP_WHEEL_SLOTS]; /* list heads (sentinels) */
 	uint64_t last;                          /* last tick processed */
+	uint64_t resume;                        /* 0, or the first tick whose slot
+						   may still hold due timers: a
+						   budgeted run stopped there */
 	size_t armed;
 };
 
@@ -38,8 +41,14 @@ static inline int cep_timer_armed(const struct cep_timer *t) { return t->next !=
 /* Fire every timer due at or before @now_ms, each unlinked before its fn
  * runs (fn may re-arm it or arm others). Returns the number fired. */
 size_t cep_wheel_run(struct cep_wheel *w, uint64_t now_ms);
+/* As cep_wheel_run, firing at most @max (> 0): what is left due stays due
+ * (cep_wheel_pending) and fires first in the next run, in tick order. */
+size_t cep_wheel_run_max(struct cep_wheel *w, uint64_t now_ms, size_t max);
+/* A budgeted run left timers due. */
+static inline int cep_wheel_pending(const struct cep_wheel *w) { return w->resume != 0; }
 /* The earliest tick in (last, last + @within] at which a timer is due, or
- * last + @within if none is (@within <= CEP_WHEEL_SLOTS). Never later than
+ * last + @within if none is (@within <= CEP_WHEEL_SLOTS); last while a
+ * budgeted run left timers due. Never later than
  * the true next expiry; earlier when a crowded slot would cost more than a
  * bounded walk (the caller then merely wakes early). For a sleep's bound. */
 uint64_t cep_wheel_next(const struct cep_wheel *w, uint64_t within);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Timer wheel unit test: order of expiry, cancel, re-arm from a callback,
  * timers beyond one revolution, bulk drain, the next expiry a sleeping
- * worker waits for. */
+ * worker waits for, runs with a budget. */
 #include <string.h>
 
 #include "../common/check.h"
@@ -36,6 +36,56 @@ static void on_drain(struct cep_timer *t, void *ctx)
 {
 	(void)t;
 	(*(int *)ctx)++;
+}
+
+/* cep_wheel_run_max: a burst of due timers fires in batches, in tick
+ * order, none twice, none lost; what is left stays due (next = last) and
+ * fires first, before timers due later; a timer armed from a callback
+ * does not land in a slot the run has passed. */
+static void budgeted(void)
+{
+	enum { N = 40 };
+	static struct item b[N], late;
+	uint64_t last_at = 0;
+	int total = 0;
+
+	cep_wheel_init(&wheel, 2000);
+	for (int i = 0; i < N; i++) /* ticks 2001..2010, four per tick */
+		cep_timer_arm(&wheel, &b[i].t, 2001 + (uint64_t)i / 4, on_fire);
+	now = 2020;
+	CHECK_EQ(cep_wheel_run_max(&wheel, now, 6), 6);
+	CHECK(cep_wheel_pending(&wheel));
+	CHECK_EQ(cep_wheel_next(&wheel, 50), 2020); /* due already */
+	for (int i = 0; i < 6; i++)
+		CHECK_EQ(b[i].fired, 1);
+	CHECK_EQ(b[6].fired, 0);
+	/* the clock moved on: the left-over ones still fire, and first */
+	cep_timer_arm(&wheel, &late.t, 2021, on_fire);
+	now = 2021;
+	CHECK_EQ(cep_wheel_run_max(&wheel, now, 30), 30);
+	CHECK_EQ(late.fired, 0);
+	CHECK_EQ(cep_wheel_run_max(&wheel, now, 30), 5); /* 4 left + late */
+	CHECK(!cep_wheel_pending(&wheel));
+	CHECK_EQ(late.fired, 1);
+	for (int i = 0; i < N; i++) {
+		total += b[i].fired;
+		CHECK_EQ(b[i].fired, 1);
+		CHECK(b[i].at >= last_at || i % 4); /* tick order */
+		last_at = b[i].at;
+	}
+	CHECK_EQ(total, N);
+	CHECK_EQ(wheel.armed, 0);
+	CHECK_EQ(cep_wheel_run_max(&wheel, now, 30), 0);
+	/* re-armed from a callback during a budgeted run: next tick, once */
+	rearm_left = 1;
+	cep_timer_arm(&wheel, &b[0].t, 2022, on_fire_rearm);
+	b[0].fired = 0;
+	now = 2025;
+	CHECK_EQ(cep_wheel_run_max(&wheel, now, 1), 1);
+	CHECK_EQ(cep_wheel_run_max(&wheel, now, 1), 0); /* at 2026: not due */
+	now = 2026;
+	CHECK_EQ(cep_wheel_run_max(&wheel, now, 1), 1);
+	CHECK_EQ(b[0].fired, 2);
 }
 
 int main(void)
@@ -91,5 +141,6 @@ int main(void)
 	CHECK_EQ(drained, 2);
 	CHECK_EQ(wheel.armed, 0);
 	CHECK(!cep_timer_armed(&it[6].t));
+	budgeted();
 	return check_done("timer");
 }
