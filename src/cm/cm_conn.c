@@ -505,10 +505,15 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	if (!cm_from_peer(id, w, from)) /* a stranger cannot stall us */
 		goto out;
 	/* The service timeout (clamped: 68.7 s) plus the path's ACK timeout
-	 * (kernel cm_mra_handler: service timeout + av.timeout), for the next
-	 * retry only; a repeated MRA extends nothing (the kernel's MRA
-	 * semantics since 6.14, cm_req_expire_after_mra). */
+	 * (kernel cm_mra_handler: service timeout + av.timeout) for the wait
+	 * in progress, as the kernel since 6.14; then the retries come at the
+	 * normal period - unless the peer MRAs a retry again: one extension
+	 * per try of ours, so a peer still busy holds back each retry (a 6.1
+	 * kernel stretches every later retry after one MRA; 6.14 none after
+	 * the first), and a lying peer still ends after Max CM Retries tries
+	 * (docs/protocol.md, "MRA"). */
 	uint32_t ext = cm_ms(cm_peer_t(ma->service_timeout)) + cm_ms(id->path_timeout);
+	int again = 0; /* a later try MRAed: extend, no second event */
 
 	switch (ma->message_mraed) {
 	case CEP_MSG_CODE_REQ:
@@ -516,7 +521,7 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			cm_set_state(id, CEP_CM_MRA_REQ_RCVD);
 			ok = 1;
 		} else if (id->state == CEP_CM_MRA_REQ_RCVD) {
-			STAT_ADD(cm, w, duplicates);
+			again = 1;
 		} else {
 			cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		}
@@ -526,7 +531,7 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			cm_set_state(id, CEP_CM_MRA_REP_RCVD);
 			ok = 1;
 		} else if (id->state == CEP_CM_MRA_REP_RCVD) {
-			STAT_ADD(cm, w, duplicates);
+			again = 1;
 		} else {
 			cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		}
@@ -536,14 +541,21 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			id->lap_state = CEP_CM_MRA_LAP_RCVD;
 			ok = 1;
 		} else if (id->lap_state == CEP_CM_MRA_LAP_RCVD) {
-			STAT_ADD(cm, w, duplicates);
+			again = 1;
 		} else {
 			cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		}
 		break;
 	}
-	if (ok) {
+	if (again && (id->flags & F_MRA_WAIT)) {
+		STAT_ADD(cm, w, duplicates); /* this try is extended already */
+		again = 0;
+	}
+	if (ok || again) {
+		id->flags |= F_MRA_WAIT;
 		cm_set_timer(id, TK_RETRY, ext);
+	}
+	if (ok) {
 		cm_ev_init(&ev, id, CEP_CM_EV_MRA_RECEIVED);
 		cm_ev_msg(&ev, m, from);
 		cm_emit(id, &ev);
@@ -1130,15 +1142,14 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 }
 
 /* Lock held, MRA_REQ_SENT: expire once the requester has given up. MRA
- * semantics are the kernel's since 6.14 ("IB/mad: Apply timeout
- * modification (CM MRA) only once"), as cm_handle_mra applies them on the
- * active side: our MRA extends the requester's current wait to its service
- * timeout + the path's ACK timeout (cm_mra_handler), a repeated MRA
- * extends nothing, and the retries left come at the normal period (2 x
- * packet life + our response timeout). So at most: the extended wait,
- * then Max CM Retries normal ones. (A 6.1 requester extends every retry:
- * its later retry after our expiry is a new REQ.) Bounded by the half-open
- * limit, but never before the requester's next try after our MRA. */
+ * semantics (docs/protocol.md, "MRA"): our MRA extends the requester's
+ * current wait to our service timeout + the path's ACK timeout
+ * (cm_mra_handler); the retries left come at the normal period (2 x packet
+ * life + our response timeout) unless an MRA answers them too, which our
+ * dup_req sends for each repeat and which renews this. So with no further
+ * MRA at most: the extended wait, then Max CM Retries normal ones.
+ * Bounded by the half-open limit, but never before the requester's next
+ * try after our MRA. */
 void cm_req_expire_after_mra(struct cep_cm_id *id)
 {
 	/* The floor is the requester's next try after our MRA: it waits our

@@ -118,6 +118,9 @@ enum {
 	F_TAKEN = 1u << 9,       /* an unanswered child the application has
 				     taken (cm_request_taken): out of its
 				     listener's lis.untaken */
+	F_MRA_WAIT = 1u << 10,   /* an MRA extended the wait for our last
+				     try (REQ, REP or LAP): another one before
+				     the next try is a duplicate */
 };
 
 /* id->timer_kind (lock) */

@@ -178,6 +178,7 @@ static void on_timeout(struct cep_cm_id *id)
 		return;
 	if (id->retries_left > 0) {
 		id->retries_left--;
+		id->flags &= (uint16_t)~F_MRA_WAIT; /* a new try: an MRA may extend it */
 		cm_resend_retry(id);
 		/* ESTABLISHED retries only a LAP, at the LAP's own period */
 		cm_set_timer(id, TK_RETRY, id->state == CEP_CM_ESTABLISHED ? id->lap_timeout_ms

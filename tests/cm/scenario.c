@@ -2318,11 +2318,12 @@ static void t_mra_path_timeout(void)
 	teardown_all();
 }
 
-/* MRA semantics, the kernel's since 6.14 ("IB/mad: Apply timeout
- * modification (CM MRA) only once"), on both sides (issue 17):
- * - active: an MRA extends the wait for the next retry only (service
- *   timeout + path ACK timeout); a repeated MRA is a duplicate that
- *   extends nothing; later retries come at the normal period;
+/* MRA semantics (docs/protocol.md, "MRA"), on both sides:
+ * - active: an MRA extends the wait in progress only (service timeout +
+ *   path ACK timeout), as the kernel since 6.14; the peer's MRA for a
+ *   later try extends that try's wait again (one extension per try:
+ *   issue 21), a second MRA for the same try is a duplicate, a try no MRA
+ *   answers waits the normal period;
  * - passive: after our MRA the id expires when such a requester has given
  *   up: service timeout + path ACK timeout + Max CM Retries normal
  *   periods (before: every period extended, kernel 6.1's reading). */
@@ -2349,17 +2350,25 @@ static void t_mra_once(void)
 	advance_ms(1);
 	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
 	raw_send(&m, LID_A); /* C repeats its MRA for the repeated REQ */
+	raw_send(&m, LID_A); /* and a copy: a duplicate */
 	settle();
 	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, NULL), 1);
 	CHECK_EQ(stats_of(&A).duplicates, 1);
-	advance_ms(20);
+	advance_ms(70); /* this try extended too */
 	CHECK_EQ(raw_count(CEP_MSG_REQ), 2);
-	advance_ms(1); /* the normal period: not extended again */
+	advance_ms(1);
 	CHECK_EQ(raw_count(CEP_MSG_REQ), 3);
-	advance_ms(21);
+	advance_ms(20); /* no MRA for this try: the normal period */
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 3);
+	advance_ms(1);
 	CHECK_EQ(raw_count(CEP_MSG_REQ), 4);
-	advance_ms(21);
+	raw_send(&m, LID_A); /* MRAs still extend the last try... */
+	settle();
+	advance_ms(70);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REQ_ERROR, NULL), 0);
+	advance_ms(1); /* ...but no try is left: Max CM Retries bounds a busy or lying peer */
 	CHECK(wait_ev(&A, CEP_CM_EV_REQ_ERROR, 1));
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 4);
 	/* passive B <- raw C: B's application MRAs (service timeout 16, 269
 	 * ms); C's REQ: path ACK timeout 10 (5 ms), packet life 9 (3 ms),
 	 * response timeout 12 (17 ms), 3 retries. C gives up after 269 + 5 +
