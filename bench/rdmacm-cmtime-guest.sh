@@ -8,8 +8,9 @@
 # and unloaded again). a runs the client, b the server; a first times the
 # verbs calls of a connection alone (rdmacm-verbs-cost). Args: cep-rdmacm
 # wrapper, rdmacm-verbs-cost, cepd (or -), rounds, stacks ("libcep cepd
-# kernel"), counts (COUNT or COUNT:ROUNDS: that count in the first ROUNDS
-# rounds only). Prints
+# kernel"), counts (COUNT, COUNT:ROUNDS: that count in the first ROUNDS
+# rounds only, COUNT:ROUNDS:LIMIT: and each cmtime stopped after LIMIT s,
+# default 3000). Prints
 # "BENCH <cm> n=<n> r=<round>: <line>" for every line of the client's
 # output, and for each guest its CPU time by kind over the run (ticks of
 # /proc/stat: where the time went) and the cmtime process's CPU time,
@@ -63,8 +64,12 @@ rc=0
 r=1
 while [ $r -le "$rounds" ]; do
 for spec in $counts; do
+	# COUNT[:ROUNDS[:LIMIT]]: LIMIT seconds for each cmtime (default 3000)
 	n=${spec%%:*}
-	[ "$n" = "$spec" ] || [ $r -le "${spec#*:}" ] || continue
+	nr=$(echo "$spec" | cut -s -d: -f2)
+	lim=$(echo "$spec" | cut -s -d: -f3)
+	lim=${lim:-3000}
+	[ -z "$nr" ] || [ $r -le "$nr" ] || continue
 	for cm in $stacks; do
 		w=$wrap
 		tag=$cm-$n-$r
@@ -85,7 +90,7 @@ for spec in $counts; do
 		fi
 		if [ "$GB_NAME" = b ]; then
 			c0=$(cpu)
-			CEP_RDMACM_READY=$GB_SHARE/b.ready-$tag timeout 3000 $w cmtime \
+			CEP_RDMACM_READY=$GB_SHARE/b.ready-$tag timeout $((lim + 60)) $w cmtime \
 				>/tmp/server-$tag.out 2>&1 &
 			pid=$!
 			sp=
@@ -98,7 +103,7 @@ for spec in $counts; do
 				gb_wait_cm_listen 7471 $pid 600 || echo "no kernel listener"
 				gb_signal ready-$tag
 			fi
-			gb_wait done-$tag 3000 || rc=1
+			gb_wait done-$tag $((lim + 60)) || rc=1
 			echo "$pre server guest cpu $(cpu_delta "$c0" "$(cpu)") (ticks)"
 			# The server never exits by itself: its CPU time, then stop it.
 			c=$(pgrep -x cmtime | head -n1)
@@ -116,7 +121,7 @@ for spec in $counts; do
 			gb_wait ready-$tag 600 || { rc=1; continue; }
 			c0=$(cpu)
 			CEP_RDMACM_STATS=1 /usr/bin/time -f "client cpu user %U s system %S s wall %e s maxrss %M KiB wakeups %w preempted %c" \
-				timeout 3000 $w ${perf:+$perf -o /tmp/perf-client-$tag.txt --} cmtime -s "$GB_PEER_IP" -c "$n" >/tmp/client-$tag.out 2>&1 ||
+				timeout $lim $w ${perf:+$perf -o /tmp/perf-client-$tag.txt --} cmtime -s "$GB_PEER_IP" -c "$n" >/tmp/client-$tag.out 2>&1 ||
 				{ echo "$pre cmtime exit $?"; rc=1; }
 			[ -n "$perf" ] && sed -n "s/^\([0-9.]*\),[^,]*,\([^,]*\),.*/client perf \2 \1/p" /tmp/perf-client-$tag.txt >>/tmp/client-$tag.out
 			echo "$pre client guest cpu $(cpu_delta "$c0" "$(cpu)") (ticks)"
