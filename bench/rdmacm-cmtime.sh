@@ -72,7 +72,9 @@ for spec in $counts; do
 		if (line ~ /cpu|librdmacm|cepd/) next
 		split(line, f, ":")
 		step = f[1]; gsub(/ +$/, "", step)
-		if (split(f[2], v, " ") >= 4 && step != "step") {
+		# total ms first; cmtime may print max and min run together
+		# ("103505.50103105224.00"): three columns then, not four
+		if (split(f[2], v, " ") >= 3 && v[1] ~ /^[0-9.]+$/ && step != "step") {
 			t[cm, step] = t[cm, step] " " v[1]
 			if (!(step in seen)) { seen[step] = 1; order[++k] = step }
 		}
