@@ -137,27 +137,17 @@ static void t_wire(void)
  * ucma_process_conn_req), and rdma_reject_ece answers REJ 35. */
 static void t_layer(void)
 {
-	struct rcm_service tcp;
-	struct rcm_dev dev;
-	struct rcm_port port;
-	struct rcm_channel *ch;
-	struct rcm_id *l;
-	struct cep_cm_id *lc;
+	struct standin s;
 	struct rdma_cm_event *ev = NULL;
 	struct cep_cma_hdr h;
 	struct ibv_ece e;
 	struct cep_msg m;
 
 	setup(2, 0);
-	standin_port(&dev, &port, B.cm, 0);
-	lc = service_listener(&tcp, CEP_RDMA_PS_TCP);
-	tcp.port = &port;
-	ch = rcm_channel_new();
-	CHECK(ch != NULL);
-	rdma_listener(&tcp, ch, RDMA_PS_TCP, IBV_QPT_RC, &l);
-	l->backlog = 8;
+	standin_open(&s, 0, 0);
+	s.l->backlog = 8;
 	raw_req(&m, 0x9400, 0x900);
-	m.u.req.service_id = tcp.sid;
+	m.u.req.service_id = s.tcp.sid;
 	m.u.req.vendor_id = VENDOR;
 	m.hdr.attr_mod = OPTIONS;
 	cep_cma_hdr_ipv4(&h, htonl(0x0a000001), 5555, htonl(0x0a000002), PORT_RDMA);
@@ -165,7 +155,7 @@ static void t_layer(void)
 				    sizeof(m.u.req.private_data)), CEP_CMA_HDR_SIZE);
 	raw_send(&m, LID_B);
 	settle();
-	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	CHECK_EQ(rdma_get_cm_event(&s.ch->ch, &ev), 0);
 	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
 	CHECK_EQ(rdma_get_remote_ece(ev->id, &e), 0);
 	CHECK_EQ(e.vendor_id, VENDOR);
@@ -179,7 +169,7 @@ static void t_layer(void)
 	struct rdma_cm_id *c = ev->id;
 
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
-	standin_teardown(c, lc, &tcp, l, &port, ch);
+	standin_teardown(c, &s);
 }
 
 static const struct named_test tests[] = {

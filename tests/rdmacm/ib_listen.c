@@ -45,34 +45,24 @@ static const uint8_t GID_ALT_REMOTE[16] = { 0xfe, 0x80, [8] = 0x00, 0x02, 0xc9, 
 static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_event *, int alt),
 		    uint32_t comm_id, int af_ib)
 {
-	struct rcm_service tcp;
-	struct rcm_dev dev;
-	struct rcm_port port;
-	struct rcm_channel *ch;
-	struct rcm_id *l;
-	struct cep_cm_id *lc;
+	struct standin s;
 	struct rdma_cm_event *ev = NULL;
 	struct cep_cma_hdr h;
 	struct cep_msg m;
 
 	setup(2, 0);
-	standin_port(&dev, &port, B.cm, ll);
-	lc = service_listener(&tcp, CEP_RDMA_PS_TCP);
-	tcp.port = &port;
-	ch = rcm_channel_new();
-	CHECK(ch != NULL);
-	rdma_listener(&tcp, ch, RDMA_PS_TCP, IBV_QPT_RC, &l);
+	standin_open(&s, ll, 0);
 	if (af_ib) { /* bound to the wildcard GID, service ID exact */
-		struct sockaddr_ib *sib = (struct sockaddr_ib *)&l->id.route.addr.src_storage;
+		struct sockaddr_ib *sib = (struct sockaddr_ib *)&s.l->id.route.addr.src_storage;
 
 		sib->sib_family = AF_IB;
-		sib->sib_sid = htobe64(tcp.sid);
+		sib->sib_sid = htobe64(s.tcp.sid);
 		sib->sib_sid_mask = htobe64(~0ull);
 	}
-	l->backlog = 8;
+	s.l->backlog = 8;
 
 	raw_req(&m, comm_id, 0x900);
-	m.u.req.service_id = tcp.sid;
+	m.u.req.service_id = s.tcp.sid;
 	m.u.req.partition_key = 0x7fff; /* limited member: the port is 0xffff */
 	m.u.req.path_mtu = 4;                    /* 2048 */
 	m.u.req.primary.sl = 5;
@@ -101,9 +91,9 @@ static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_even
 	raw_send(&m, LID_B);
 	settle();
 	/* never block: a REQ the CM refused leaves the channel empty */
-	CHECK_EQ(poll(&(struct pollfd){ .fd = ch->ch.fd, .events = POLLIN }, 1, 5000), 1);
+	CHECK_EQ(poll(&(struct pollfd){ .fd = s.ch->ch.fd, .events = POLLIN }, 1, 5000), 1);
 	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
-	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	CHECK_EQ(rdma_get_cm_event(&s.ch->ch, &ev), 0);
 	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
 	check(ev, alt);
 	CHECK_EQ(rdma_reject(ev->id, NULL, 0), 0);
@@ -111,7 +101,7 @@ static void one_req(uint8_t ll, int alt, void (*check)(const struct rdma_cm_even
 	struct rdma_cm_id *c = ev->id;
 
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
-	standin_teardown(c, lc, &tcp, l, &port, ch);
+	standin_teardown(c, &s);
 }
 
 static void check_ib(const struct rdma_cm_event *ev, int alt)

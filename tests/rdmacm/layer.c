@@ -191,12 +191,7 @@ static void t_pdata_einval(void)
  * nothing, and the id's UNREACHABLE (-ETIMEDOUT) follows. */
 static void t_accept_expired(void)
 {
-	struct rcm_service tcp;
-	struct rcm_dev dev;
-	struct rcm_port port;
-	struct rcm_channel *ch;
-	struct rcm_id *l;
-	struct cep_cm_id *lc;
+	struct standin s;
 	struct rdma_cm_event *ev = NULL;
 	struct rdma_conn_param cp;
 	struct rdma_cm_id *c;
@@ -205,18 +200,13 @@ static void t_accept_expired(void)
 
 	half_open_ms_of[1] = 500; /* B's limit */
 	setup(2, 0);
-	standin_port(&dev, &port, B.cm, IBV_LINK_LAYER_ETHERNET);
-	lc = service_listener(&tcp, CEP_RDMA_PS_TCP);
-	tcp.port = &port;
-	ch = rcm_channel_new();
-	CHECK(ch != NULL);
-	rdma_listener(&tcp, ch, RDMA_PS_TCP, IBV_QPT_RC, &l);
+	standin_open(&s, IBV_LINK_LAYER_ETHERNET, 0);
 	raw_req(&m, 0x9300, 0x900);
-	m.u.req.service_id = tcp.sid;
+	m.u.req.service_id = s.tcp.sid;
 	cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
 	raw_send(&m, LID_B);
 	settle();
-	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	CHECK_EQ(rdma_get_cm_event(&s.ch->ch, &ev), 0);
 	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
 	c = ev->id;
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
@@ -235,12 +225,12 @@ static void t_accept_expired(void)
 	CHECK_EQ(rdma_accept(c, &cp), 0);
 	settle();
 	CHECK_EQ(raw_count(CEP_MSG_REP), 0);
-	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	CHECK_EQ(rdma_get_cm_event(&s.ch->ch, &ev), 0);
 	CHECK_EQ(ev->event, RDMA_CM_EVENT_UNREACHABLE);
 	CHECK_EQ(ev->status, -ETIMEDOUT);
 	CHECK(ev->id == c);
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
-	standin_teardown(c, lc, &tcp, l, &port, ch);
+	standin_teardown(c, &s);
 }
 
 /* Issue 21: the CM's listener backlog bounds the requests the application
@@ -273,12 +263,7 @@ static struct rdma_cm_id *take_request(struct rcm_channel *ch)
 static void t_backlog_taken(void)
 {
 	enum { BACKLOG = 4 };
-	struct rcm_service tcp;
-	struct rcm_dev dev;
-	struct rcm_port port;
-	struct rcm_channel *ch;
-	struct rcm_id *l;
-	struct cep_cm_id *lc;
+	struct standin s;
 	struct rdma_cm_id *c[2 * BACKLOG];
 	struct rdma_conn_param cp;
 	struct cep_port_info pinfo;
@@ -286,15 +271,10 @@ static void t_backlog_taken(void)
 	unsigned i, n = 0;
 
 	setup(2, 0);
-	standin_port(&dev, &port, B.cm, IBV_LINK_LAYER_ETHERNET);
-	lc = service_listener_backlog(&tcp, CEP_RDMA_PS_TCP, BACKLOG);
-	tcp.port = &port;
-	ch = rcm_channel_new();
-	CHECK(ch != NULL);
-	rdma_listener(&tcp, ch, RDMA_PS_TCP, IBV_QPT_RC, &l);
+	standin_open(&s, IBV_LINK_LAYER_ETHERNET, BACKLOG);
 	for (i = 0; i < 2 * BACKLOG + 2; i++) {
 		raw_req(&m, 0x9400 + i, 0x900 + i);
-		m.u.req.service_id = tcp.sid;
+		m.u.req.service_id = s.tcp.sid;
 		cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
 		raw_send(&m, LID_B);
 		settle();
@@ -304,14 +284,14 @@ static void t_backlog_taken(void)
 			CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 1);
 			/* take the four; they stay unanswered */
 			for (; n < BACKLOG; n++)
-				c[n] = take_request(ch);
+				c[n] = take_request(s.ch);
 		}
 	}
 	/* four of the last five fit, untaken; the fifth is dropped */
 	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 2);
 	for (; n < 2 * BACKLOG; n++)
-		c[n] = take_request(ch);
-	CHECK_EQ(poll(&(struct pollfd){ .fd = ch->ch.fd, .events = POLLIN }, 1, 0), 0);
+		c[n] = take_request(s.ch);
+	CHECK_EQ(poll(&(struct pollfd){ .fd = s.ch->ch.fd, .events = POLLIN }, 1, 0), 0);
 	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
 	CHECK_EQ(stats_of(&B).states[CEP_CM_REQ_RCVD] + stats_of(&B).states[CEP_CM_MRA_REQ_SENT],
 		 2 * BACKLOG);
@@ -334,21 +314,21 @@ static void t_backlog_taken(void)
 	CHECK_EQ(raw_count(CEP_MSG_REP), 1);
 	for (i = 0; i < BACKLOG; i++) {
 		raw_req(&m, 0x9500 + i, 0xa00 + i);
-		m.u.req.service_id = tcp.sid;
+		m.u.req.service_id = s.tcp.sid;
 		cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
 		raw_send(&m, LID_B);
 	}
 	settle();
 	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 2);
 	for (i = 0; i < BACKLOG; i++) {
-		struct rdma_cm_id *x = take_request(ch);
+		struct rdma_cm_id *x = take_request(s.ch);
 
 		if (x)
 			CHECK_EQ(rdma_destroy_id(x), 0);
 	}
 	for (n = 0; n + 1 < 2 * BACKLOG; n++)
 		CHECK_EQ(rdma_destroy_id(c[n]), 0);
-	standin_teardown(c[n], lc, &tcp, l, &port, ch);
+	standin_teardown(c[n], &s);
 }
 
 static const struct named_test tests[] = {

@@ -3,8 +3,8 @@
  * Shared set-up of the librdmacm layer tests that run without a device
  * (layer.c, ece.c, ib_listen.c): a stand-in device and port on a node of
  * tests/cm/harness.h, a port-space service with its libcep listener, and
- * an rdma_cm listener id on 0.0.0.0:PORT_RDMA, and the end of a test
- * built from them. Include after
+ * an rdma_cm listener id on 0.0.0.0:PORT_RDMA (struct standin: open, then
+ * teardown). Include after
  * "../cm/harness.h" and "rdmacm.h". Test threads only.
  */
 #ifndef CEP_TEST_RDMACM_STANDIN_H
@@ -69,19 +69,43 @@ static void rdma_listener(struct rcm_service *s, struct rcm_channel *ch, enum rd
 	s->nlisteners = s->cap = 1;
 }
 
-/* The end of a test made of the above: destroy the passive rdma_cm id
- * @c the test took from listener @l, the libcep listener @lc of service
- * @s, then the harness's nodes, @port's QPN registry and channel @ch. */
-static void standin_teardown(struct rdma_cm_id *c, struct cep_cm_id *lc, struct rcm_service *s,
-			     struct rcm_id *l, struct rcm_port *port, struct rcm_channel *ch)
+/* What a test on a stand-in port is made of (below): B's port, the TCP
+ * service for PORT_RDMA with its libcep listener, a channel and an
+ * rdma_cm listener on it (s.l: the service's only listener points here,
+ * so the struct lives as long as the test). */
+struct standin {
+	struct rcm_service tcp;
+	struct rcm_dev dev;
+	struct rcm_port port;
+	struct rcm_channel *ch;
+	struct rcm_id *l;
+	struct cep_cm_id *lc;
+};
+
+/* After setup(): @s on a stand-in port of link layer @ll, its libcep
+ * listener of backlog @backlog (0: the CM's). */
+static void standin_open(struct standin *s, uint8_t ll, unsigned backlog)
+{
+	standin_port(&s->dev, &s->port, B.cm, ll);
+	s->lc = service_listener_backlog(&s->tcp, CEP_RDMA_PS_TCP, backlog);
+	s->tcp.port = &s->port;
+	s->ch = rcm_channel_new();
+	CHECK(s->ch != NULL);
+	rdma_listener(&s->tcp, s->ch, RDMA_PS_TCP, IBV_QPT_RC, &s->l);
+}
+
+/* The end of such a test: destroy the passive rdma_cm id @c the test took
+ * from the listener, the libcep listener, then the harness's nodes, the
+ * port's QPN registry and the channel. */
+static void standin_teardown(struct rdma_cm_id *c, struct standin *s)
 {
 	CHECK_EQ(rdma_destroy_id(c), 0);
-	CHECK_EQ(cep_cm_destroy_id_sync(lc), 0);
-	s->nlisteners = 0;
-	rcm_id_put(l);
+	CHECK_EQ(cep_cm_destroy_id_sync(s->lc), 0);
+	s->tcp.nlisteners = 0;
+	rcm_id_put(s->l);
 	teardown_all();
-	free(port->qpns);
-	rcm_channel_free(ch);
+	free(s->port.qpns);
+	rcm_channel_free(s->ch);
 }
 
 #endif /* CEP_TEST_RDMACM_STANDIN_H */
