@@ -464,6 +464,15 @@ void rcm_port_info(const struct rcm_id *r, struct cep_port_info *out)
 	memcpy(out->gid, r->id.route.addr.addr.ibaddr.sgid.raw, 16);
 }
 
+/* "; REJ <dir> reason R (name) xN" for each reason counted in @n. */
+static void print_rejs(const char *dir, const uint64_t n[CEP_REJ_REASON_MAX + 1])
+{
+	for (unsigned r = 0; r <= CEP_REJ_REASON_MAX; r++)
+		if (n[r])
+			fprintf(stderr, "; REJ %s reason %u (%s) x%" PRIu64, dir, r,
+				cep_rej_reason_name(r), n[r]);
+}
+
 /* CEP_RDMACM_STATS=1: the port CM's counters on stderr at exit (where a
  * run's time went: retries, duplicates, drops, umad errors). */
 static void print_stats(struct rcm_port *p, struct cep_cm *cm)
@@ -486,14 +495,8 @@ static void print_stats(struct rcm_port *p, struct cep_cm *cm)
 	/* REJs by reason: what a test needs to tell a known race of the
 	 * program (a REQ before its server's listen: 8, Invalid Service ID)
 	 * from a fault. */
-	for (unsigned r = 0; r <= CEP_REJ_REASON_MAX; r++)
-		if (st.rej_sent[r])
-			fprintf(stderr, "; REJ sent reason %u (%s) x%" PRIu64, r,
-				cep_rej_reason_name(r), st.rej_sent[r]);
-	for (unsigned r = 0; r <= CEP_REJ_REASON_MAX; r++)
-		if (st.rej_received[r])
-			fprintf(stderr, "; REJ received reason %u (%s) x%" PRIu64, r,
-				cep_rej_reason_name(r), st.rej_received[r]);
+	print_rejs("sent", st.rej_sent);
+	print_rejs("received", st.rej_received);
 	fprintf(stderr, "; retries %" PRIu64 " timeouts %" PRIu64 " duplicates %" PRIu64
 		" send errors %" PRIu64, st.retries, st.timeouts, st.duplicates, st.send_errors);
 	for (int d = 0; d < CEP_CM_DROP_COUNT; d++)
