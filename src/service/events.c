@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cepd's events: the engine's callback for every client id (sid_handler,
+ * on the CM workers) and the queue of EVENTS messages to each client.
+ *
+ * Guarantees: events go out from the CM worker that delivers them, never
+ * blocking it: appended to the client's queue, sent by whichever worker
+ * finds no flush running (so events that wait while one is sent go out
+ * together, one EVENTS message); a client that does not read has its
+ * queue grow to CLIENT_QUEUE_MAX and is then dropped.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "service/cepd.h"
+
+#define CLIENT_QUEUE_MAX 1024  /* EVENTS messages queued for one client */
+
+/* ---- events out ---------------------------------------------------------- */
+
+/* c->lk held, c->flushing ours. Send queued chunks; with the lock dropped
+ * around each send. A full socket leaves the rest queued (c->blocked) for
+ * the client's thread to send when it drains. */
+void flush_locked(struct client *c)
+{
+	struct chunk *k;
+
+	while ((k = c->qhead) != NULL) {
+		ssize_t n;
+
+		c->qhead = k->next;
+		if (!c->qhead)
+			c->qtail = NULL;
+		c->queued--;
+		pthread_mutex_unlock(&c->lk);
+		((struct cepd_events *)k->buf)->h.len = (uint32_t)k->len;
+		((struct cepd_events *)k->buf)->count = k->count;
+		do
+			n = send(c->fd, k->buf, k->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		while (n < 0 && errno == EINTR);
+		pthread_mutex_lock(&c->lk);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			k->next = c->qhead;
+			c->qhead = k;
+			if (!c->qtail)
+				c->qtail = k;
+			c->queued++;
+			c->blocked = 1;
+			return;
+		}
+		if (n < 0) /* the client is going: its thread sees it */
+			atomic_fetch_add_explicit(&c->events_dropped, k->count,
+						  memory_order_relaxed);
+		free(k);
+	}
+}
+
+/* c->lk held. Append one event record; start a new chunk when the last
+ * is full. -ENOMEM, or -ENOBUFS when the client's queue is at its limit
+ * (the caller drops the client). */
+static int queue_event(struct client *c, const struct cepd_ev *e, const struct cep_msg *msg)
+{
+	size_t rec = sizeof(*e) + (e->has_msg ? sizeof(*msg) : 0);
+	struct chunk *k = c->qtail;
+
+	rec = (rec + 7) & ~(size_t)7;
+	if (!k || k->len + rec > CEPD_MSG_MAX) {
+		if (c->queued >= CLIENT_QUEUE_MAX)
+			return -ENOBUFS;
+		k = malloc(sizeof(*k));
+		if (!k)
+			return -ENOMEM;
+		k->next = NULL;
+		k->count = 0;
+		k->len = sizeof(struct cepd_events);
+		memset(k->buf, 0, sizeof(struct cepd_events));
+		((struct cepd_events *)k->buf)->h.op = CEPD_EVENTS;
+		if (c->qtail)
+			c->qtail->next = k;
+		else
+			c->qhead = k;
+		c->qtail = k;
+		c->queued++;
+	}
+	memset(k->buf + k->len, 0, rec);
+	memcpy(k->buf + k->len, e, sizeof(*e));
+	((struct cepd_ev *)(k->buf + k->len))->len = (uint32_t)rec;
+	if (e->has_msg)
+		memcpy(k->buf + k->len + sizeof(*e), msg, sizeof(*msg));
+	k->len += rec;
+	k->count++;
+	return 0;
+}
+
+
+/* c->lk held. Queue @e and send what is queued unless a flush runs, or
+ * @hold: another event follows at once on this worker (it sends both). */
+static void post_event(struct client *c, const struct cepd_ev *e, const struct cep_msg *msg,
+		       int hold)
+{
+	int ret;
+
+	if (c->dead) {
+		atomic_fetch_add_explicit(&c->events_dropped, 1, memory_order_relaxed);
+		return;
+	}
+	ret = queue_event(c, e, msg);
+	if (ret) {
+		atomic_fetch_add_explicit(&c->events_dropped, 1, memory_order_relaxed);
+		client_kill_locked(c, ret == -ENOBUFS ? "does not read its events: dropped"
+						      : "out of memory for its events: dropped");
+		return;
+	}
+	atomic_fetch_add_explicit(&c->events, 1, memory_order_relaxed);
+	if (c->flushing || c->blocked || hold)
+		return;
+	c->flushing = 1;
+	flush_locked(c);
+	c->flushing = 0;
+}
+
+/* ---- the engine's callback ---------------------------------------------- */
+
+static void fill_event(struct cepd_ev *r, const struct cep_cm_event *ev, struct cep_cm_id *id)
+{
+	memset(r, 0, sizeof(*r));
+	r->type = ev->type;
+	r->status = ev->status;
+	r->local_comm_id = cep_cm_id_local_comm_id(id);
+	r->from = ev->from;
+	if (ev->msg.type != CEP_MSG_INVALID) {
+		r->has_msg = 1;
+		if (ev->private_data) {
+			r->has_pd = 1;
+			r->pd_off = (uint16_t)(ev->private_data - (const uint8_t *)&ev->msg);
+			r->pd_len = (uint16_t)ev->private_data_len;
+		}
+	}
+}
+
+/* On a CM worker of the client's port, no libcep lock held (cep/cm.h). A
+ * new passive id gets a sid of its own at once (so its DESTROYED, which
+ * names that sid, never frees the listener's); one whose client is gone
+ * stays an orphan and is destroyed by the return value (REJ). */
+int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	struct sid *s = ev->context;
+	struct client *c = s->c;
+	struct cepd_ev r;
+	int destroy = 0;
+
+	fill_event(&r, ev, id);
+	if (ev->type == CEP_CM_EV_REQ_RECEIVED || ev->type == CEP_CM_EV_SIDR_REQ_RECEIVED) {
+		struct sid *ls = s;
+		struct sid *ns = calloc(1, sizeof(*ns));
+
+		if (!ns)
+			return 1; /* the engine rejects; its DESTROYED names ls: see below */
+		ns->c = c;
+		ns->id = id;
+		/* relaxed: the caller holds a reference (the listener's sid) */
+		atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+		cep_cm_id_set_context(id, ns);
+		pthread_mutex_lock(&c->lk);
+		if (c->dead || ls->gone || handle_add(c, ns)) {
+			ns->handle = 0;
+			destroy = 1;
+		} else {
+			r.handle = ns->handle;
+			r.listen_handle = ls->handle;
+			post_event(c, &r, &ev->msg, 0);
+		}
+		pthread_mutex_unlock(&c->lk);
+		return destroy;
+	}
+	if (ev->type == CEP_CM_EV_DESTROYED && s->id != id)
+		return 0; /* a child refused for want of memory: never had a sid */
+	pthread_mutex_lock(&c->lk);
+	if (ev->type == CEP_CM_EV_DESTROYED) {
+		if (s->handle) {
+			r.handle = s->handle;
+			post_event(c, &r, &ev->msg, 0);
+			handle_del(c, s);
+		}
+		pthread_mutex_unlock(&c->lk);
+		free(s);
+		client_put(c);
+		return 0;
+	}
+	if (s->handle && !s->gone) {
+		r.handle = s->handle;
+		/* REP_RECEIVED of an automatic RTU: ESTABLISHED follows on this
+		 * worker before anything else of the id; one message for both */
+		post_event(c, &r, &ev->msg, ev->type == CEP_CM_EV_REP_RECEIVED && s->auto_rtu);
+	}
+	pthread_mutex_unlock(&c->lk);
+	return 0;
+}
