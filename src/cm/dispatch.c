@@ -75,8 +75,12 @@ struct worker {
 	uint64_t sleep_until;              /* ms the sleeping worker wakes at */
 	pthread_mutex_t room_mtx;          /* room_cv: producers wait for room */
 	pthread_cond_t room_cv;
-	struct cep_work tick;              /* virtual clock moved: run the wheel */
+	struct cep_work tick;              /* virtual clock moved, or a guest left
+					      timers due: run the wheel */
 	_Atomic int tick_queued;           /* tick posted and not yet started */
+	size_t timers_left;                /* run: timers this visit may still fire
+					      (a guest's budget; SIZE_MAX on the
+					      worker's own thread, run_wheel) */
 	struct cep_wheel wheel;            /* worker thread only */
 	uint64_t now;                      /* worker thread only */
 } __attribute__((aligned(64)));
@@ -318,17 +322,29 @@ static size_t drain_works(struct worker *w)
 }
 
 /* Timers fired per turn of the worker loop, between its ring batches of
- * 256 MADs (run_wheel). */
+ * 256 MADs, and per visit of a guest (run_wheel, cep_dispatch_run_mad). */
 #define TIMER_BATCH 64
 
-/* Fire what is due on this worker's wheel at the clock's time. Worker. */
+/* Fire what is due on this worker's wheel at the clock's time, at most
+ * TIMER_BATCH and at most w->timers_left. Worker, or a guest (run lock). */
 static size_t run_wheel(struct worker *w)
 {
-	size_t f;
+	size_t f, max = w->timers_left < TIMER_BATCH ? w->timers_left : TIMER_BATCH;
 
 	w->now = cep_clock_ms(w->d->attr.clock);
-	if (!w->wheel.armed)
-		return cep_wheel_run(&w->wheel, w->now); /* only moves its time */
+	if (!w->wheel.armed || !max) {
+		/* Empty: only moves its time, and forgets a budgeted run whose
+		 * rest was cancelled meanwhile (an RTU cancels the REP retry
+		 * due with it). in_timers must drop with it, or quiesce waits
+		 * for timers that no longer exist (issue 26). A guest whose
+		 * budget is spent leaves the wheel alone (run_mad hands the
+		 * rest to the worker). */
+		f = w->wheel.armed ? 0 : cep_wheel_run(&w->wheel, w->now);
+		if (!cep_wheel_pending(&w->wheel) &&
+		    atomic_load_explicit(&w->in_timers, memory_order_relaxed))
+			atomic_store_explicit(&w->in_timers, 0, memory_order_seq_cst);
+		return f;
+	}
 	/* seq_cst: quiesce must see either this flag or the effects of the
 	 * timers it covers, not neither. */
 	atomic_store_explicit(&w->in_timers, 1, memory_order_seq_cst);
@@ -339,7 +355,9 @@ static size_t run_wheel(struct worker *w)
 	 * seconds their sends take: the RTUs that end those retries are
 	 * behind it (issue 21). The flag stays set while some are left, so
 	 * quiesce still waits for every timer due. */
-	f = cep_wheel_run_max(&w->wheel, w->now, TIMER_BATCH);
+	f = cep_wheel_run_max(&w->wheel, w->now, max);
+	if (w->timers_left != SIZE_MAX)
+		w->timers_left -= f;
 	note_armed(w);
 	atomic_store_explicit(&w->in_timers, cep_wheel_pending(&w->wheel), memory_order_seq_cst);
 	if (f)
@@ -347,6 +365,8 @@ static size_t run_wheel(struct worker *w)
 	return f;
 }
 
+/* The tick item: a virtual clock's advance (dispatch_clock_wake), or the
+ * rest of a guest's due timers (cep_dispatch_run_mad). Worker or guest. */
 static void tick_fn(struct cep_work *wk)
 {
 	struct worker *w = (struct worker *)((char *)wk - offsetof(struct worker, tick));
@@ -579,6 +599,7 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 		pthread_mutex_init(&w->room_mtx, NULL);
 		pthread_cond_init(&w->room_cv, NULL);
 		w->tick.fn = tick_fn;
+		w->timers_left = SIZE_MAX;
 		/* The wheel is set up before the thread starts: work posted at
 		 * once (a tick, a timer) may touch it from the worker. */
 		w->now = cep_clock_ms(attr->clock);
@@ -723,6 +744,7 @@ int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad
 			 size_t len, const struct cep_mad_addr *from)
 {
 	struct worker *w = &d->w[wi];
+	int spent;
 
 	if (len > CEP_MAD_SIZE)
 		return -EINVAL;
@@ -737,11 +759,24 @@ int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad
 	atomic_fetch_add_explicit(&w->st_mads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&w->st_inline, 1, memory_order_relaxed);
 	/* And what the MAD and the timers due queued for it (posts to
-	 * ourselves do not wake the worker: wake_worker). */
+	 * ourselves do not wake the worker: wake_worker), firing at most
+	 * TIMER_BATCH timers in all (run_wheel, the ticks included): the
+	 * receive thread goes back to its queue, where the MADs that end
+	 * those timers (RTUs for REP retries) wait, as the worker goes back
+	 * to its ring (issue 26). */
+	w->timers_left = TIMER_BATCH;
 	while (drain_ring(w, SIZE_MAX) + drain_works(w) + run_wheel(w))
 		;
+	spent = w->timers_left == 0;
+	w->timers_left = SIZE_MAX;
 	self_d = NULL;
 	self_idx = -1;
+	/* Budget spent: the rest (due or left by a budgeted run) is the
+	 * worker's, as a tick item - it wakes the worker (we are no longer
+	 * self), and quiesce, which counts us until leave, counts it from
+	 * here. */
+	if (spent && !atomic_exchange(&w->tick_queued, 1))
+		cep_dispatch_post_work(d, wi, &w->tick);
 	cep_dispatch_leave(d, wi, CEP_DISPATCH_ARMED_UNKNOWN);
 	return 0;
 }

@@ -94,7 +94,11 @@ void cep_dispatch_leave(struct cep_dispatch *d, unsigned w, uint64_t armed_ms);
 /* Enter, run what is queued for @w (its MADs stay in order), then @mad as
  * worker @w would (cep_dispatch_self says @w meanwhile, so the MAD's
  * events and callbacks run on this thread), then what it queued for @w,
- * and leave. 0, or -EBUSY as cep_dispatch_enter (then post it). Only from
+ * and leave. Of the timers due it fires at most as many as the worker
+ * per turn (64) and posts the rest to the worker (a work item, which
+ * wakes it and which quiesce waits for), so this returns as soon as the
+ * worker's own loop would be back at its ring. 0, or -EBUSY as
+ * cep_dispatch_enter (then post it). Only from
  * a thread that holds no lock of the dispatcher's user: a transport's own
  * receive thread. */
 int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned w, const uint8_t *mad,

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Dispatcher unit test: per-producer FIFO order on each worker, every MAD
  * lands on the worker it was posted to, a full ring is a counted drop,
- * work items run on their worker, timers fire on the wheel's thread, and
- * an idle worker with a far timer armed sleeps until it, not every ms. */
+ * work items run on their worker, timers fire on the wheel's thread, an
+ * idle worker with a far timer armed sleeps until it, not every ms, and
+ * the budget of 64 timers per turn: quiesce still ends when the rest of a
+ * budgeted run is cancelled, and a guest (a receive thread running a
+ * sleeping worker's MAD) fires no more than the worker would. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -367,6 +370,130 @@ static void run_to_completion(void)
 	cep_dispatch_destroy(d);
 }
 
+/* Issue 26: a budgeted run (64 timers per turn, TIMER_BATCH) stops with
+ * timers left due; when those are then cancelled (an RTU cancels the REP
+ * retry due with it), the worker's next run found an empty wheel and
+ * returned before clearing in_timers, so cep_dispatch_quiesce (and
+ * cep_cm_quiesce, and cep_cm_destroy's 5 s wait) timed out for ever.
+ * 65 timers due at one tick of a virtual clock; the first to fire cancels
+ * the other 64 (63 of them taken by the run, one left in the slot). */
+enum { CANCEL_N = 65 };
+static struct cep_timer cancel_t[CANCEL_N];
+static _Atomic int cancel_fired;
+
+static void on_cancel_rest(struct cep_timer *t)
+{
+	atomic_fetch_add(&cancel_fired, 1);
+	if (t == &cancel_t[0])
+		for (int i = 1; i < CANCEL_N; i++)
+			cep_timer_cancel(cep_dispatch_wheel(d, 0), &cancel_t[i]);
+}
+
+static void arm_cancel(struct cep_work *wk)
+{
+	struct cep_wheel *wh = cep_dispatch_wheel(d, 0);
+	uint64_t at = cep_dispatch_now(d, 0) + 1;
+
+	(void)wk;
+	for (int i = 0; i < CANCEL_N; i++) /* one slot, in this order */
+		cep_timer_arm(wh, &cancel_t[i], at, on_cancel_rest);
+}
+
+static void budget_rest_cancelled(void)
+{
+	struct cep_clock *c;
+	struct cep_dispatch_attr a = { .workers = 1, .queue_depth = 16,
+				       .ops = { .mad = on_mad } };
+	struct cep_work arm = { .fn = arm_cancel };
+	struct cep_dispatch_stats st;
+
+	CHECK_EQ(cep_clock_create(0, &c), 0);
+	a.clock = c;
+	CHECK_EQ(cep_dispatch_create(&a, &d), 0);
+	cep_dispatch_post_work(d, 0, &arm);
+	CHECK_EQ(cep_dispatch_quiesce(d, 10000), 0);
+	CHECK_EQ(cep_clock_advance_ns(c, 1000000), 0);
+	CHECK_EQ(cep_dispatch_quiesce(d, 2000), 0);
+	cep_dispatch_stats(d, &st);
+	printf("budgeted run, rest cancelled: %d fired, %llu armed, quiesced\n",
+	       atomic_load(&cancel_fired), (unsigned long long)st.armed);
+	CHECK_EQ(atomic_load(&cancel_fired), 1);
+	CHECK_EQ(st.timers, 1);
+	CHECK_EQ(st.armed, 0);
+	cep_dispatch_destroy(d);
+	CHECK_EQ(cep_clock_destroy(c), 0);
+}
+
+/* Issue 26: the budget holds for a guest too. A receive thread that runs
+ * a MAD as its sleeping worker (cep_dispatch_run_mad) fired every timer
+ * due before it went back to its receive queue - 10,000 REP retries due
+ * together kept the umad receive thread, and the RTUs behind it in the
+ * kernel's queue, for the seconds their sends took. The MAD below arms
+ * 200 timers due 1 ms later and advances the virtual clock: the tick
+ * comes to the guest itself (a post to the worker it acts as). It fires
+ * 64, the worker the other 136, and quiesce covers them all. */
+enum { GUEST_N = 200 };
+static struct cep_timer guest_t[GUEST_N];
+static struct cep_clock *guest_clock;
+static pthread_t guest_thread;
+static _Atomic int guest_on_caller, guest_on_worker;
+
+static void on_guest_timer(struct cep_timer *t)
+{
+	(void)t;
+	if (pthread_equal(pthread_self(), guest_thread))
+		atomic_fetch_add(&guest_on_caller, 1);
+	else
+		atomic_fetch_add(&guest_on_worker, 1);
+}
+
+static void guest_mad(void *ctx, unsigned worker, const uint8_t *mad, size_t len,
+		      const struct cep_mad_addr *from)
+{
+	struct cep_wheel *wh = cep_dispatch_wheel(d, worker);
+	uint64_t at = cep_dispatch_now(d, worker) + 1;
+
+	(void)ctx; (void)mad; (void)len; (void)from;
+	for (int i = 0; i < GUEST_N; i++)
+		cep_timer_arm(wh, &guest_t[i], at, on_guest_timer);
+	CHECK_EQ(cep_clock_advance_ns(guest_clock, 1000000), 0);
+}
+
+static void guest_timer_budget(void)
+{
+	struct cep_dispatch_attr a = { .workers = 1, .queue_depth = 16,
+				       .ops = { .mad = guest_mad } };
+	uint8_t mad[CEP_MAD_SIZE] = { 0 };
+	struct cep_mad_addr from = { 0 };
+	struct cep_dispatch_stats st;
+	int r = -EBUSY;
+
+	guest_thread = pthread_self();
+	CHECK_EQ(cep_clock_create(0, &guest_clock), 0);
+	a.clock = guest_clock;
+	CHECK_EQ(cep_dispatch_create(&a, &d), 0);
+	/* Until the worker sleeps (as run_to_completion). */
+	for (int i = 0; i < 5000 && r == -EBUSY; i++) {
+		r = cep_dispatch_run_mad(d, 0, mad, sizeof(mad), &from);
+		if (r == -EBUSY) {
+			struct timespec ms = { 0, 1000000 };
+			nanosleep(&ms, NULL);
+		}
+	}
+	CHECK_EQ(r, 0);
+	printf("guest: %d of %d due timers fired on the receive thread\n",
+	       atomic_load(&guest_on_caller), GUEST_N);
+	CHECK_EQ(atomic_load(&guest_on_caller), 64);
+	CHECK_EQ(cep_dispatch_quiesce(d, 10000), 0);
+	cep_dispatch_stats(d, &st);
+	CHECK_EQ(atomic_load(&guest_on_worker), GUEST_N - 64);
+	CHECK_EQ(st.timers, GUEST_N);
+	CHECK_EQ(st.armed, 0);
+	CHECK_EQ(st.inline_mads, 1);
+	cep_dispatch_destroy(d);
+	CHECK_EQ(cep_clock_destroy(guest_clock), 0);
+}
+
 int main(void)
 {
 	struct cep_dispatch_attr a = { .workers = WORKERS, .queue_depth = 256,
@@ -446,5 +573,7 @@ int main(void)
 	run_to_completion();
 	idle_with_far_timer();
 	one_cpu_no_spin();
+	budget_rest_cancelled();
+	guest_timer_budget();
 	return check_done("dispatch");
 }
