@@ -64,7 +64,11 @@
  * sizeof(struct ck_rhs_map) + 16 * slots + 63 bytes and puts the slots at
  * the first 64-byte boundary after the struct (ck_rhs_map_create), so the
  * struct's size is what is left once the largest power-of-2 slot array is
- * taken out. Smaller maps come from malloc.
+ * taken out. The block starts at the last 16-byte boundary at or before
+ * the slots' address minus that size (its header is 16-byte aligned, as
+ * malloc's, whatever the struct's size; the slots stay at the first
+ * 64-byte boundary after the struct, because the struct now ends at most
+ * 15 bytes earlier). Smaller maps come from malloc.
  */
 #define HUGE (2ul << 20)
 #define DESC 16 /* sizeof(struct ck_rhs_entry_desc) in ck 0.7 (not read-mostly) */
@@ -96,9 +100,14 @@ static void *ckb_malloc(size_t size)
 	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (base == MAP_FAILED)
 		return NULL;
-	/* a: the slots' 2 MiB boundary, with room for the header before it */
-	a = (char *)(((uintptr_t)base + sizeof(*b) + hdr + HUGE - 1) & ~(HUGE - 1));
-	b = (struct ck_block *)(a - hdr - sizeof(*b));
+	/* a: the slots' 2 MiB boundary, with room for the header (and up to
+	 * 15 bytes of alignment) before it */
+	a = (char *)(((uintptr_t)base + sizeof(*b) + hdr + 15 + HUGE - 1) & ~(HUGE - 1));
+	/* Rounded down to the block's alignment: a - hdr is 16-byte aligned
+	 * only when ck's struct is a multiple of 16 bytes, and it is not in
+	 * ck 0.7 (issue 26: UBSan, misaligned struct ck_block). */
+	b = (struct ck_block *)(((uintptr_t)(a - hdr) & ~(uintptr_t)(_Alignof(struct ck_block) - 1)) -
+				sizeof(*b));
 	end = (char *)b->data + size;
 	b->base = (char *)((uintptr_t)b & ~(uintptr_t)4095);
 	b->len = (size_t)(((uintptr_t)end + 4095) & ~(uintptr_t)4095) - (uintptr_t)b->base;
