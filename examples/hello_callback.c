@@ -161,9 +161,11 @@ int main(void)
 	struct cep_cm_conn_param p = {
 		.size = sizeof(p),
 		.service_id = SERVICE_ID,
+		/* No local_ack_timeout: the CM computes the REQ's from the
+		 * port's CA ACK delay and packet_life_time, and timewait
+		 * lasts that long (cep_cm_id(3)). */
 		.primary = { .local_lid = 2, .remote_lid = 1, .subnet_local = 1,
-			     .packet_rate = 3,            /* 10 Gb/s */
-			     .local_ack_timeout = 10 },   /* 4.2 ms; timewait = 2x */
+			     .packet_rate = 3 },          /* 10 Gb/s */
 		.qpn = CLIENT_QPN,
 		.starting_psn = 2000,
 		.responder_resources = 1,

@@ -112,7 +112,7 @@ int main(void)
 	struct cep_cm_conn_param p = {
 		.size = sizeof(p), .service_id = SERVICE_ID,
 		.primary = { .local_lid = 2, .remote_lid = 1, .subnet_local = 1,
-			     .packet_rate = 3, .local_ack_timeout = 10 },
+			     .packet_rate = 3 }, /* local_ack_timeout: the CM's */
 		.qpn = CLIENT_QPN, .starting_psn = 2000,
 		.responder_resources = 1, .initiator_depth = 1,
 		.remote_cm_response_timeout = 14, .local_cm_response_timeout = 14,

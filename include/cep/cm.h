@@ -171,11 +171,14 @@ struct cep_cm_event {
 };
 
 /* Callback on the owning worker's thread, with no libcep lock held. @ev is
- * valid during the call only. It may call any cep_cm_* function except
- * cep_cm_destroy() and cep_cm_destroy_id_sync() (-EDEADLK). Returning
- * non-zero asks for @id to be destroyed after the call (as
- * cep_cm_destroy_id). It must not block for long: it stalls every CEP of
- * its worker. */
+ * valid during the call only. It may call any cep_cm_* function, on its
+ * own id too (cep_cm_qp_destroy() included), except the three that wait
+ * for the context's workers, which would wait for this callback: on its
+ * own context cep_cm_destroy(), cep_cm_quiesce() and
+ * cep_cm_destroy_id_sync() return -EDEADLK and change nothing (and so
+ * does cep_clock_quiesce(), cep/clock.h). Returning non-zero asks for @id
+ * to be destroyed after the call (as cep_cm_destroy_id). It must not
+ * block for long: it stalls every CEP of its worker. */
 typedef int (*cep_cm_handler)(struct cep_cm_id *id, const struct cep_cm_event *ev);
 
 /* ---- CM context ---------------------------------------------------------- */
@@ -260,8 +263,9 @@ CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
  * these differences:
  * - the engine runs in cepd: handler callbacks run on one library thread
  *   of this context, in the order cepd delivered them (another thread
- *   receives the service's answers, so a callback may call any function
- *   and wait for the application's locks as on a local context);
+ *   receives the service's answers, so a callback may call what it may on
+ *   a local context, with the same -EDEADLK refusals, and wait for the
+ *   application's locks);
  * - QPNs are this process's: cep_cm_qp_register() of a QPN another
  *   client registered fails with EEXIST; on an RDMA port, of a QP the
  *   kernel does not show as this process's, EPERM; connect/accept on a
@@ -315,8 +319,9 @@ CEP_EXPORT uint64_t cep_cm_ca_guid(const struct cep_cm *cm);
 CEP_EXPORT int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn);
 /* Destroy an application QP: reserves the binding; a connection bound to
  * it is torn down (DREQ if established, then timewait), then the QPN is
- * forgotten. 0, -EINVAL (NULL), -ENOENT (not registered). Any thread
- * except CM callbacks. */
+ * forgotten. 0, -EINVAL (NULL), -ENOENT (not registered). Any thread,
+ * also a CM callback, on its own id's QP too (the teardown takes only the
+ * bound id's lock, which no callback holds; QP_DESTROYED follows). */
 CEP_EXPORT int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn);
 
 /* Block until no MAD is queued, no work is pending and no timer is firing
@@ -327,7 +332,8 @@ CEP_EXPORT int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn);
  * sent to another context are that context's (see cep_clock_quiesce()).
  * Before cep_table_check() on cep_cm_table(): a running CM holds
  * references for work in flight, which the check would report as leaks.
- * 0, -EINVAL (NULL), -ETIMEDOUT, -EDEADLK (from a callback). */
+ * 0, -EINVAL (NULL), -ETIMEDOUT, -EDEADLK (from one of this context's
+ * callbacks, which would wait for itself: nothing done). */
 CEP_EXPORT int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms);
 
 /* ---- event channels ---------------------------------------------------- */

@@ -391,6 +391,124 @@ static void t_listener_release_destroyed(void)
 	teardown_all();
 }
 
+/*
+ * What a callback may call (issue 26): cm.h and cep_cm(3) said that
+ * cep_cm_qp_destroy() and cep_cm_quiesce() must not be called from one,
+ * libcep(7), cep_cm_event(3) and the quick start that anything but
+ * cep_cm_destroy() and cep_cm_destroy_id_sync() may. What happens: a
+ * callback runs with no libcep lock held, and a QP's teardown takes only
+ * the bound id's lock (cm_id_teardown), so cep_cm_qp_destroy() works there
+ * as from any thread, on the callback's own connection too: the handler
+ * that delivered the event re-checks the state after the callback. The
+ * waits are refused: cep_cm_quiesce() of the callback's own context would
+ * wait for the callback itself to return (its item counts until then:
+ * -ETIMEDOUT at best), cep_cm_destroy() would join its own worker,
+ * cep_cm_destroy_id_sync() would wait for a DESTROYED its own worker is to
+ * deliver: each is -EDEADLK and changes nothing. The documents now all
+ * say so. For each event of a connection's life (A connects, B accepts,
+ * A disconnects), the node that gets it calls all four from its callback
+ * on its own QP: the three waits -EDEADLK, the QP destroy 0, and the QP's
+ * connection torn down as cm.h says (REJ while connecting, DREQ when
+ * established, DREP when a DREQ waits, QP_DESTROYED to the id bound to
+ * it), the QPN forgotten, and the tables clean at the end.
+ */
+struct cb_call {
+	enum cep_cm_event_type at;  /* the callback that calls */
+	struct node *n;             /* on this node */
+	int qp_destroyed;           /* QP_DESTROYED then delivered there */
+	struct node *peer;          /* the peer then gets ... */
+	enum cep_cm_event_type peer_ev; /* (CEP_CM_EVENT_COUNT: nothing) */
+};
+static const struct cb_call *_Atomic cbc_row;
+static _Atomic int cbc_done, cbc_qp_rc = 1, cbc_quiesce_rc = 1, cbc_destroy_rc = 1,
+	cbc_sync_rc = 1;
+
+static int h_cb_calls(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	const struct cb_call *row = atomic_load(&cbc_row);
+	struct node *n = ev->context;
+	int r = on_event(id, ev); /* B accepts first, on its QP 0x101 */
+
+	if (row && ev->type == row->at && n == row->n && !atomic_exchange(&cbc_done, 1)) {
+		atomic_store(&cbc_quiesce_rc, cep_cm_quiesce(n->cm, 200));
+		atomic_store(&cbc_destroy_rc, cep_cm_destroy(n->cm));
+		atomic_store(&cbc_sync_rc, cep_cm_destroy_id_sync(id));
+		atomic_store(&cbc_qp_rc, cep_cm_qp_destroy(n->cm, n == &B ? 0x101 : 0x100));
+	}
+	return r;
+}
+
+static void cb_calls_one(const struct cb_call *row)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = h_cb_calls };
+	struct cep_cm_id *a, *l;
+	struct cep_cm_conn_param p;
+	uint32_t b;
+
+	A.n = A.nmade = B.n = B.nmade = 0;
+	A.last_req_id = B.last_req_id = NULL;
+	atomic_store(&cbc_done, 0);
+	atomic_store(&cbc_qp_rc, 1);
+	atomic_store(&cbc_quiesce_rc, 1);
+	atomic_store(&cbc_destroy_rc, 1);
+	atomic_store(&cbc_sync_rc, 1);
+	atomic_store(&cbc_row, row);
+	setup(2, 0);
+	ia.context = &B;
+	CHECK_EQ(cep_cm_create_id(B.cm, &ia, &l), 0);
+	B.made[B.nmade++] = l;
+	CHECK_EQ(cep_cm_listen(l, SID, ~0ull), 0);
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = 0x101;
+	ia.context = &A;
+	CHECK_EQ(cep_cm_create_id(A.cm, &ia, &a), 0);
+	A.made[A.nmade++] = a;
+	conn_param(&p, 0x100, LID_A, LID_B);
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	settle();
+	if (cep_cm_id_state(a) == CEP_CM_ESTABLISHED)
+		CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+	advance_ms(1000); /* every timewait over */
+	printf("%s on %s: quiesce %d, destroy %d, destroy_id_sync %d, qp_destroy %d\n",
+	       cep_cm_event_name(row->at), row->n->name, atomic_load(&cbc_quiesce_rc),
+	       atomic_load(&cbc_destroy_rc), atomic_load(&cbc_sync_rc), atomic_load(&cbc_qp_rc));
+	CHECK_EQ(atomic_load(&cbc_done), 1);
+	CHECK_EQ(atomic_load(&cbc_quiesce_rc), -EDEADLK);
+	CHECK_EQ(atomic_load(&cbc_destroy_rc), -EDEADLK);
+	CHECK_EQ(atomic_load(&cbc_sync_rc), -EDEADLK);
+	CHECK_EQ(atomic_load(&cbc_qp_rc), 0);
+	CHECK_EQ(count_ev(row->n, CEP_CM_EV_QP_DESTROYED, NULL), row->qp_destroyed);
+	if (row->peer)
+		CHECK_EQ(count_ev(row->peer, row->peer_ev, NULL), 1);
+	CHECK_EQ(cep_qp_binding(cep_cm_table(row->n->cm), row->n == &B ? 0x101 : 0x100, &b),
+		 -ENOENT);
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_IDLE);
+	atomic_store(&cbc_row, NULL);
+	teardown_all(); /* the contexts still work: ids destroyed, tables clean */
+}
+
+static void t_callback_calls(void)
+{
+	static const struct cb_call rows[] = {
+		/* B accepted from this callback: REP_SENT -> REJ (no QP) */
+		{ CEP_CM_EV_REQ_RECEIVED, &B, 1, &A, CEP_CM_EV_REJ_RECEIVED },
+		/* REP_RCVD -> REJ (no QP), timewait */
+		{ CEP_CM_EV_REP_RECEIVED, &A, 1, &B, CEP_CM_EV_REJ_RECEIVED },
+		/* ESTABLISHED -> DREQ */
+		{ CEP_CM_EV_ESTABLISHED, &A, 1, &B, CEP_CM_EV_DREQ_RECEIVED },
+		{ CEP_CM_EV_RTU_RECEIVED, &B, 1, &A, CEP_CM_EV_DREQ_RECEIVED },
+		/* DREQ_RCVD -> DREP, timewait */
+		{ CEP_CM_EV_DREQ_RECEIVED, &B, 1, &A, CEP_CM_EV_DREP_RECEIVED },
+		/* in timewait: nothing to send */
+		{ CEP_CM_EV_DREP_RECEIVED, &A, 1, NULL, CEP_CM_EVENT_COUNT },
+		/* timewait over: no longer bound, nothing to tear down */
+		{ CEP_CM_EV_TIMEWAIT_EXIT, &A, 0, NULL, CEP_CM_EVENT_COUNT },
+	};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		cb_calls_one(&rows[i]);
+}
+
 static const struct named_test tests[] = {
 	{ "destroy-then-ack", t_destroy_then_ack },
 	{ "destroy-queued", t_destroy_queued },
@@ -398,6 +516,7 @@ static const struct named_test tests[] = {
 	{ "destroy-concurrent-take", t_destroy_concurrent_take },
 	{ "destroy-in-callback", t_destroy_in_callback },
 	{ "listener-release-destroyed", t_listener_release_destroyed },
+	{ "callback-calls", t_callback_calls },
 };
 
 int main(int argc, char **argv)
