@@ -75,7 +75,10 @@ void cm_copy_pdata(uint8_t *dst, const void *src, size_t len)
  * "timeout" carrying our CA GUID in the ARI (remote comm ID 0: it finds
  * its id by our (comm ID, GUID)), which is what the kernel's destroy
  * sends: every REJ from those states takes that form, whatever reason
- * the caller gave; its private data is kept. */
+ * the caller gave; its private data is kept. From REQ_RCVD the REJ names
+ * no local comm ID (0): the requester never heard ours, as the kernel's
+ * cm_format_rej writes it for that state; from MRA_REQ_SENT our MRA gave
+ * it, and the REJ names it as the kernel's does. */
 void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 		     const void *ari, size_t ari_len, const void *pdata, size_t len)
 {
@@ -88,7 +91,7 @@ void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 		ari_len = 0;
 	}
 	cep_msg_init(&m, CEP_MSG_REJ, id->tid);
-	m.u.rej.local_comm_id = cep_local_comm_id(id->cep);
+	m.u.rej.local_comm_id = id->state == CEP_CM_REQ_RCVD ? 0 : cep_local_comm_id(id->cep);
 	m.u.rej.remote_comm_id = id->remote_id;
 	m.u.rej.message_rejected = (uint8_t)msg_code;
 	m.u.rej.reason = (uint16_t)reason;

@@ -2626,10 +2626,68 @@ static void t_user_contract(void)
 	teardown_all();
 }
 
+/* Issue 26: the REJ of a request names our local comm ID only once the
+ * requester knows it. From REQ_RCVD (nothing sent yet) it is 0, from
+ * MRA_REQ_SENT our MRA's: the kernel's cm_format_rej writes them so per
+ * state (REQ_RCVD: 0; MRA_REQ_SENT, REP_RCVD and the rest: the id's), for
+ * the application's reject and for the REJ 28 of a destroy alike
+ * (cm_destroy_id). Message rejected: REQ in both. */
+static void t_rej_req_local_id(void)
+{
+	struct cep_cm_id *b;
+	struct cep_msg m, r;
+	uint32_t ours;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	raw_req(&m, 0x7fb0, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_reject(b, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	r = raw_last(CEP_MSG_REJ);
+	CHECK_EQ(r.u.rej.local_comm_id, 0);
+	CHECK_EQ(r.u.rej.remote_comm_id, 0x7fb0);
+	CHECK_EQ(r.u.rej.message_rejected, CEP_MSG_CODE_REQ);
+	CHECK_EQ(r.u.rej.reason, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(r.hdr.tid, m.hdr.tid);
+	/* after our MRA: the comm ID the MRA gave */
+	raw_req(&m, 0x7fb1, 0x901);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_mra(b, 16, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	ours = raw_last(CEP_MSG_MRA).u.mra.local_comm_id;
+	CHECK(ours != 0);
+	CHECK_EQ(ours, cep_cm_id_local_comm_id(b));
+	CHECK_EQ(cep_cm_reject(b, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 2));
+	r = raw_last(CEP_MSG_REJ);
+	CHECK_EQ(r.u.rej.local_comm_id, ours);
+	CHECK_EQ(r.u.rej.remote_comm_id, 0x7fb1);
+	CHECK_EQ(r.u.rej.message_rejected, CEP_MSG_CODE_REQ);
+	/* destroyed in REQ_RCVD: REJ 28, local comm ID 0 */
+	raw_req(&m, 0x7fb2, 0x902);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 3));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK_EQ(cep_cm_destroy_id(b), 0);
+	CHECK(raw_wait(CEP_MSG_REJ, 3));
+	r = raw_last(CEP_MSG_REJ);
+	CHECK_EQ(r.u.rej.local_comm_id, 0);
+	CHECK_EQ(r.u.rej.remote_comm_id, 0x7fb2);
+	CHECK_EQ(r.u.rej.reason, CEP_REJ_CONSUMER_DEFINED);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "rej-req-local-id", t_rej_req_local_id },
 	{ "user-contract", t_user_contract },
 	{ "conn-defaults", t_conn_defaults },
 	{ "pdata-none", t_pdata_none },
