@@ -281,12 +281,16 @@ CEP_EXPORT int cep_cm_destroy(struct cep_cm *cm);
  * - once the service has gone (exited, killed, restarting) every call
  *   fails with ECONNRESET; each id in a connection's course gets its
  *   error event (REQ_ERROR, REP_ERROR, DREQ_ERROR or SIDR_REQ_ERROR) with
- *   status ECONNRESET (negated), and cep_cm_destroy_id() still ends ids
- *   (0, then DESTROYED), so nothing waits for ever;
+ *   status ECONNRESET (negated), an id destroyed whose DESTROYED had not
+ *   come gets it, and cep_cm_destroy_id() still ends ids (0, then
+ *   DESTROYED): each id's DESTROYED exactly once, so nothing waits for
+ *   ever;
  * - cep_cm_destroy() closes the connection: cepd ends the context's ids
  *   as when a client dies (REJ for pending requests, DREQ for established
  *   connections, listeners gone) and destroys its QPs; no event is
- *   delivered here. */
+ *   delivered here once it is called (a running callback finishes
+ *   first). Of calls racing on one context one destroys it, the others
+ *   return -EINVAL. */
 struct cep_cm_attach_attr {
 	size_t size;           /* sizeof(struct cep_cm_attach_attr) */
 	/* The service's socket. NULL: the environment's CEP_SERVICE (a path;
@@ -297,14 +301,25 @@ struct cep_cm_attach_attr {
 	 * the port in the service's list (cepd --fabric N: 0..N-1). */
 	const char *device;
 	unsigned port_num;
+	/* Fields from here on are read only when @size covers them. The
+	 * longest cep_cm_attach() waits for the service, in ms: for its
+	 * connect (a service whose accept backlog is full) and its answer
+	 * to the HELLO together; then -ETIMEDOUT. 0 = 10000 (10 s), also
+	 * for a caller built before the field (whose struct ends at
+	 * @port_num). (64 bits: the struct grows, so @size tells such a
+	 * caller apart.) */
+	uint64_t timeout_ms;
 };
 
 /* Attach to cepd's CM of one port (see above). 0; -EINVAL (NULL, bad
  * attr); -ENOENT (no socket at the path, or CEP_SERVICE=none);
- * -ECONNREFUSED (nothing answers there); -ENODEV (the service has no such
+ * -ECONNREFUSED (nothing answers there); -ETIMEDOUT (no connection or no
+ * answer within @attr->timeout_ms); -ENODEV (the service has no such
  * port); -EPROTONOSUPPORT (a cepd of another protocol version or libcep
  * ABI); -EACCES; -ENAMETOOLONG; -ENOMEM; -EAGAIN (no thread); or another
- * error of socket(2) or connect(2). Any thread. */
+ * error of socket(2), connect(2) or pidfd_open(2). Any thread. The
+ * service learns who attaches from the HELLO's credentials and a pidfd
+ * of the process (cepd(8)). */
 CEP_EXPORT int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out);
 
 /* The core table of this context (for cep_table_check/stats). */

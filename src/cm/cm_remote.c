@@ -25,18 +25,28 @@
  * - When the service goes: every call then fails with -ECONNRESET, every
  *   id in a connection's course gets its error event with status
  *   -ECONNRESET (REQ_ERROR before a REP of ours, REP_ERROR after it,
- *   DREQ_ERROR once established, SIDR_REQ_ERROR), and cep_cm_destroy_id()
- *   still works (0 and a DESTROYED made here), so an application that
- *   waits for events wakes up and can clean up.
+ *   DREQ_ERROR once established, SIDR_REQ_ERROR), every id the user
+ *   destroyed whose DESTROYED had not come gets it (made here), and
+ *   cep_cm_destroy_id() still works (0 and a DESTROYED made here): each
+ *   id's DESTROYED exactly once, so an application that waits for events
+ *   wakes up and can clean up (and its channels can be destroyed).
  * - cep_cm_destroy() closes the connection: the service ends this
  *   client's ids as it does a dead client's (REJ, DREQ, listeners gone)
- *   and frees its QPs; here no event is delivered and the memory is freed.
+ *   and frees its QPs; no event reaches the user once it has decided
+ *   (a callback already running finishes first), and the memory is
+ *   freed. Of racing calls on one context exactly one does it; the
+ *   others get -EINVAL (not live), as on a local context.
+ * - cep_cm_attach() waits at most its timeout (default 10 s) for the
+ *   service: its connect (a full accept backlog) and the HELLO's answer.
+ *   The HELLO tells cepd who we are by credentials it cannot be fooled by
+ *   and a pidfd that cannot be recycled (cmr_hello_send, proto.h).
  *
  * Locks: r->lk (calls, the handle map, the pending-event queue, each rid's
  * delivering/done/phase) nests outside a channel's mutex; id.lock is taken
  * only by cm_event.c's ack (cm_channel_leave) and the context getters.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -44,6 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -114,7 +126,9 @@ struct cmr {
 				    way), newest first */
 	unsigned creating;       /* lk: such requests in flight */
 	int dead;                /* lk: the service has gone */
-	int closing;             /* lk: cep_cm_destroy: the callback thread ends */
+	int closing;             /* lk: cep_cm_destroy has decided: no event
+				    reaches the user any more, the callback
+				    thread ends */
 	uint8_t *rbuf;           /* the reader's buffer */
 	struct cmr *live_next;   /* live_lk */
 };
@@ -125,6 +139,10 @@ static pthread_mutex_t live_lk = PTHREAD_MUTEX_INITIALIZER;
 static struct cmr *live_head;   /* live_lk */
 /* The context whose callback thread this is (its callbacks run here). */
 static _Thread_local struct cmr *cb_self;
+
+#ifdef CEP_TEST_HOOKS
+void (*cmr_test_hook)(enum cmr_hook_point p, struct cep_cm *cm);
+#endif
 
 static struct cmr *R(struct cep_cm *cm)
 {
@@ -294,6 +312,9 @@ static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event 
 		d->destroyed = 1;
 	else
 		set_phase(d, ev->type);
+	if (r->closing)
+		return; /* cep_cm_destroy has decided: nothing more for the user;
+			   it frees every id itself */
 	if (d->hidden) {
 		if (ev->type == CEP_CM_EV_DESTROYED) { /* the user never had it */
 			r->map[HIDX(d->handle)] = NULL;
@@ -543,8 +564,11 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 		}
 }
 
+static void destroyed_here(struct cmr *r, struct rid *d);
+
 /* r->lk held: the service has gone. Fail every call; give each id in a
- * connection's course its error event. */
+ * connection's course its error event, and each id the user destroyed
+ * (or a hidden one) the DESTROYED the service will no longer send. */
 static void die_locked(struct cmr *r)
 {
 	if (r->dead)
@@ -587,6 +611,15 @@ static void die_locked(struct cmr *r)
 		}
 		route_event(r, d, &ev);
 	}
+	/* After a DESTROY_ID's reply its DESTROYED is the service's to send:
+	 * it never will now. Made here, once (destroyed_here skips an id that
+	 * has had it; cmr_destroy_id's own, for a call the death failed,
+	 * finds it had). A hidden id's frees it: the next is read first. */
+	for (struct rid *d = r->all, *next; d; d = next) {
+		next = d->all_next;
+		if (d->gone || d->hidden)
+			destroyed_here(r, d);
+	}
 	pthread_cond_broadcast(&r->cv);
 }
 
@@ -628,11 +661,11 @@ static void deliver(struct cmr *r)
 	for (;;) {
 		struct pev *p;
 		struct rid *d, *l;
-		int verdict, gone;
+		int verdict, gone, closing;
 
 		pthread_mutex_lock(&r->lk);
 		p = r->qhead;
-		if (!p) {
+		if (!p || r->closing) { /* closing: cmr_destroy drops the rest */
 			pthread_mutex_unlock(&r->lk);
 			return;
 		}
@@ -650,11 +683,12 @@ static void deliver(struct cmr *r)
 		d->delivering = 0;
 		if (p->ev.type == CEP_CM_EV_DESTROYED && !gone)
 			d->done = 1;
+		closing = r->closing;
 		pthread_cond_broadcast(&r->cv);
 		pthread_mutex_unlock(&r->lk);
 		if (p->ev.type == CEP_CM_EV_DESTROYED)
 			cmr_id_put(&d->id); /* the user's reference: dead now */
-		else if (verdict && !gone)
+		else if (verdict && !gone && !closing) /* closing: the context ends it */
 			(void)cmr_destroy_id(&d->id);
 		cmr_id_put(&d->id);
 		if (l)
@@ -914,20 +948,156 @@ int cmr_cm_call(struct cep_cm *cm, uint32_t op, uint32_t a, uint32_t b)
 
 /* ---- the context ------------------------------------------------------------ */
 
+/* The HELLO @h on @fd, with who we are for the service (proto.h): the
+ * control messages SCM_CREDENTIALS (this process's pid, effective uid and
+ * gid: what the kernel lets an unprivileged sender claim, and what
+ * SO_PEERCRED says) and SCM_RIGHTS with one fd, a pidfd of this process,
+ * closed here once sent; without SCM_RIGHTS where pidfd_open(2) is ENOSYS.
+ * Blocks as sendmsg(2) does on @fd (SO_SNDTIMEO bounds it). 0, -EAGAIN
+ * (SO_SNDTIMEO passed), an error of pidfd_open(2) (-EMFILE, -ENFILE,
+ * -ENOMEM) or of sendmsg(2). Any thread; tests that speak the protocol
+ * raw send their HELLO with it too. */
+int cmr_hello_send(int fd, const struct cepd_hello *h)
+{
+	union {
+		struct cmsghdr align;
+		uint8_t b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct ucred cr = { .pid = getpid(), .uid = geteuid(), .gid = getegid() };
+	struct iovec iov = { .iov_base = (void *)h, .iov_len = sizeof(*h) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b };
+	struct cmsghdr *c;
+	ssize_t n;
+	int pidfd, ret;
+
+#ifdef SYS_pidfd_open
+	pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
+#else
+	pidfd = -1;
+	errno = ENOSYS;
+#endif
+	if (pidfd < 0 && errno != ENOSYS)
+		return -errno;
+	memset(&ctl, 0, sizeof(ctl));
+	m.msg_controllen = CMSG_SPACE(sizeof(cr)) + (pidfd >= 0 ? CMSG_SPACE(sizeof(int)) : 0);
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_CREDENTIALS;
+	c->cmsg_len = CMSG_LEN(sizeof(cr));
+	memcpy(CMSG_DATA(c), &cr, sizeof(cr));
+	if (pidfd >= 0) {
+		c = CMSG_NXTHDR(&m, c);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pidfd, sizeof(int));
+	}
+	do
+		n = sendmsg(fd, &m, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR); /* a packet goes whole or not at all */
+	ret = n < 0 ? -errno : 0;
+	if (pidfd >= 0)
+		close(pidfd); /* the service holds its own copy now */
+	return ret;
+}
+
+/* Microseconds left until @dl (CLOCK_MONOTONIC); <= 0 once passed. */
+static long long us_left(const struct timespec *dl)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (long long)(dl->tv_sec - now.tv_sec) * 1000000 +
+	       (dl->tv_nsec - now.tv_nsec) / 1000;
+}
+
+/* Bound @fd's blocking connect and sends by @us (> 0; 0 = for ever). */
+static void send_timeout(int fd, long long us)
+{
+	struct timeval tv = { .tv_sec = (time_t)(us / 1000000),
+			      .tv_usec = (suseconds_t)(us % 1000000) };
+
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* Connect @fd to @sa, send the HELLO @h and receive its answer into @buf,
+ * all before @dl: the answer's length, or -ETIMEDOUT, -ECONNREFUSED
+ * (closed on us: not a cepd, or stopping) or connect's error. A full
+ * accept backlog makes a Unix socket's connect wait (SO_SNDTIMEO bounds
+ * it, then EAGAIN); a service that takes the connection and never answers
+ * is bounded by the poll. */
+static ssize_t hello(int fd, const struct sockaddr_un *sa, const struct cepd_hello *h,
+		     void *buf, size_t len, const struct timespec *dl, const char **step)
+{
+	long long us;
+	ssize_t n;
+	int ret;
+
+	*step = "not connected: the service's accept backlog stayed full";
+	for (;;) {
+		if ((us = us_left(dl)) <= 0)
+			return -ETIMEDOUT;
+		send_timeout(fd, us);
+		if (!connect(fd, (const struct sockaddr *)sa, sizeof(*sa)))
+			break;
+		if (errno != EINTR) /* a Unix connect is still undone after EINTR */
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+	}
+	*step = "the HELLO could not be sent";
+	if ((us = us_left(dl)) <= 0)
+		return -ETIMEDOUT;
+	send_timeout(fd, us);
+	ret = cmr_hello_send(fd, h);
+	if (ret == -EAGAIN)
+		return -ETIMEDOUT;
+	if (ret == -EPIPE || ret == -ECONNRESET || ret == -ECONNREFUSED)
+		return -ECONNREFUSED;
+	if (ret)
+		return ret;
+	*step = "the HELLO was not answered";
+	for (;;) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		int ms;
+
+		if ((us = us_left(dl)) <= 0)
+			return -ETIMEDOUT;
+		ms = us / 1000 + 1 > 1000000 ? 1000000 : (int)(us / 1000 + 1);
+		ret = poll(&pf, 1, ms);
+		if (ret < 0 && errno != EINTR)
+			return -errno;
+		if (ret <= 0)
+			continue;
+		n = recv(fd, buf, len, MSG_DONTWAIT);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		send_timeout(fd, 0); /* calls' sends block as before */
+		return n < 0 ? -ECONNREFUSED : n;
+	}
+}
+
 int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	const char *path;
+	const char *path, *step;
 	struct cepd_hello h;
 	struct cepd_hello_rep rep;
 	_Alignas(8) uint8_t buf[sizeof(struct cepd_rep) + sizeof(rep)];
+	struct timespec dl;
+	uint64_t timeout_ms = 0;
 	struct cmr *r;
 	ssize_t n;
 	int ret;
 
-	if (!attr || !out || attr->size < sizeof(*attr) ||
+	/* a caller built before timeout_ms ends its struct there */
+	if (!attr || !out || attr->size < offsetof(struct cep_cm_attach_attr, timeout_ms) ||
 	    (attr->device && strlen(attr->device) >= CEPD_DEVICE_MAX))
 		return -EINVAL;
+	if (attr->size >= offsetof(struct cep_cm_attach_attr, timeout_ms) + sizeof(attr->timeout_ms))
+		timeout_ms = attr->timeout_ms;
+	if (!timeout_ms)
+		timeout_ms = CMR_ATTACH_TIMEOUT_MS;
+	if (timeout_ms > UINT64_C(1) << 40)
+		timeout_ms = UINT64_C(1) << 40; /* 34 years: no time_t overflow */
 	path = attr->socket;
 	if (!path) {
 		path = getenv("CEP_SERVICE");
@@ -939,6 +1109,13 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	memcpy(sa.sun_path, path, strlen(path) + 1);
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += (time_t)(timeout_ms / 1000);
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -948,20 +1125,17 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 		ret = r->fd < 0 ? -errno : -ENOMEM;
 		goto fail;
 	}
-	if (connect(r->fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		ret = -errno;
-		goto fail;
-	}
 	cepd_hello_init(&h, 0, attr->port_num);
 	if (attr->device)
 		memcpy(h.device, attr->device, strlen(attr->device) + 1);
-	if (send(r->fd, &h, sizeof(h), MSG_NOSIGNAL) < 0) {
-		ret = -ECONNREFUSED;
+	n = hello(r->fd, &sa, &h, buf, sizeof(buf), &dl, &step);
+	if (n == -ETIMEDOUT)
+		fprintf(stderr, "libcep: cep_cm_attach: %s: %s in %llu ms\n", path, step,
+			(unsigned long long)timeout_ms);
+	if (n < 0) {
+		ret = (int)n;
 		goto fail;
 	}
-	do
-		n = recv(r->fd, buf, sizeof(buf), 0);
-	while (n < 0 && errno == EINTR);
 	if (n < (ssize_t)sizeof(struct cepd_rep)) {
 		ret = -ECONNREFUSED; /* closed on us: not a cepd, or stopping */
 		goto fail;
@@ -1009,31 +1183,61 @@ fail:
 	return ret;
 }
 
+/* cep_cm_destroy's decision, one step under live_lk, as the local
+ * context's (cm.c, live_close): a second, racing call finds @r either
+ * live and unchanged or gone, and reads none of its memory once gone (the
+ * winner frees it). -EINVAL (not live), -EDEADLK (on its callback thread),
+ * -EBUSY (an event taken and not acked), all changing nothing; or 0: @r is
+ * no longer live and no event of it can be taken any more (CM_CLOSED). */
+static int live_close(struct cmr *r)
+{
+	int ret = -EINVAL;
+
+	pthread_mutex_lock(&live_lk);
+	for (struct cmr **pp = &live_head; *pp; pp = &(*pp)->live_next) {
+		uint32_t none = 0;
+
+		if (*pp != r)
+			continue;
+		if (cb_self == r)
+			ret = -EDEADLK;
+		/* One RMW against cm_event_take's: an event is taken first and
+		 * we refuse, or we close first and none is taken. */
+		else if (!atomic_compare_exchange_strong_explicit(&r->cm.taken, &none, CM_CLOSED,
+								  memory_order_acq_rel,
+								  memory_order_relaxed))
+			ret = -EBUSY;
+		else {
+			*pp = r->live_next;
+			ret = 0;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&live_lk);
+	return ret;
+}
+
+/* cep_cm_destroy of a context cm.c found live (cmr_is_live): it may have
+ * been destroyed since by a racing call, so nothing of it is read before
+ * live_close says it is ours. */
 int cmr_destroy(struct cep_cm *cm)
 {
 	struct cmr *r = R(cm);
-	uint32_t none = 0;
+	int ret;
 
-	if (cb_self == r)
-		return -EDEADLK;
-	/* as the local destroy: an event taken and not acked refuses it */
-	if (!atomic_compare_exchange_strong_explicit(&cm->taken, &none, CM_CLOSED,
-						     memory_order_acq_rel, memory_order_relaxed))
-		return -EBUSY;
-	pthread_mutex_lock(&live_lk);
-	for (struct cmr **pp = &live_head; *pp; pp = &(*pp)->live_next)
-		if (*pp == r) {
-			*pp = r->live_next;
-			break;
-		}
-	pthread_mutex_unlock(&live_lk);
-	/* the service sees EOF and ends our ids; the reader sees it too */
-	shutdown(r->fd, SHUT_RDWR);
-	pthread_join(r->reader, NULL); /* it ends on the shut socket */
+	CMR_HOOK(CMR_HOOK_DESTROY, cm);
+	ret = live_close(r);
+	if (ret)
+		return ret;
+	/* Before the socket ends: the reader's death events (die_locked) and
+	 * whatever is queued reach nobody; a callback running now finishes. */
 	pthread_mutex_lock(&r->lk);
 	r->closing = 1;
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->lk);
+	/* the service sees EOF and ends our ids; the reader sees it too */
+	shutdown(r->fd, SHUT_RDWR);
+	pthread_join(r->reader, NULL); /* it ends on the shut socket */
 	pthread_join(r->deliverer, NULL);
 	/* nothing delivers now: drop what is queued and free every id (an
 	 * extra reference on each keeps them while their channel events go) */

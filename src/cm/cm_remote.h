@@ -43,6 +43,32 @@ static inline const struct cep_port_info *cmr_port(const struct cep_cm *cm)
  * restarted, or was never answering again). */
 #define CMR_GONE (-ECONNRESET)
 
+/* cep_cm_attach's bound on the service's connect and HELLO answer when
+ * the caller gives none (cep_cm_attach_attr.timeout_ms 0). */
+#define CMR_ATTACH_TIMEOUT_MS 10000u
+
+struct cepd_hello;
+/* Send the HELLO @h on the connected socket @fd with the ancillary data
+ * that tells cepd who sends it (src/service/proto.h): SCM_CREDENTIALS,
+ * then SCM_RIGHTS with this process's pidfd (none where pidfd_open is
+ * ENOSYS). 0 or -errno (-EAGAIN: SO_SNDTIMEO passed). Any thread; for
+ * tests that speak the protocol raw as well. */
+int cmr_hello_send(int fd, const struct cepd_hello *h);
+
+/* Test hook points: compiled only into the tests' copy of the library
+ * (-DCEP_TEST_HOOKS, tests/service/meson.build); a test holds a race
+ * window open by blocking in the hook (bounded). A stress yield otherwise. */
+enum cmr_hook_point {
+	CMR_HOOK_DESTROY, /* cep_cm_destroy: cm.c found the context live,
+			     cmr_destroy has not decided yet */
+};
+#ifdef CEP_TEST_HOOKS
+extern void (*cmr_test_hook)(enum cmr_hook_point p, struct cep_cm *cm);
+#define CMR_HOOK(p, cm) do { if (cmr_test_hook) cmr_test_hook((p), (cm)); } while (0)
+#else
+#define CMR_HOOK(p, cm) CEP_YIELD()
+#endif
+
 /* 1 if @cm is a live remote context (a pointer compare: @cm need not be
  * valid memory, as cep_cm_destroy's own liveness check). */
 int cmr_is_live(const struct cep_cm *cm);

@@ -30,7 +30,7 @@
 #include <cep/cm.h>
 
 #define CEPD_MAGIC 0x43455044u   /* "CEPD" */
-#define CEPD_VERSION 1u
+#define CEPD_VERSION 2u   /* 2: the HELLO carries the client's identity */
 #define CEPD_MSG_MAX (64u * 1024u)
 #define CEPD_DEFAULT_SOCKET "/run/cep/cepd.sock"
 #define CEPD_DEVICE_MAX 64       /* RDMA device name, NUL included */
@@ -71,7 +71,18 @@ struct cepd_hdr {
 	uint64_t seq;       /* request: the client's; REPLY: echoed; EVENTS: 0 */
 };
 
-/* HELLO: which port the client attaches to. */
+/* HELLO: which port the client attaches to. Sent with sendmsg(2) and two
+ * control messages (level SOL_SOCKET), in this order:
+ * - SCM_CREDENTIALS: struct ucred { getpid(), geteuid(), getegid() } (the
+ *   kernel refuses a pid, uid or gid an unprivileged sender does not
+ *   hold; the service reads them with SO_PASSCRED set);
+ * - SCM_RIGHTS: exactly one fd, a pidfd of the sending process
+ *   (pidfd_open(getpid(), 0)), which the client closes once sent: a
+ *   handle of the client that cannot be recycled. Absent where
+ *   pidfd_open is ENOSYS (kernels before 5.3).
+ * The client's sender is cmr_hello_send() (src/cm/cm_remote.h); tests
+ * that speak the protocol raw may use it. A HELLO sent with plain send()
+ * has neither. */
 #define CEPD_HELLO_STATS 1u /* a statistics reader: no port, only SERVICE_STATS */
 struct cepd_hello {
 	struct cepd_hdr h;

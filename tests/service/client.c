@@ -1,0 +1,1011 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cepd client (src/cm/cm_remote.c) where the service misbehaves or the
+ * application races it (issue 26). Most cases talk to a fake cepd: a
+ * Unix SOCK_SEQPACKET socket of this process served by threads of this
+ * test in the protocol of src/service/proto.h, which answers every
+ * request with 0 (and makes a handle for CEPD_F_CREATE) and can be
+ * scripted to die at an exact message, never answer the HELLO, or never
+ * accept. One case runs a real `cepd --fabric 2`.
+ *
+ *   destroyed-after-death   cepd dies after its DESTROY_ID replies, before
+ *                           the DESTROYED events (and with a DESTROY_ID in
+ *                           flight): each destroyed id gets DESTROYED
+ *                           exactly once, made here; the channel can then
+ *                           be destroyed (cep_cm(3): "nothing waits for
+ *                           ever").
+ *   destroy-quiet           cep_cm_destroy while a callback runs and an
+ *                           event waits behind it, with ids in REQ_SENT,
+ *                           REP_SENT and ESTABLISHED: no event is delivered
+ *                           once the destroy has begun (cep_cm(3): "No
+ *                           event is delivered in the process").
+ *   destroy-quiet-cepd      the same through a real cepd: B, established
+ *                           with A, destroys its context: no event at B, a
+ *                           DREQ at A.
+ *   destroy-race            two cep_cm_destroy of one context: exactly one
+ *                           0, the other -EINVAL, as two on a local
+ *                           context (cm.h: "cep_cm_destroy() of a context
+ *                           that is not live ... is -EINVAL"); first held
+ *                           in the window between cm.c's live check and
+ *                           the decision (CMR_HOOK_DESTROY), then raced
+ *                           freely for TSan.
+ *   attach-timeout-hello    a service that takes the connection and never
+ *                           answers the HELLO: -ETIMEDOUT after timeout_ms.
+ *   attach-timeout-backlog  a service whose accept backlog is full: the
+ *                           same.
+ *   attach-timeout-default  a caller whose struct ends before timeout_ms:
+ *                           the default, 10 s.
+ *   hello-identity          the HELLO's control messages: SCM_CREDENTIALS
+ *                           (our pid, euid, egid), then SCM_RIGHTS with
+ *                           one pidfd of this process; the client keeps no
+ *                           pidfd open.
+ *   hello-nopidfd           where pidfd_open is ENOSYS (a seccomp filter
+ *                           in a child): credentials, no SCM_RIGHTS, and
+ *                           the attach works.
+ *
+ * Usage: test-service-client CEPD-PATH CASE
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cep/cm.h>
+
+#include "../common/check.h"
+#include "cepd_test.h"
+#include "cm/cm_remote.h"
+#include "service/proto.h"
+
+static const char *cepd_path;
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Wait (at most @ms) for @f to become non-zero. */
+static int wait_flag(_Atomic int *f, int ms)
+{
+	for (int i = 0; i < ms && !atomic_load(f); i++)
+		usleep(1000);
+	return atomic_load(f);
+}
+
+/* ---- the fake cepd ---------------------------------------------------------- */
+
+/* What the HELLO of a connection carried besides its bytes. */
+struct hello_seen {
+	int got;                 /* a HELLO came */
+	int version;
+	int ncmsg, types[4];     /* control messages, in order */
+	int has_cred;
+	struct ucred cred;
+	int nfds;                /* fds of SCM_RIGHTS, all together */
+	int pidfd_of_us;         /* exactly one, a pidfd whose pid is ours */
+};
+
+/* What a DESTROY_ID does to the fake (FAKE_REPLY otherwise). */
+enum { FAKE_REPLY, FAKE_REPLY_DIE, FAKE_DIE };
+
+struct fake {
+	char dir[64], path[108];
+	int lfd;
+	int answer_hello;        /* 0: read the HELLO, never answer it */
+	int (*on_destroy)(uint32_t handle);
+	pthread_t acceptor;
+	int accepting;           /* an acceptor thread runs */
+	pthread_mutex_t mu;
+	_Atomic int conns;       /* connection threads running (detached) */
+	int fd;                  /* mu: the latest connection, -1 once it ended */
+	struct hello_seen seen;  /* mu: the first connection's HELLO */
+	uint32_t next_handle;    /* mu */
+	_Atomic int eof;         /* a client closed its connection */
+	_Atomic int died;        /* the fake closed a connection on purpose */
+};
+
+static struct fake F;
+
+/* What the client itself gave sendmsg(2) with its HELLO. The fake alone
+ * cannot tell: the kernel adds credentials of its own to a message sent
+ * before the receiving socket is accepted (unix_passcred_enabled), so a
+ * client that sends none may still be seen with some. The test links
+ * with -Wl,--wrap=sendmsg (meson.build): the library's calls come here. */
+static pthread_mutex_t sent_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct hello_seen sent;   /* sent_mu */
+
+static int is_our_pidfd(int fd);
+ssize_t __real_sendmsg(int fd, const struct msghdr *m, int flags);
+ssize_t __wrap_sendmsg(int fd, const struct msghdr *m, int flags);
+
+ssize_t __wrap_sendmsg(int fd, const struct msghdr *m, int flags)
+{
+	const struct cepd_hdr *h = m->msg_iovlen ? m->msg_iov[0].iov_base : NULL;
+
+	if (h && m->msg_iov[0].iov_len >= sizeof(*h) && h->op == CEPD_HELLO) {
+		struct hello_seen s;
+
+		memset(&s, 0, sizeof(s));
+		s.got = 1;
+		s.version = (int)((const struct cepd_hello *)h)->version;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR((struct msghdr *)m, c)) {
+			if (s.ncmsg < 4)
+				s.types[s.ncmsg] = c->cmsg_level == SOL_SOCKET ? c->cmsg_type : -1;
+			s.ncmsg++;
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+			    c->cmsg_len == CMSG_LEN(sizeof(s.cred))) {
+				s.has_cred = 1;
+				memcpy(&s.cred, CMSG_DATA(c), sizeof(s.cred));
+			}
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+				int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int)), rfd;
+
+				memcpy(&rfd, CMSG_DATA(c), sizeof(int));
+				s.pidfd_of_us = s.nfds == 0 && k == 1 && is_our_pidfd(rfd);
+				s.nfds += k;
+			}
+		}
+		pthread_mutex_lock(&sent_mu);
+		sent = s;
+		pthread_mutex_unlock(&sent_mu);
+	}
+	return __real_sendmsg(fd, m, flags);
+}
+
+/* Whether @fd is a pidfd of this process (its fdinfo's Pid line). */
+static int is_our_pidfd(int fd)
+{
+	char p[64], link[64], line[128];
+	ssize_t n;
+	FILE *f;
+	int ours = 0;
+
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	n = readlink(p, link, sizeof(link) - 1);
+	if (n < 0)
+		return 0;
+	link[n] = 0;
+	if (strcmp(link, "anon_inode:[pidfd]") && strncmp(link, "pidfd:", 6))
+		return 0;
+	snprintf(p, sizeof(p), "/proc/self/fdinfo/%d", fd);
+	f = fopen(p, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Pid:", 4))
+			ours = atoi(line + 4) == (int)getpid();
+	fclose(f);
+	return ours;
+}
+
+/* pidfds open in this process. */
+static int count_pidfds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL) {
+		char p[300], link[64];
+		ssize_t k;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "/proc/self/fd/%s", e->d_name);
+		k = readlink(p, link, sizeof(link) - 1);
+		if (k < 0)
+			continue;
+		link[k] = 0;
+		if (!strcmp(link, "anon_inode:[pidfd]") || !strncmp(link, "pidfd:", 6))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Receive the HELLO on @fd with its control messages into @s. SO_PASSCRED
+ * is set only now that the HELLO waits: credentials the kernel would add
+ * by itself (when the receiver passes them at send time) are not there,
+ * so what is seen is what the client sent. Fds received are checked and
+ * closed. -1 on EOF. */
+static int recv_hello(int fd, struct hello_seen *s)
+{
+	struct cepd_hello h;
+	union {
+		struct cmsghdr align;
+		uint8_t b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(8 * sizeof(int)) + 64];
+	} ctl;
+	struct iovec iov = { .iov_base = &h, .iov_len = sizeof(h) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+			    .msg_controllen = sizeof(ctl.b) };
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	int one = 1;
+	ssize_t n;
+
+	if (poll(&pf, 1, 10000) != 1)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return -1;
+	memset(s, 0, sizeof(*s));
+	s->got = 1;
+	s->version = n == (ssize_t)sizeof(h) ? (int)h.version : -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+		if (s->ncmsg < 4)
+			s->types[s->ncmsg] = c->cmsg_level == SOL_SOCKET ? c->cmsg_type : -1;
+		s->ncmsg++;
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
+			s->has_cred = 1;
+			memcpy(&s->cred, CMSG_DATA(c), sizeof(s->cred));
+		}
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+			for (int i = 0; i < k; i++) {
+				int rfd;
+
+				memcpy(&rfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				s->pidfd_of_us = s->nfds == 0 && is_our_pidfd(rfd);
+				s->nfds++;
+				close(rfd);
+			}
+		}
+	}
+	if (s->nfds != 1)
+		s->pidfd_of_us = 0;
+	return 0;
+}
+
+static void send_reply(int fd, uint64_t seq, int ret, const void *pl, size_t len)
+{
+	_Alignas(8) uint8_t buf[sizeof(struct cepd_rep) + 256];
+	struct cepd_rep *r = (struct cepd_rep *)buf;
+
+	memset(buf, 0, sizeof(buf));
+	r->h.op = CEPD_REPLY;
+	r->h.len = (uint32_t)(sizeof(*r) + len);
+	r->h.seq = seq;
+	r->ret = ret;
+	if (len)
+		memcpy(buf + sizeof(*r), pl, len);
+	(void)send(fd, buf, r->h.len, MSG_NOSIGNAL);
+}
+
+/* One client connection: its HELLO, then every request answered with 0
+ * (a handle for a creating request) until the client closes, or the
+ * script of DESTROY_ID says to die. */
+static void *fake_conn(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	struct hello_seen s;
+	_Alignas(8) uint8_t buf[CEPD_MSG_MAX];
+
+	if (recv_hello(fd, &s) == 0) {
+		pthread_mutex_lock(&F.mu);
+		if (!F.seen.got)
+			F.seen = s;
+		pthread_mutex_unlock(&F.mu);
+		if (F.answer_hello) {
+			struct cepd_hello_rep rep;
+
+			memset(&rep, 0, sizeof(rep));
+			rep.version = CEPD_VERSION;
+			rep.workers = 1;
+			rep.ca_guid = 0x0002c90300a00000ull;
+			send_reply(fd, 1, 0, &rep, sizeof(rep));
+		}
+	}
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		const struct cepd_req *q = (const struct cepd_req *)buf;
+		int act = FAKE_REPLY;
+
+		if (n <= 0) {
+			atomic_store(&F.eof, 1);
+			break;
+		}
+		if ((size_t)n < sizeof(*q))
+			continue;
+		if (q->h.op == CEPD_DESTROY_ID && F.on_destroy)
+			act = F.on_destroy(q->handle);
+		if (act == FAKE_DIE)
+			break;
+		if (q->h.seq && ((q->flags & CEPD_F_CREATE) || q->h.op == CEPD_CREATE_ID)) {
+			struct cepd_id_rep idr;
+
+			pthread_mutex_lock(&F.mu);
+			idr.handle = ++F.next_handle;
+			pthread_mutex_unlock(&F.mu);
+			idr.local_comm_id = 0x1000 + idr.handle;
+			send_reply(fd, q->h.seq, 0, &idr, sizeof(idr));
+		} else if (q->h.seq) {
+			send_reply(fd, q->h.seq, 0, NULL, 0);
+		}
+		if (act == FAKE_REPLY_DIE)
+			break;
+	}
+	pthread_mutex_lock(&F.mu);
+	if (F.fd == fd)
+		F.fd = -1;
+	pthread_mutex_unlock(&F.mu);
+	if (!atomic_load(&F.eof))
+		atomic_store(&F.died, 1);
+	close(fd); /* the service is gone, for this client */
+	atomic_fetch_sub(&F.conns, 1); /* last: fake_stop may free F's mutex */
+	return NULL;
+}
+
+static void *fake_accept(void *arg)
+{
+	pthread_attr_t at;
+
+	(void)arg;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	for (;;) {
+		int fd = accept4(F.lfd, NULL, NULL, SOCK_CLOEXEC);
+		pthread_t t;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			break; /* shut down: fake_stop */
+		}
+		pthread_mutex_lock(&F.mu);
+		F.fd = fd;
+		pthread_mutex_unlock(&F.mu);
+		atomic_fetch_add(&F.conns, 1);
+		if (pthread_create(&t, &at, fake_conn, (void *)(intptr_t)fd)) {
+			atomic_fetch_sub(&F.conns, 1);
+			close(fd);
+		}
+	}
+	pthread_attr_destroy(&at);
+	return NULL;
+}
+
+/* Listen with @backlog; @accepting: serve (else connections wait in the
+ * backlog for ever); @on_destroy: the script of DESTROY_ID (NULL: answer). */
+static void fake_start(int backlog, int accepting, int answer_hello,
+		       int (*on_destroy)(uint32_t handle))
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	memset(&F, 0, sizeof(F));
+	pthread_mutex_init(&F.mu, NULL);
+	F.fd = -1;
+	F.answer_hello = answer_hello;
+	F.on_destroy = on_destroy;
+	snprintf(F.dir, sizeof(F.dir), "/tmp/cep-client-XXXXXX");
+	if (!mkdtemp(F.dir)) {
+		perror("mkdtemp");
+		exit(1);
+	}
+	snprintf(F.path, sizeof(F.path), "%s/cepd.sock", F.dir);
+	memcpy(sa.sun_path, F.path, strlen(F.path) + 1);
+	F.lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (F.lfd < 0 || bind(F.lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(F.lfd, backlog)) {
+		perror("fake cepd");
+		exit(1);
+	}
+	F.accepting = accepting;
+	if (accepting && pthread_create(&F.acceptor, NULL, fake_accept, NULL)) {
+		perror("pthread_create");
+		exit(1);
+	}
+}
+
+static void fake_stop(void)
+{
+	shutdown(F.lfd, SHUT_RDWR); /* the acceptor's accept fails */
+	if (F.accepting)
+		pthread_join(F.acceptor, NULL);
+	close(F.lfd);
+	/* every client closed (its context destroyed): each thread ends */
+	for (int i = 0; i < 10000 && atomic_load(&F.conns); i++)
+		usleep(1000);
+	CHECK_EQ(atomic_load(&F.conns), 0);
+	unlink(F.path);
+	rmdir(F.dir);
+	pthread_mutex_destroy(&F.mu);
+}
+
+/* An EVENTS message of @n records (@types[i] for the id @handles[i], no
+ * MAD) on the latest connection. */
+static void fake_events(int n, const uint32_t *handles, const uint32_t *types)
+{
+	_Alignas(8) uint8_t buf[sizeof(struct cepd_events) + 8 * (sizeof(struct cepd_ev) + 8)];
+	struct cepd_events *m = (struct cepd_events *)buf;
+	size_t rec = (sizeof(struct cepd_ev) + 7) & ~(size_t)7, off = sizeof(*m);
+	int fd;
+
+	memset(buf, 0, sizeof(buf));
+	m->h.op = CEPD_EVENTS;
+	m->count = (uint32_t)n;
+	for (int i = 0; i < n && i < 8; i++) {
+		struct cepd_ev e;
+
+		memset(&e, 0, sizeof(e));
+		e.len = (uint32_t)rec;
+		e.type = types[i];
+		e.handle = handles[i];
+		e.local_comm_id = 0x1000 + handles[i];
+		memcpy(buf + off, &e, sizeof(e));
+		off += rec;
+	}
+	m->h.len = (uint32_t)off;
+	pthread_mutex_lock(&F.mu);
+	fd = F.fd;
+	pthread_mutex_unlock(&F.mu);
+	CHECK(fd >= 0 && send(fd, buf, off, MSG_NOSIGNAL) == (ssize_t)off);
+}
+
+static struct cep_cm *attach_fake(void)
+{
+	struct cep_cm_attach_attr a = { .size = sizeof(a), .socket = F.path };
+	struct cep_cm *cm = NULL;
+
+	CHECK_EQ(cep_cm_attach(&a, &cm), 0);
+	if (!cm)
+		exit(check_done("attach"));
+	return cm;
+}
+
+/* The fake's handle of an id (made by its first request). */
+static uint32_t handle_of(struct cep_cm_id *id)
+{
+	return (uint32_t)(cep_cm_id_local_comm_id(id) - 0x1000);
+}
+
+/* ---- events seen ----------------------------------------------------------- */
+
+#define IDS 8
+static struct cep_cm_id *_Atomic ids[IDS];
+static _Atomic int seen[IDS][CEP_CM_EVENT_COUNT];
+static _Atomic int after_destroy;   /* events delivered once cep_cm_destroy began */
+static _Atomic int destroying;
+static _Atomic int block_in, block_out; /* a callback held until released */
+static _Atomic int block_type = -1;
+
+static int slot(struct cep_cm_id *id)
+{
+	for (int i = 0; i < IDS; i++)
+		if (atomic_load(&ids[i]) == id)
+			return i;
+	return -1;
+}
+
+static int handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	int i = slot(id);
+
+	if (atomic_load(&destroying))
+		atomic_fetch_add(&after_destroy, 1);
+	if (i >= 0 && ev->type < CEP_CM_EVENT_COUNT)
+		atomic_fetch_add(&seen[i][ev->type], 1);
+	if ((int)ev->type == atomic_load(&block_type)) {
+		atomic_store(&block_type, -1);
+		atomic_store(&block_in, 1);
+		wait_flag(&block_out, 10000);
+	}
+	return 0;
+}
+
+static struct cep_cm_id *new_id(struct cep_cm *cm, int i, struct cep_cm_channel *ch)
+{
+	struct cep_cm_id_attr a = { .size = sizeof(a) };
+	struct cep_cm_id *id = NULL;
+
+	if (ch)
+		a.channel = ch;
+	else
+		a.handler = handler;
+	CHECK_EQ(cep_cm_create_id(cm, &a, &id), 0);
+	atomic_store(&ids[i], id);
+	return id;
+}
+
+/* ---- destroyed-after-death --------------------------------------------------- */
+
+static _Atomic uint32_t h_z; /* read by the fake's thread */
+
+/* The DESTROY_IDs of X and Y are answered and their DESTROYED never sent;
+ * at Z's the service dies, that call in flight. */
+static int death_script(uint32_t h)
+{
+	return h == atomic_load(&h_z) ? FAKE_DIE : FAKE_REPLY;
+}
+
+static void case_destroyed_after_death(void)
+{
+	struct cep_cm_channel *ch;
+	struct cep_cm_id *x, *y, *z, *w;
+	struct cep_cm_event *ev;
+	struct cep_cm *cm;
+	int y_destroyed = 0, other = 0;
+
+	fake_start(16, 1, 1, death_script);
+	cm = attach_fake();
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	x = new_id(cm, 0, NULL);
+	y = new_id(cm, 1, ch);
+	w = new_id(cm, 3, NULL); /* never made there: ends here, last */
+	CHECK_EQ(cep_cm_listen(x, 0x100, ~0ull), 0);
+	CHECK_EQ(cep_cm_listen(y, 0x101, ~0ull), 0);
+	z = new_id(cm, 2, NULL);
+	CHECK_EQ(cep_cm_listen(z, 0x102, ~0ull), 0);
+	atomic_store(&h_z, handle_of(z));
+	CHECK_EQ(cep_cm_destroy_id(x), 0);  /* answered; DESTROYED never sent */
+	CHECK_EQ(cep_cm_destroy_id(y), 0);  /* the same, on the channel */
+	/* the service dies with this one in flight: it ends here, once,
+	 * whichever of the death and the failed call makes DESTROYED */
+	CHECK_EQ(cep_cm_destroy_id(z), 0);
+	CHECK(wait_flag(&F.died, 5000));
+	/* W's DESTROYED is made after every other: once handled, all before
+	 * it have been (one callback thread, in order) */
+	CHECK_EQ(cep_cm_destroy_id_sync(w), 0);
+	CHECK_EQ(atomic_load(&seen[0][CEP_CM_EV_DESTROYED]), 1); /* X */
+	CHECK_EQ(atomic_load(&seen[2][CEP_CM_EV_DESTROYED]), 1); /* Z */
+	CHECK_EQ(atomic_load(&seen[3][CEP_CM_EV_DESTROYED]), 1); /* W */
+	while (cep_cm_get_event(ch, &ev) == 0) {
+		if (ev->id == y && ev->type == CEP_CM_EV_DESTROYED)
+			y_destroyed++;
+		else
+			other++;
+		cep_cm_ack_event(ev);
+	}
+	CHECK_EQ(y_destroyed, 1);
+	CHECK_EQ(other, 0);
+	/* Y's DESTROYED acked: the channel is free of it */
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+	CHECK_EQ(cep_cm_destroy(cm), 0);
+	fake_stop();
+}
+
+/* ---- destroy-quiet --------------------------------------------------------------- */
+
+static void *destroy_thread(void *arg)
+{
+	return (void *)(intptr_t)cep_cm_destroy(arg);
+}
+
+static void case_destroy_quiet(void)
+{
+	struct cep_cm_conn_param cp;
+	struct cep_cm_accept_param ap;
+	struct cep_cm_id *a, *b, *c;
+	struct cep_cm *cm;
+	pthread_t t;
+	void *ret;
+	uint32_t hs[2], ts[2];
+
+	fake_start(16, 1, 1, NULL);
+	cm = attach_fake();
+	a = new_id(cm, 0, NULL);
+	b = new_id(cm, 1, NULL);
+	c = new_id(cm, 2, NULL);
+	cepd_fabric_conn(&cp, 0, 1, 0x200, 0x100, 16);
+	CHECK_EQ(cep_cm_connect(a, &cp), 0);     /* REQ_SENT: REQ_ERROR at death */
+	memset(&ap, 0, sizeof(ap));
+	ap.size = sizeof(ap);
+	ap.qpn = 0x101;
+	CHECK_EQ(cep_cm_accept(b, &ap), 0);      /* REP_SENT: REP_ERROR */
+	CHECK_EQ(cep_cm_rtu(c, NULL, 0), 0);     /* ESTABLISHED: DREQ_ERROR */
+	/* A's callback holds the callback thread; B's event waits behind it */
+	atomic_store(&block_type, CEP_CM_EV_MRA_RECEIVED);
+	hs[0] = handle_of(a);
+	hs[1] = handle_of(b);
+	ts[0] = ts[1] = CEP_CM_EV_MRA_RECEIVED;
+	fake_events(2, hs, ts);
+	CHECK(wait_flag(&block_in, 5000));
+	atomic_store(&destroying, 1);
+	CHECK_EQ(pthread_create(&t, NULL, destroy_thread, cm), 0);
+	/* the destroy has begun: the service sees the connection end */
+	CHECK(wait_flag(&F.eof, 5000));
+	atomic_store(&block_out, 1);
+	pthread_join(t, &ret);
+	CHECK_EQ((intptr_t)ret, 0);
+	/* the callback that ran when destroy was called counted itself */
+	CHECK_EQ(atomic_load(&after_destroy), 0);
+	CHECK_EQ(atomic_load(&seen[1][CEP_CM_EV_MRA_RECEIVED]), 0);
+	CHECK_EQ(atomic_load(&seen[0][CEP_CM_EV_REQ_ERROR]), 0);
+	CHECK_EQ(atomic_load(&seen[1][CEP_CM_EV_REP_ERROR]), 0);
+	CHECK_EQ(atomic_load(&seen[2][CEP_CM_EV_DREQ_ERROR]), 0);
+	fake_stop();
+}
+
+/* ---- destroy-quiet-cepd ------------------------------------------------------------ */
+
+static char sock_path[108];
+static _Atomic int b_est, a_est, a_dreq;
+
+static int a_cepd_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	(void)id;
+	if (ev->type == CEP_CM_EV_ESTABLISHED)
+		atomic_store(&a_est, 1);
+	if (ev->type == CEP_CM_EV_DREQ_RECEIVED)
+		atomic_store(&a_dreq, 1);
+	return 0;
+}
+
+static int b_cepd_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	if (atomic_load(&destroying))
+		atomic_fetch_add(&after_destroy, 1);
+	if (ev->type == CEP_CM_EV_REQ_RECEIVED) {
+		struct cep_cm_accept_param p;
+
+		memset(&p, 0, sizeof(p));
+		p.size = sizeof(p);
+		p.qpn = 0x200;
+		p.starting_psn = 1;
+		p.responder_resources = 1;
+		p.initiator_depth = 1;
+		p.rnr_retry_count = 7;
+		CHECK_EQ(cep_cm_accept(id, &p), 0);
+	}
+	if (ev->type == CEP_CM_EV_RTU_RECEIVED)
+		atomic_store(&b_est, 1);
+	return 0;
+}
+
+static struct cep_cm *attach_cepd(unsigned port)
+{
+	struct cep_cm_attach_attr a = { .size = sizeof(a), .socket = sock_path, .port_num = port };
+	struct cep_cm *cm = NULL;
+
+	CHECK_EQ(cep_cm_attach(&a, &cm), 0);
+	if (!cm)
+		exit(check_done("attach"));
+	return cm;
+}
+
+static void case_destroy_quiet_cepd(void)
+{
+	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
+	char *argv[] = { "cepd", "--fabric", "2", "--workers", "2", "--socket", sock_path, NULL };
+	struct cep_cm_id_attr attr = { .size = sizeof(attr) };
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *ia, *lb;
+	struct cep_cm *a, *b;
+	pid_t cepd;
+	int st;
+
+	if (!mkdtemp(dir))
+		exit(1);
+	snprintf(sock_path, sizeof(sock_path), "%s/cepd.sock", dir);
+	cepd = cepd_spawn(cepd_path, argv, sock_path, 500, "client");
+	a = attach_cepd(0);
+	b = attach_cepd(1);
+	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
+	CHECK_EQ(cep_cm_qp_register(b, 0x200), 0);
+	attr.handler = b_cepd_handler;
+	CHECK_EQ(cep_cm_create_id(b, &attr, &lb), 0);
+	CHECK_EQ(cep_cm_listen(lb, 0x51554945ull, ~0ull), 0);
+	attr.handler = a_cepd_handler;
+	CHECK_EQ(cep_cm_create_id(a, &attr, &ia), 0);
+	cepd_fabric_conn(&p, 0, 1, 0x51554945ull, 0x100, 16);
+	CHECK_EQ(cep_cm_connect(ia, &p), 0);
+	CHECK(wait_flag(&a_est, 5000));
+	CHECK(wait_flag(&b_est, 5000));
+	/* B's passive id is established: the service's going would give it
+	 * DREQ_ERROR; its context's destroy gives it nothing */
+	atomic_store(&destroying, 1);
+	CHECK_EQ(cep_cm_destroy(b), 0);
+	CHECK_EQ(atomic_load(&after_destroy), 0);
+	CHECK(wait_flag(&a_dreq, 5000)); /* cepd ended B's connection */
+	CHECK_EQ(cep_cm_destroy(a), 0);
+	kill(cepd, SIGTERM);
+	CHECK(waitpid(cepd, &st, 0) == cepd && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	unlink(sock_path);
+	rmdir(dir);
+}
+
+/* ---- destroy-race ---------------------------------------------------------------- */
+
+static _Atomic int hook_calls, a_in_hook, b_done;
+
+/* The first cep_cm_destroy waits here, after cm.c's live check, until
+ * the second has returned. */
+static void destroy_hook(enum cmr_hook_point p, struct cep_cm *cm)
+{
+	(void)cm;
+	if (p != CMR_HOOK_DESTROY || atomic_fetch_add(&hook_calls, 1) != 0)
+		return;
+	atomic_store(&a_in_hook, 1);
+	wait_flag(&b_done, 5000);
+}
+
+static pthread_barrier_t race_bar;
+
+static void *race_thread(void *arg)
+{
+	pthread_barrier_wait(&race_bar);
+	return (void *)(intptr_t)cep_cm_destroy(arg);
+}
+
+static void case_destroy_race(int rounds)
+{
+	struct cep_cm *cm;
+	pthread_t t, u;
+	void *ra, *rb;
+	int rb_main, zeros = 0, einval = 0, other = 0;
+
+	fake_start(64, 1, 1, NULL);
+	/* held: A passed the live check, B destroys all of it, A goes on */
+	cm = attach_fake();
+	cmr_test_hook = destroy_hook;
+	CHECK_EQ(pthread_create(&t, NULL, destroy_thread, cm), 0);
+	CHECK(wait_flag(&a_in_hook, 5000));
+	rb_main = cep_cm_destroy(cm);
+	atomic_store(&b_done, 1);
+	pthread_join(t, &ra);
+	cmr_test_hook = NULL;
+	CHECK_EQ(rb_main, 0);
+	CHECK_EQ((intptr_t)ra, -EINVAL);
+	/* free races, for TSan */
+	pthread_barrier_init(&race_bar, NULL, 2);
+	for (int i = 0; i < rounds; i++) {
+		cm = attach_fake();
+		CHECK_EQ(pthread_create(&t, NULL, race_thread, cm), 0);
+		CHECK_EQ(pthread_create(&u, NULL, race_thread, cm), 0);
+		pthread_join(t, &ra);
+		pthread_join(u, &rb);
+		for (int k = 0; k < 2; k++) {
+			intptr_t r = k ? (intptr_t)rb : (intptr_t)ra;
+
+			zeros += r == 0;
+			einval += r == -EINVAL;
+			other += r != 0 && r != -EINVAL;
+		}
+	}
+	pthread_barrier_destroy(&race_bar);
+	CHECK_EQ(zeros, rounds);
+	CHECK_EQ(einval, rounds);
+	CHECK_EQ(other, 0);
+	fake_stop();
+}
+
+/* ---- attach timeouts ---------------------------------------------------------------- */
+
+struct attach_run {
+	struct cep_cm_attach_attr a;
+	int ret;
+	_Atomic int done;
+	double took;
+};
+
+static void *attach_thread(void *arg)
+{
+	struct attach_run *r = arg;
+	struct cep_cm *cm = NULL;
+	double t0 = now_s();
+
+	r->ret = cep_cm_attach(&r->a, &cm);
+	r->took = now_s() - t0;
+	if (!r->ret)
+		cep_cm_destroy(cm);
+	atomic_store(&r->done, 1);
+	return NULL;
+}
+
+/* cep_cm_attach with @size and @timeout_ms in a thread; the test fails
+ * (and ends: the thread cannot be stopped) when it is still waiting after
+ * @watch_ms. */
+static void attach_bounded(size_t size, uint64_t timeout_ms, int watch_ms, struct attach_run *r)
+{
+	pthread_t t;
+
+	memset(r, 0, sizeof(*r));
+	r->a.size = sizeof(r->a);
+	r->a.socket = F.path;
+	r->a.timeout_ms = timeout_ms;
+	r->a.size = size;
+	CHECK_EQ(pthread_create(&t, NULL, attach_thread, r), 0);
+	if (!wait_flag(&r->done, watch_ms)) {
+		fprintf(stderr, "cep_cm_attach still waiting after %d ms\n", watch_ms);
+		_exit(1);
+	}
+	pthread_join(t, NULL);
+}
+
+static void case_attach_timeout_hello(void)
+{
+	struct attach_run r;
+
+	fake_start(16, 1, 0, NULL);
+	attach_bounded(sizeof(r.a), 300, 5000, &r);
+	CHECK_EQ(r.ret, -ETIMEDOUT);
+	CHECK(r.took >= 0.29 && r.took < 3.0);
+	pthread_mutex_lock(&F.mu);
+	CHECK(F.seen.got); /* it did take the connection and the HELLO */
+	pthread_mutex_unlock(&F.mu);
+	fake_stop();
+}
+
+static void case_attach_timeout_backlog(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct attach_run r;
+	int first, probe;
+
+	fake_start(0, 0, 1, NULL); /* listen(0) and no accept: one connection fills it */
+	memcpy(sa.sun_path, F.path, strlen(F.path) + 1);
+	first = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+	CHECK_EQ(connect(first, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+	CHECK(connect(probe, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == EAGAIN);
+	close(probe);
+	attach_bounded(sizeof(r.a), 300, 5000, &r);
+	CHECK_EQ(r.ret, -ETIMEDOUT);
+	CHECK(r.took >= 0.29 && r.took < 3.0);
+	close(first);
+	fake_stop();
+}
+
+static void case_attach_timeout_default(void)
+{
+	struct attach_run r;
+
+	fake_start(16, 1, 0, NULL);
+	/* a caller built before the field: its timeout_ms is not read */
+	attach_bounded(offsetof(struct cep_cm_attach_attr, timeout_ms), 1, 20000, &r);
+	CHECK_EQ(r.ret, -ETIMEDOUT);
+	CHECK(r.took >= 9.9 && r.took < 15.0);
+	/* one byte short of the old struct: refused */
+	attach_bounded(offsetof(struct cep_cm_attach_attr, timeout_ms) - 1, 0, 5000, &r);
+	CHECK_EQ(r.ret, -EINVAL);
+	fake_stop();
+}
+
+/* ---- the HELLO's identity ------------------------------------------------------------- */
+
+/* After an attach: the HELLO's control messages as proto.h says, with or
+ * without (@pidfd) the pidfd, as the client sent them (@as_sent) and as
+ * the fake received them. */
+static void check_hello_one(int pidfd, int as_sent)
+{
+	struct hello_seen s;
+
+	if (as_sent) {
+		pthread_mutex_lock(&sent_mu);
+		s = sent;
+		pthread_mutex_unlock(&sent_mu);
+	} else {
+		pthread_mutex_lock(&F.mu);
+		s = F.seen;
+		pthread_mutex_unlock(&F.mu);
+	}
+	printf("the HELLO as %s\n", as_sent ? "sent" : "received");
+	CHECK(s.got);
+	CHECK_EQ(s.version, CEPD_VERSION);
+	CHECK_EQ(s.ncmsg, pidfd ? 2 : 1);
+	CHECK_EQ(s.types[0], SCM_CREDENTIALS);
+	if (pidfd)
+		CHECK_EQ(s.types[1], SCM_RIGHTS);
+	CHECK(s.has_cred);
+	CHECK_EQ(s.cred.pid, getpid());
+	CHECK_EQ(s.cred.uid, geteuid());
+	CHECK_EQ(s.cred.gid, getegid());
+	CHECK_EQ(s.nfds, pidfd ? 1 : 0);
+	CHECK_EQ(s.pidfd_of_us, pidfd);
+}
+
+static void check_hello(int pidfd)
+{
+	check_hello_one(pidfd, 1);
+	check_hello_one(pidfd, 0);
+}
+
+static void case_hello_identity(void)
+{
+	struct cep_cm *cm;
+
+	CHECK_EQ(count_pidfds(), 0);
+	fake_start(16, 1, 1, NULL);
+	cm = attach_fake();
+	check_hello(1);
+	/* ours closed after the send, the fake's after its check */
+	CHECK_EQ(count_pidfds(), 0);
+	CHECK_EQ(cep_cm_destroy(cm), 0);
+	fake_stop();
+}
+
+/* pidfd_open fails with ENOSYS from here on, as on a kernel before 5.3. */
+static int no_pidfd_open(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0)) {
+		perror("seccomp");
+		return -1;
+	}
+	return syscall(SYS_pidfd_open, getpid(), 0) < 0 && errno == ENOSYS ? 0 : -1;
+}
+
+static int case_hello_nopidfd(void)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid == 0) {
+		struct cep_cm *cm;
+
+		if (no_pidfd_open())
+			_exit(2);
+		fake_start(16, 1, 1, NULL);
+		cm = attach_fake();
+		check_hello(0);
+		CHECK_EQ(cep_cm_destroy(cm), 0);
+		fake_stop();
+		_exit(check_failures ? 1 : 0);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *c;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s CEPD-PATH CASE\n", argv[0]);
+		return 2;
+	}
+	cepd_path = argv[1];
+	c = argv[2];
+	signal(SIGPIPE, SIG_IGN);
+	if (!strcmp(c, "destroyed-after-death"))
+		case_destroyed_after_death();
+	else if (!strcmp(c, "destroy-quiet"))
+		case_destroy_quiet();
+	else if (!strcmp(c, "destroy-quiet-cepd"))
+		case_destroy_quiet_cepd();
+	else if (!strcmp(c, "destroy-race"))
+		case_destroy_race(200);
+	else if (!strcmp(c, "attach-timeout-hello"))
+		case_attach_timeout_hello();
+	else if (!strcmp(c, "attach-timeout-backlog"))
+		case_attach_timeout_backlog();
+	else if (!strcmp(c, "attach-timeout-default"))
+		case_attach_timeout_default();
+	else if (!strcmp(c, "hello-identity"))
+		case_hello_identity();
+	else if (!strcmp(c, "hello-nopidfd"))
+		case_hello_nopidfd();
+	else {
+		fprintf(stderr, "unknown case %s\n", c);
+		return 2;
+	}
+	return check_done(c);
+}
