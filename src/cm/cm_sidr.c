@@ -10,6 +10,21 @@
 #include "cm_internal.h"
 #include "cm/cm_remote.h"
 
+/* A SIDR_REP for a SIDR_REQ no id takes: @status, its request ID, service
+ * ID and TID echoed, to where it came from. Stateless, worker @w. */
+static void sidr_refuse(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
+			const struct cep_mad_addr *from, unsigned status)
+{
+	struct cep_mad_addr to = cm_reply_addr(from);
+	struct cep_msg r;
+
+	cep_msg_init(&r, CEP_MSG_SIDR_REP, m->hdr.tid);
+	r.u.sidr_rep.request_id = m->u.sidr_req.request_id;
+	r.u.sidr_rep.status = (uint8_t)status;
+	r.u.sidr_rep.service_id = m->u.sidr_req.service_id;
+	cm_send_raw(cm, w, &r, &to, NULL);
+}
+
 void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			    const struct cep_mad_addr *from)
 {
@@ -38,21 +53,22 @@ void cm_handle_sidr_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	lid = ret ? NULL : cep_context(lcep);
 	if (lid)
 		ret = cm_listener_hold(lid, id);
-	if (ret == -ENOBUFS) { /* backlog full: the requester retries */
+	if (ret == -ENOBUFS) {
+		/* Backlog full: refused, not dropped. Past ucma's backlog the
+		 * kernel's rdma_cm handler fails (ucma_connect_event_handler:
+		 * -ENOMEM) and ib_cm destroys the new id, which in
+		 * SIDR_REQ_RCVD answers status 2 "reject" whatever the error
+		 * (cm_destroy_id); only a REQ is left unanswered there. */
 		cm_drop(cm, w, CEP_CM_DROP_BACKLOG);
+		sidr_refuse(cm, w, m, from, CEP_SIDR_REJECT);
 		cm_discard_id(id);
 		cep_put(lcep);
 		return;
 	}
 	if (ret) {
-		struct cep_mad_addr to = cm_reply_addr(from);
-		struct cep_msg r;
-
-		cep_msg_init(&r, CEP_MSG_SIDR_REP, m->hdr.tid);
-		r.u.sidr_rep.request_id = sq->request_id;
-		r.u.sidr_rep.status = CEP_SIDR_UNSUPPORTED;
-		r.u.sidr_rep.service_id = sq->service_id;
-		cm_send_raw(cm, w, &r, &to, NULL);
+		/* no listener, or one being destroyed: as ib_cm, which finds
+		 * none (cm_sidr_req_handler: status 1) */
+		sidr_refuse(cm, w, m, from, CEP_SIDR_UNSUPPORTED);
 		cm_discard_id(id);
 		if (lid)
 			cep_put(lcep);

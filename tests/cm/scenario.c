@@ -2683,11 +2683,54 @@ static void t_rej_req_local_id(void)
 	teardown_all();
 }
 
+/* Issue 26: a SIDR_REQ past the listener's backlog is refused with
+ * SIDR_REP status 2 "reject", request ID and TID echoed, counted BACKLOG
+ * (a REQ there is still dropped unanswered). The kernel: ucma refuses a
+ * request past its backlog (ucma_connect_event_handler: -ENOMEM), rdma_cm
+ * passes the error to ib_cm, and ib_cm's cm_destroy_id answers a
+ * SIDR_REQ_RCVD id with status 2 whatever the error (only REQ_RCVD with
+ * -ENOMEM stays silent). Before, the SIDR_REQ was dropped. */
+static void t_sidr_backlog(void)
+{
+	struct cep_cm_id *l;
+	struct cep_msg m, r;
+
+	setup(2, 0);
+	l = make_id(&B);
+	CHECK_EQ(cep_cm_listen_backlog(l, SID, ~0ull, 1), 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		cep_msg_init(&m, CEP_MSG_SIDR_REQ, 0x5150 + i);
+		m.u.sidr_req.request_id = 0x7fc0 + i;
+		m.u.sidr_req.service_id = SID;
+		m.u.sidr_req.partition_key = 0xffff;
+		raw_send(&m, LID_B);
+		settle();
+	}
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_SIDR_REQ_RECEIVED, NULL), 1);
+	CHECK(raw_wait(CEP_MSG_SIDR_REP, 1));
+	r = raw_last(CEP_MSG_SIDR_REP);
+	CHECK_EQ(r.u.sidr_rep.status, CEP_SIDR_REJECT);
+	CHECK_EQ(r.u.sidr_rep.request_id, 0x7fc1);
+	CHECK_EQ(r.u.sidr_rep.service_id, SID);
+	CHECK_EQ(r.hdr.tid, 0x5151);
+	CHECK_EQ(raw_count(CEP_MSG_SIDR_REP), 1);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 1);
+	/* a REQ past the same backlog: dropped, nothing sent */
+	raw_req(&m, 0x7fc2, 0x900);
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_REQ_RECEIVED, NULL), 0);
+	CHECK_EQ(raw_count(CEP_MSG_REJ) + raw_count(CEP_MSG_MRA), 0);
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 2);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
 	{ "rej-req-local-id", t_rej_req_local_id },
+	{ "sidr-backlog", t_sidr_backlog },
 	{ "user-contract", t_user_contract },
 	{ "conn-defaults", t_conn_defaults },
 	{ "pdata-none", t_pdata_none },
