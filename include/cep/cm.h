@@ -220,8 +220,7 @@ struct cep_cm_attr {
 	 * cep_cm_stats.half_open_limited). An MRA of ours lets the id wait
 	 * at least for the requester's next try after it (our service
 	 * timeout + its ACK timeout + its response timeout), and each repeat
-	 * of the REQ renews that wait, as many as the REQ's Max CM Retries
-	 * allow (more are a lie: ignored), so a request the application holds
+	 * of the REQ renews that wait, so a request the application holds
 	 * does not expire while its requester still tries (as the kernel's
 	 * REQ_RCVD never does). 0 = 60000 (60 s); at
 	 * most 2^32 - 1 counts. With a backlog of B, forged requests must
@@ -237,7 +236,8 @@ CEP_EXPORT int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out
 
 /* Stop the transport and the workers, destroy every id left (without
  * sending anything or delivering DESTROYED), also ids whose connection
- * already ended (QP destroyed, timewait over), drop every event of the
+ * already ended (QP destroyed, timewait over) and CEP_CM_ID_LINGER ids
+ * destroyed whose protocol is not over, drop every event of the
  * context's ids still queued on a channel (never taken, so never seen:
  * DESTROYED included; the channels are then free of the context), and
  * free the context: 0. Callers must have stopped using its ids.
@@ -375,16 +375,43 @@ CEP_EXPORT void cep_cm_ack_event(struct cep_cm_event *ev);
 
 /* ---- ids -------------------------------------------------------------- */
 
+/* cep_cm_id_attr.flags */
+/* DESTROYED waits for the protocol: it is delivered only once the engine
+ * holds no more state for the id - what cep_cm_destroy_id() started (a
+ * REJ, a DREQ and its DREP or retries) and the timewait after it are over
+ * and the id's core CEP has left the table (its comm ID free, its QP
+ * unbound) - instead of as soon as the destroy has done what the state
+ * asks. Everything else about DESTROYED holds: it is the id's last event,
+ * no other event comes after cep_cm_destroy_id(), the owning worker
+ * delivers it. How long that is: at once for an id that is idle,
+ * listening or still connecting as the active side (the REJ ends it); the
+ * rest of the DREQ's retries (Max CM Retries of the connection's DREQ
+ * period) and then timewait (the path's ACK timeout) for a connection;
+ * timewait alone after a REJ of a REP or a DREP. Every timeout a peer
+ * supplies counts at most 68.7 s (exponent 24), so only the timeouts the
+ * application gave itself in cep_cm_connect() can make it longer. A
+ * passive id inherits its listener's flag. cep_cm_destroy() still ends
+ * such ids at once (without DESTROYED, as every id it ends). Meant for a
+ * service that accounts a client's connection state until it is gone
+ * (cepd); on a context of cep_cm_attach(): -EOPNOTSUPP. */
+#define CEP_CM_ID_LINGER 0x1ull
+
 struct cep_cm_id_attr {
 	size_t size;                    /* sizeof(struct cep_cm_id_attr) */
 	cep_cm_handler handler;         /* exactly one of handler / channel */
 	struct cep_cm_channel *channel;
 	void *context;
+	/* Read only when @size covers it: a caller built before it (whose
+	 * struct ends at @context) gets 0. CEP_CM_ID_* bits; any other bit
+	 * is -EINVAL. */
+	uint64_t flags;
 };
 
 /* Create an IDLE id. 0, -EINVAL (NULL, bad attr, not exactly one of
- * handler and channel), -ESHUTDOWN (the context is being destroyed),
- * -ENOMEM, -EAGAIN (no free comm ID found: cep_create()). Any thread. */
+ * handler and channel, an unknown flag), -EOPNOTSUPP (CEP_CM_ID_LINGER on
+ * a context of cep_cm_attach()), -ESHUTDOWN (the context is being
+ * destroyed), -ENOMEM, -EAGAIN (no free comm ID found: cep_create()). Any
+ * thread. */
 CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr,
 				struct cep_cm_id **out);
 
@@ -405,11 +432,16 @@ CEP_EXPORT int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *
  * comes after every REQ_RECEIVED / SIDR_REQ_RECEIVED that names it as
  * listen_id, and the waiting above includes their callbacks. DESTROYED
  * never comes before this call has done what the state asks (a listener
- * stops listening, a REJ or DREQ is sent). */
+ * stops listening, a REJ or DREQ is sent), and for a CEP_CM_ID_LINGER id
+ * not before that protocol and its timewait are over. */
 CEP_EXPORT int cep_cm_destroy_id(struct cep_cm_id *id);
 /* As cep_cm_destroy_id() and wait (bounded: -ETIMEDOUT after 10 s, logged)
  * for DESTROYED to have been handled (callback ids only: a channel id's
- * DESTROYED must be acked by the caller, so this returns -EINVAL).
+ * DESTROYED must be acked by the caller, so this returns -EINVAL). For a
+ * CEP_CM_ID_LINGER id that is until its protocol is over: the bound is
+ * 10 s more than the longest the destroy's DREQ retries and timewait can
+ * still take, from the id's own timers at the time of the call (real
+ * time; with a virtual clock, someone must advance it meanwhile).
  * 0, -EINVAL (NULL, channel id), -EALREADY, -EDEADLK from inside a CM
  * callback, -ENOMEM, -ETIMEDOUT. */
 CEP_EXPORT int cep_cm_destroy_id_sync(struct cep_cm_id *id);

@@ -201,9 +201,16 @@ fail:
 /* cep_cm_destroy, workers stopped and joined, CM_CLOSED (no event of ours
  * is taken, none can be): the user's reference of every id the application
  * did not destroy goes, as if it had (no event: the context is going
- * away), and every event of ours still queued on a channel is dropped -
- * never taken, so never seen; DESTROYED of ids the application destroyed
- * too. The list holds ids whose CEP already left the table too. Puts here
+ * away), and so does that of every CEP_CM_ID_LINGER id it destroyed whose
+ * DESTROYED still waited for its protocol (a cep_cm_destroy_id_sync
+ * waiting for it returns); every event of ours still queued on a channel
+ * is dropped - never taken, so never seen; DESTROYED of ids the
+ * application destroyed too. Every DESTROYED posted before the stop has
+ * run (cep_dispatch_stop drains the work items after the join), so the
+ * user's reference is held by the ids the application did not destroy and
+ * by those it destroyed (F_DESTROY_DONE) whose DESTROYED was not posted:
+ * lingering ones. (An id discarded before the user saw it is user-gone
+ * without F_DESTROY_DONE, and its reference is gone already.) The list holds ids whose CEP already left the table too. Puts here
  * may end in call_rcu; its release (cm_id_release) takes l->mtx, so every id
  * on the list stays in memory while we hold it. */
 static void release_ids(struct cep_cm *cm)
@@ -213,11 +220,15 @@ static void release_ids(struct cep_cm *cm)
 
 		pthread_mutex_lock(&l->mtx);
 		for (struct cep_cm_id *id = l->head; id; id = id->all_next) {
+			struct cm_waiter *wt;
 			int user;
 
 			pthread_mutex_lock(&id->lock);
-			user = !(id->flags & F_USER_GONE);
-			id->flags |= F_USER_GONE;
+			user = !(id->flags & F_USER_GONE) ||
+			       (id->flags & (F_DESTROY_DONE | F_DESTROYED_POSTED)) == F_DESTROY_DONE;
+			id->flags |= F_USER_GONE | F_DESTROYED_POSTED;
+			wt = id->waiter; /* a lingering id's cep_cm_destroy_id_sync */
+			id->waiter = NULL;
 			if (id->listener)
 				cm_half_open_end(id);
 			/* Its events are on id->channel only, which lives while
@@ -229,6 +240,13 @@ static void release_ids(struct cep_cm *cm)
 				cm_channel_leave(id);
 			}
 			pthread_mutex_unlock(&id->lock);
+			if (wt) {
+				pthread_mutex_lock(&wt->mtx);
+				wt->done = 1;
+				pthread_cond_broadcast(&wt->cv);
+				pthread_mutex_unlock(&wt->mtx);
+				cm_waiter_put(wt); /* the DESTROYED work's, which never runs */
+			}
 			if (user)
 				cm_id_put(id);
 		}

@@ -324,11 +324,19 @@ void cm_uncount(struct cep_cm_id *id)
 /* Not on F_USER_GONE alone: a listener's destroy sets it, then waits with
  * the lock dropped for its children's request events, and the last child
  * to unpin it (cm_listener_release) calls this. DESTROYED posted there
- * would be delivered, and drop the user's reference, before destroy_act. */
+ * would be delivered, and drop the user's reference, before destroy_act.
+ * An F_LINGER id (CEP_CM_ID_LINGER) also waits for its core CEP to be
+ * destroyed, at the end of its REJ/DREQ exchange and timewait: the one
+ * place that happens to a user-gone id, cm_maybe_table_destroy (or
+ * destroy_act itself), calls this again. cep_is_destroyed is read under
+ * the lock that every cep_destroy of the id's CEP is called under (a
+ * bind that loses to a QP's destruction too: connect and accept bind
+ * under it), so the two cannot miss each other. */
 void cm_maybe_post_destroyed(struct cep_cm_id *id)
 {
 	if ((id->flags & (F_USER_GONE | F_DESTROY_DONE | F_DESTROYED_POSTED)) ==
-	    (F_USER_GONE | F_DESTROY_DONE) && id->lis.req_inflight == 0) {
+	    (F_USER_GONE | F_DESTROY_DONE) && id->lis.req_inflight == 0 &&
+	    (!(id->flags & F_LINGER) || cep_is_destroyed(id->cep))) {
 		id->flags |= F_DESTROYED_POSTED;
 		cm_uncount(id);
 		cm_post_bits(id, W_DESTROYED);

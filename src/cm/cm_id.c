@@ -114,23 +114,44 @@ void cm_id_release(struct cep *cep, void *ctx)
 
 /* ---- ids: API --------------------------------------------------------- */
 
+/* The caller's flags: 0 for a struct of libcep 0.2, which ends
+ * at context (its size does not reach the field). */
+static uint64_t id_attr_flags(const struct cep_cm_id_attr *a)
+{
+	return a->size >= offsetof(struct cep_cm_id_attr, flags) + sizeof(a->flags) ? a->flags : 0;
+}
+
 int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr,
 		     struct cep_cm_id **out)
 {
-	if (cm && attr && out && cm_remote(cm)) { /* cepd (cm_remote.h) */
-		if (attr->size < sizeof(*attr) || !!attr->handler == !!attr->channel)
-			return -EINVAL;
-		return cmr_create_id(cm, attr, out);
-	}
+	uint64_t flags;
+	struct cep_cm_id *id;
 	unsigned w;
+	int ret;
 
-	if (!cm || !attr || !out || attr->size < sizeof(*attr) ||
+	if (!cm || !attr || !out || attr->size < offsetof(struct cep_cm_id_attr, flags) ||
 	    !!attr->handler == !!attr->channel)
 		return -EINVAL;
+	flags = id_attr_flags(attr);
+	if (flags & ~CEP_CM_ID_LINGER)
+		return -EINVAL;
+	if (cm_remote(cm)) /* cepd (cm_remote.h) */
+		return flags ? -EOPNOTSUPP : cmr_create_id(cm, attr, out);
 	if (atomic_load_explicit(&cm->stopping, memory_order_relaxed))
 		return -ESHUTDOWN;
 	w = atomic_fetch_add_explicit(&cm->next_worker, 1, memory_order_relaxed) % cm->nworkers;
-	return cm_alloc_id(cm, w, attr->handler, attr->channel, attr->context, out);
+	ret = cm_alloc_id(cm, w, attr->handler, attr->channel, attr->context, &id);
+	if (ret)
+		return ret;
+	if (flags & CEP_CM_ID_LINGER) {
+		/* Before the user has the id: nothing else reads it yet but a
+		 * MAD with a guessed comm ID, which takes this lock too. */
+		pthread_mutex_lock(&id->lock);
+		id->flags |= F_LINGER;
+		pthread_mutex_unlock(&id->lock);
+	}
+	*out = id;
+	return 0;
 }
 
 uint32_t cep_cm_id_local_comm_id(const struct cep_cm_id *id)
@@ -293,6 +314,24 @@ void cm_destroy_act(struct cep_cm_id *id)
 	}
 }
 
+/* Lock held, F_LINGER, the destroy's act done: the longest, in ms of the
+ * context's clock, that what it started may still hold the core CEP - the
+ * timer armed now (a DREQ retry, timewait), the DREQ's retries left and
+ * the timewait after them. A bound, not a forecast: a DREP ends it
+ * sooner. 0 when the CEP is already gone. */
+static uint64_t linger_bound_ms(struct cep_cm_id *id)
+{
+	uint64_t now = cep_clock_ms(id->cm->clock), ms = 0;
+
+	if (cep_is_destroyed(id->cep))
+		return 0;
+	if (id->deadline > now)
+		ms = id->deadline - now;
+	if (id->state == CEP_CM_DREQ_SENT)
+		ms += (uint64_t)id->retries_left * id->timeout_ms + cm_ms(id->path_timeout);
+	return ms;
+}
+
 /* Lock held, not on a worker: wait until no callback of @id runs and, for
  * a listener, no child's request event is being delivered (bounded, so a
  * callback stuck for good is reported instead of hanging the caller). */
@@ -342,6 +381,8 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 	if (cep_dispatch_self(id->cm->d) < 0)
 		wait_deliveries(id);
 	cm_destroy_act(id);
+	if (id->waiter && (id->flags & F_LINGER)) /* cep_cm_destroy_id_sync's */
+		id->waiter->linger_ms = linger_bound_ms(id);
 	ch = id->channel;
 	pthread_mutex_unlock(&id->lock);
 	/* Before DESTROYED is posted: once it is acked, the channel may go. */
@@ -361,6 +402,7 @@ int cep_cm_destroy_id_sync(struct cep_cm_id *id)
 		return cmr_destroy_id_sync(id);
 	struct cm_waiter *wt;
 	struct timespec ts;
+	uint64_t wait_s;
 	int ret = 0;
 
 	if (!id)
@@ -375,6 +417,7 @@ int cep_cm_destroy_id_sync(struct cep_cm_id *id)
 	pthread_mutex_init(&wt->mtx, NULL);
 	pthread_cond_init(&wt->cv, NULL);
 	wt->done = 0;
+	wt->linger_ms = 0;
 	atomic_init(&wt->refs, 2); /* ours and the DESTROYED work's */
 	pthread_mutex_lock(&id->lock);
 	if ((id->flags & F_USER_GONE) || id->waiter) {
@@ -385,17 +428,21 @@ int cep_cm_destroy_id_sync(struct cep_cm_id *id)
 	}
 	id->waiter = wt;
 	pthread_mutex_unlock(&id->lock);
-	/* From here the id may be freed once wt->done is set: do not touch it. */
+	/* From here the id may be freed once wt->done is set: do not touch it.
+	 * linger_ms was written under the id's lock inside the call, on this
+	 * thread. */
 	cep_cm_destroy_id(id);
+	wait_s = 10 + wt->linger_ms / 1000 + (wt->linger_ms % 1000 != 0);
 	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 10;
+	ts.tv_sec += (time_t)wait_s;
 	pthread_mutex_lock(&wt->mtx);
 	while (!wt->done && ret == 0)
 		ret = -pthread_cond_timedwait(&wt->cv, &wt->mtx, &ts);
 	pthread_mutex_unlock(&wt->mtx);
 	if (ret) {
 		fprintf(stderr, "libcep: cep_cm_destroy_id_sync: DESTROYED not handled "
-			"after 10 s (a worker stalled in a callback?)\n");
+			"after %llu s (a worker stalled in a callback?)\n",
+			(unsigned long long)wait_s);
 		ret = -ETIMEDOUT;
 	}
 	cm_waiter_put(wt); /* the worker frees it if it comes later */

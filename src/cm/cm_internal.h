@@ -121,6 +121,8 @@ enum {
 	F_MRA_WAIT = 1u << 10,   /* an MRA extended the wait for our last
 				     try (REQ, REP or LAP): another one before
 				     the next try is a duplicate */
+	F_LINGER = 1u << 12,     /* CEP_CM_ID_LINGER: DESTROYED waits for the
+				     core CEP's destruction too */
 };
 
 /* id->timer_kind (lock) */
@@ -134,6 +136,9 @@ struct cm_waiter {
 	pthread_cond_t cv;
 	int done;                      /* mtx */
 	_Atomic int refs;              /* waiter + DESTROYED work */
+	uint64_t linger_ms;            /* the id's lock, then the waiter's own:
+					  how long an F_LINGER id's protocol may
+					  still take after its destroy */
 };
 
 struct cep_cm_id {
@@ -388,8 +393,9 @@ void cm_ev_msg(struct cep_cm_event *ev, const struct cep_msg *m,
 	       const struct cep_mad_addr *from);
 int cm_emit(struct cep_cm_id *id, struct cep_cm_event *ev);
 /* Locked: DESTROYED is queued once the destroy has done what the state
- * asks (F_DESTROY_DONE, not merely F_USER_GONE) and no child's REQ/SIDR_REQ
- * delivery still uses this (listener) id. */
+ * asks (F_DESTROY_DONE, not merely F_USER_GONE), no child's REQ/SIDR_REQ
+ * delivery still uses this (listener) id and, for an F_LINGER id, its
+ * core CEP is destroyed (cm_maybe_table_destroy calls it again then). */
 void cm_maybe_post_destroyed(struct cep_cm_id *id);
 
 /* Ids and lookups (no lock). cm_find_id returns a reference (cm_id_put);

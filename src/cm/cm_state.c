@@ -89,8 +89,11 @@ void cm_drop_remote_keys(struct cep_cm_id *id)
  * remove it from the table. The user's handle (if any) stays valid. */
 void cm_maybe_table_destroy(struct cep_cm_id *id)
 {
-	if ((id->flags & (F_USER_GONE | F_QP_GONE)) && !cep_is_destroyed(id->cep))
+	if ((id->flags & (F_USER_GONE | F_QP_GONE)) && !cep_is_destroyed(id->cep)) {
 		cep_destroy(id->cep);
+		/* the end an F_LINGER id's DESTROYED waits for */
+		cm_maybe_post_destroyed(id);
+	}
 }
 
 void cm_reset_to_idle(struct cep_cm_id *id)
