@@ -220,7 +220,8 @@ struct cep_cm_attr {
 	 * cep_cm_stats.half_open_limited). An MRA of ours lets the id wait
 	 * at least for the requester's next try after it (our service
 	 * timeout + its ACK timeout + its response timeout), and each repeat
-	 * of the REQ renews that wait, so a request the application holds
+	 * of the REQ renews that wait, as many as the REQ's Max CM Retries
+	 * allow (more are a lie: ignored), so a request the application holds
 	 * does not expire while its requester still tries (as the kernel's
 	 * REQ_RCVD never does). 0 = 60000 (60 s); at
 	 * most 2^32 - 1 counts. With a backlog of B, forged requests must

@@ -34,12 +34,18 @@ static void release_stale(struct cep_cm_id *old, unsigned w, const struct cep_ma
 }
 
 /* A REQ whose (comm ID, CA GUID) @cur holds: a repeat of the request
- * @cur answers (worker, no lock held, a reference on @cur held). In
- * MRA_REQ_SENT the MRA goes again (kernel cm_dup_req_handler) and the
- * request's expiry is renewed (cm_req_expire_after_mra); elsewhere
- * the answer is on its way or retried. A timewait id holds no remote key
- * (cm_enter_timewait): one that entered timewait since the lookup sends
- * nothing, and the requester's retry is a new request. */
+ * @cur answers (worker, no lock held, a reference on @cur held). While
+ * the request is unanswered each repeat spends one of the tries its REQ
+ * declared (Max CM Retries, id->retries_left); in MRA_REQ_SENT a repeat
+ * within them gets our MRA again (kernel cm_dup_req_handler) and renews
+ * the request's expiry (cm_req_expire_after_mra). A repeat beyond them
+ * comes from a peer that lies about its retries (or is a copy the
+ * network made): nothing is sent and nothing renewed, so the request
+ * still expires (the kernel answers every repeat, and its REQ_RCVD never
+ * expires). Elsewhere the answer is on its way or retried. A timewait id
+ * holds no remote key (cm_enter_timewait): one that entered timewait
+ * since the lookup sends nothing, and the requester's retry is a new
+ * request. */
 static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 		    const struct cep_mad_addr *from)
 {
@@ -49,6 +55,13 @@ static void dup_req(struct cep_cm *cm, unsigned w, struct cep_cm_id *cur,
 		return;
 	}
 	STAT_ADD(cm, w, duplicates);
+	if (cur->state == CEP_CM_REQ_RCVD || cur->state == CEP_CM_MRA_REQ_SENT) {
+		if (cur->retries_left == 0) { /* more tries than its REQ declared */
+			pthread_mutex_unlock(&cur->lock);
+			return;
+		}
+		cur->retries_left--;
+	}
 	if (cur->state == CEP_CM_MRA_REQ_SENT) {
 		cm_send_mra(cur, CEP_MSG_CODE_REQ, cur->mra_timeout, cur->resend_pd,
 			    cur->resend_len);
@@ -259,7 +272,8 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	/* the peer's timeouts, clamped (CM_PEER_TIMEOUT_MAX) */
 	id->timeout_ms = cm_ms(cm_peer_t(rq->local_cm_response_timeout));
 	id->peer_timeout_ms = cm_ms(cm_peer_t(rq->remote_cm_response_timeout));
-	id->max_retries = rq->max_cm_retries;
+	/* the tries the requester has left: each repeat spends one (dup_req) */
+	id->max_retries = id->retries_left = rq->max_cm_retries;
 	/* The requester computed the path's ACK timeout (2 x packet life +
 	 * its ACK delay); its packet life is one less (kernel
 	 * cm_format_paths_from_req). */
@@ -1147,12 +1161,13 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 /* Lock held, MRA_REQ_SENT: expire once the requester has given up. MRA
  * semantics (docs/protocol.md, "MRA"): our MRA extends the requester's
  * current wait to our service timeout + the path's ACK timeout
- * (cm_mra_handler); the retries left come at the normal period (2 x packet
- * life + our response timeout) unless an MRA answers them too, which our
- * dup_req sends for each repeat and which renews this. So with no further
- * MRA at most: the extended wait, then Max CM Retries normal ones.
- * Bounded by the half-open limit, but never before the requester's next
- * try after our MRA. */
+ * (cm_mra_handler); the tries it has left (retries_left: its REQ's Max CM
+ * Retries less the repeats seen, dup_req) come at the normal period (2 x
+ * packet life + our response timeout) unless an MRA answers them too,
+ * which dup_req sends for each repeat and which renews this. (A 6.1
+ * kernel waits the extended time for every try after our MRA; the MRA
+ * each repeat gets covers that too.) Bounded by the half-open limit, but
+ * never before the requester's next try after our MRA, if it has one. */
 void cm_req_expire_after_mra(struct cep_cm_id *id)
 {
 	/* The floor is the requester's next try after our MRA: it waits our
@@ -1162,10 +1177,12 @@ void cm_req_expire_after_mra(struct cep_cm_id *id)
 	 * renews this (dup_req): a request the application holds does not
 	 * expire under it while the requester waits, as the kernel's REQ_RCVD
 	 * never does (cmtime's server dereferences NULL on an error event for
-	 * a request it holds: issue 21, 10,000 connections). */
+	 * a request it holds: issue 21, 10,000 connections). A requester with
+	 * no try left gives up after the extended wait: the floor, larger,
+	 * does not apply (cm_set_expiry takes the smaller). */
 	uint32_t extended = cm_ms(id->mra_timeout) + cm_ms(id->path_timeout);
 
-	cm_set_expiry(id, extended + id->max_retries * (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms),
+	cm_set_expiry(id, extended + id->retries_left * (2 * cm_ms(id->pkt_life) + id->peer_timeout_ms),
 		      extended + id->peer_timeout_ms);
 }
 

@@ -2725,12 +2725,82 @@ static void t_sidr_backlog(void)
 	teardown_all();
 }
 
+/* Issue 26: a requester may repeat its REQ only as often as its Max CM
+ * Retries says. While the request is unanswered each repeat spends one of
+ * those tries; in MRA_REQ_SENT a repeat within them gets our MRA again
+ * and renews the expiry (the kernel's cm_dup_req_handler MRAs every
+ * repeat, and its REQ_RCVD never expires), a repeat beyond them is a
+ * lie: nothing sent, nothing renewed, and the request expires. Before,
+ * every repeat renewed the wait: a peer held a half-open id and its
+ * backlog slot for ever (3,602 s, 61 MRAs). Times: our MRA 16 (269 ms) +
+ * the path's ACK timeout 10 (5 ms) = 274 ms; C's normal period 2 x 3 ms
+ * + 17 ms = 23 ms. */
+static void t_half_open_repeats(void)
+{
+	struct cep_cm_id *b;
+	struct cep_msg m;
+
+	setup(2, 0);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_MRA; /* service timeout 16 */
+	raw_req(&m, 0x7f90, 0x900);
+	m.u.req.max_cm_retries = 2; /* one REQ and two repeats */
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_MRA, 1)); /* expiry: 274 + 2 x 23 ms */
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	advance_ms(250);
+	raw_send(&m, LID_B); /* repeat 1: MRA, expiry 250 + 274 + 23 */
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	advance_ms(250);
+	raw_send(&m, LID_B); /* repeat 2, the last: MRA, expiry 500 + 274 */
+	CHECK(raw_wait(CEP_MSG_MRA, 3));
+	advance_ms(250);
+	raw_send(&m, LID_B); /* repeat 3: more than the REQ allows */
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_MRA), 3);
+	CHECK_EQ(stats_of(&B).duplicates, 3);
+	advance_ms(23); /* 773 ms */
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 1));
+	CHECK_EQ(last_ev(&B, CEP_CM_EV_REQ_ERROR).ev.status, -ETIMEDOUT);
+	CHECK_EQ(raw_count(CEP_MSG_MRA), 3);
+	/* repeats before our MRA spend tries too: one retry, repeated while
+	 * REQ_RCVD (dropped); after the application's MRA the requester has
+	 * none left, so the next repeat gets nothing and the id expires when
+	 * the MRA's wait ends (274 ms) */
+	B.pol.on_req = ON_REQ_NOTHING;
+	raw_req(&m, 0x7f91, 0x901);
+	m.u.req.max_cm_retries = 1;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 2));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REQ_RCVD);
+	CHECK_EQ(cep_cm_mra(b, 16, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_MRA, 4));
+	advance_ms(100);
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_MRA), 4);
+	advance_ms(173);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REQ_SENT);
+	advance_ms(1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_IDLE);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_ERROR, 2));
+	CHECK_EQ(stats_of(&B).half_open_expired, 2);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
 	{ "rej-req-local-id", t_rej_req_local_id },
 	{ "sidr-backlog", t_sidr_backlog },
+	{ "half-open-repeats", t_half_open_repeats },
 	{ "user-contract", t_user_contract },
 	{ "conn-defaults", t_conn_defaults },
 	{ "pdata-none", t_pdata_none },
