@@ -196,7 +196,10 @@ struct cep_cm_attr {
 	uint8_t auto_mra;             /* send MRA when the application takes more
 					 than half the peer's response timeout,
 					 and at once for a REQ whose listener
-					 has others unanswered */
+					 has others unanswered (libcep's own:
+					 the kernel's rdma_cm MRAs only a
+					 repeated REQ); cep_cm_mra() replaces
+					 it */
 	/* Time of every timer of this context (retries, MRA extensions,
 	 * timewait, half-open expiry) and of its workers' sleep. NULL:
 	 * CLOCK_MONOTONIC. A virtual clock (cep/clock.h) must outlive the
@@ -586,8 +589,12 @@ CEP_EXPORT int cep_cm_notify_established(struct cep_cm_id *id);
 CEP_EXPORT int cep_cm_reject(struct cep_cm_id *id, unsigned reason,
 			     const void *ari, size_t ari_len,
 			     const void *pdata, size_t len);
-/* Send MRA for the REQ, REP or LAP being processed. 0, -EINVAL (NULL, or
- * nothing to MRA in this state), -EMSGSIZE. */
+/* Send MRA for the REQ, REP or LAP being processed; a repeat of that
+ * message gets it again. One per message, as the kernel's ib_send_cm_mra:
+ * a second is -EINVAL - except after the context's automatic MRA
+ * (cep_cm_attr.auto_mra), which this one replaces (sent now with
+ * @service_timeout and @pdata). 0, -EINVAL (NULL, nothing to MRA in this
+ * state, or MRAed already by the application), -EMSGSIZE. */
 CEP_EXPORT int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout,
 			  const void *pdata, size_t len);
 /* End a connection, as librdmacm's rdma_disconnect: ESTABLISHED ->

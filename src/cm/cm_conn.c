@@ -295,8 +295,7 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		 * together, late, behind the requester's REQ timer (issue 21:
 		 * 1,612 REQ retries for cmtime's 1,000 connections). A
 		 * listener that keeps up sends none. */
-		cm_send_mra(id, CEP_MSG_CODE_REQ, cm->mra_timeout, NULL, 0);
-		cm_keep_pdata(id, NULL, 0);
+		cm_send_auto_mra(id, CEP_MSG_CODE_REQ);
 		cm_set_state(id, CEP_CM_MRA_REQ_SENT);
 		cm_req_expire_after_mra(id);
 	} else if (cm->auto_mra && id->peer_timeout_ms / 2 + 1 < cm->half_open_ms)
@@ -1134,23 +1133,33 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 		return -EMSGSIZE;
 	if (cm_lock_live(id))
 		return -EINVAL; /* destroyed: no longer the caller's to drive */
-	if (id->state == CEP_CM_REQ_RCVD) {
+	/* One MRA per request, as the kernel's ib_send_cm_mra (-EINVAL in the
+	 * MRA_*_SENT states) - but the engine's automatic one (auto_mra) is
+	 * not the application's: the application's replaces it (sent now,
+	 * and to every repeat of the request), else whether this call
+	 * worked would depend on how late it came. */
+	int again = (id->flags & F_MRA_AUTO) != 0;
+
+	if (id->state == CEP_CM_REQ_RCVD || (again && id->state == CEP_CM_MRA_REQ_SENT)) {
 		cm_send_mra(id, CEP_MSG_CODE_REQ, service_timeout, pdata, len);
 		cm_set_state(id, CEP_CM_MRA_REQ_SENT);
-	} else if (id->state == CEP_CM_REP_RCVD) {
+	} else if (id->state == CEP_CM_REP_RCVD || (again && id->state == CEP_CM_MRA_REP_SENT)) {
 		cm_send_mra(id, CEP_MSG_CODE_REP, service_timeout, pdata, len);
 		cm_set_state(id, CEP_CM_MRA_REP_SENT);
-	} else if (id->state == CEP_CM_ESTABLISHED && id->lap_state == CEP_CM_LAP_RCVD) {
+	} else if (id->state == CEP_CM_ESTABLISHED && (id->lap_state == CEP_CM_LAP_RCVD ||
+		   (again && id->lap_state == CEP_CM_MRA_LAP_SENT))) {
 		cm_send_mra(id, CEP_MSG_CODE_OTHER, service_timeout, pdata, len);
 		id->lap_state = CEP_CM_MRA_LAP_SENT;
 	} else {
 		ret = -EINVAL;
 	}
-	if (ret == 0) /* a repeated request gets the same MRA */
+	if (ret == 0) { /* a repeated request gets the same MRA */
 		cm_keep_pdata(id, pdata, len);
 	if (ret == 0) {
 		if (id->state == CEP_CM_MRA_REQ_SENT)
 			cm_req_expire_after_mra(id); /* instead of an automatic MRA */
+		id->flags &= (uint16_t)~F_MRA_AUTO;
+	}
 		else
 			cm_clear_timer(id); /* no automatic MRA any more */
 	}

@@ -121,6 +121,8 @@ enum {
 	F_MRA_WAIT = 1u << 10,   /* an MRA extended the wait for our last
 				     try (REQ, REP or LAP): another one before
 				     the next try is a duplicate */
+	F_MRA_AUTO = 1u << 11,   /* our last MRA was the engine's (auto_mra):
+				     the application's cep_cm_mra replaces it */
 	F_LINGER = 1u << 12,     /* CEP_CM_ID_LINGER: DESTROYED waits for the
 				     core CEP's destruction too */
 };
@@ -360,6 +362,9 @@ void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 		 const void *ari, size_t ari_len, const void *pdata, size_t len);
 void cm_send_mra(struct cep_cm_id *id, unsigned msg_code, uint8_t service_timeout,
 		 const void *pdata, size_t len);
+/* The engine's own MRA (auto_mra): the context's service timeout, no
+ * private data, marked F_MRA_AUTO. */
+void cm_send_auto_mra(struct cep_cm_id *id, unsigned msg_code);
 /* Keep @pdata as what a resent MRA / RTU / DREP carries (NULL: none). */
 void cm_keep_pdata(struct cep_cm_id *id, const void *pdata, size_t len);
 void cm_send_simple(struct cep_cm_id *id, enum cep_msg_type t, const void *pdata,

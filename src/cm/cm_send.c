@@ -132,6 +132,13 @@ void cm_send_mra(struct cep_cm_id *id, unsigned msg_code, uint8_t service_timeou
 	cm_send_msg(id, &m, 0);
 }
 
+void cm_send_auto_mra(struct cep_cm_id *id, unsigned msg_code)
+{
+	cm_send_mra(id, msg_code, id->cm->mra_timeout, NULL, 0);
+	cm_keep_pdata(id, NULL, 0);
+	id->flags |= F_MRA_AUTO; /* the application's MRA may replace it */
+}
+
 void cm_send_simple(struct cep_cm_id *id, enum cep_msg_type t, const void *pdata,
 			size_t len, int retain)
 {

@@ -153,17 +153,14 @@ static void on_timeout(struct cep_cm_id *id)
 	}
 	if (id->timer_kind == TK_AUTO_MRA) {
 		if (id->state == CEP_CM_REQ_RCVD) {
-			cm_send_mra(id, CEP_MSG_CODE_REQ, cm->mra_timeout, NULL, 0);
-			cm_keep_pdata(id, NULL, 0);
+			cm_send_auto_mra(id, CEP_MSG_CODE_REQ);
 			cm_set_state(id, CEP_CM_MRA_REQ_SENT);
 			cm_req_expire_after_mra(id);
 		} else if (id->state == CEP_CM_REP_RCVD) {
-			cm_send_mra(id, CEP_MSG_CODE_REP, cm->mra_timeout, NULL, 0);
-			cm_keep_pdata(id, NULL, 0);
+			cm_send_auto_mra(id, CEP_MSG_CODE_REP);
 			cm_set_state(id, CEP_CM_MRA_REP_SENT);
 		} else if (id->state == CEP_CM_ESTABLISHED && id->lap_state == CEP_CM_LAP_RCVD) {
-			cm_send_mra(id, CEP_MSG_CODE_OTHER, cm->mra_timeout, NULL, 0);
-			cm_keep_pdata(id, NULL, 0);
+			cm_send_auto_mra(id, CEP_MSG_CODE_OTHER);
 			id->lap_state = CEP_CM_MRA_LAP_SENT;
 		}
 		return;

@@ -2794,6 +2794,54 @@ static void t_half_open_repeats(void)
 	teardown_all();
 }
 
+/* Issue 26: with auto_mra the engine may MRA a request before the
+ * application does (here at once: the listener has another request
+ * unanswered). The kernel's ib_send_cm_mra refuses a second MRA for one
+ * request (-EINVAL in MRA_REQ_SENT), but the engine's is not the
+ * application's: the application's replaces it - sent with its service
+ * timeout and private data, and resent for a repeat - and only a second
+ * one of its own is refused. Before, the call returned -EINVAL or 0
+ * depending on whether the engine had been first. */
+static void t_mra_replaces_auto(void)
+{
+	struct cep_cm_id *b1, *b2;
+	struct cep_msg m, r;
+
+	setup(2, 1);
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	raw_req(&m, 0x7fa0, 0x900);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	b1 = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	raw_req(&m, 0x7fa1, 0x901);
+	raw_send(&m, LID_B); /* behind: the engine MRAs it at once */
+	CHECK(raw_wait(CEP_MSG_MRA, 1));
+	b2 = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	CHECK(b2 != b1);
+	CHECK_EQ(cep_cm_id_state(b2), CEP_CM_MRA_REQ_SENT);
+	CHECK_EQ(raw_last(CEP_MSG_MRA).u.mra.service_timeout, 16); /* the context's */
+	CHECK_EQ(cep_cm_mra(b2, 20, "app", 4), 0);
+	CHECK(raw_wait(CEP_MSG_MRA, 2));
+	r = raw_last(CEP_MSG_MRA);
+	CHECK_EQ(r.u.mra.service_timeout, 20);
+	CHECK_EQ(r.u.mra.remote_comm_id, 0x7fa1);
+	CHECK(!strcmp((const char *)r.u.mra.private_data, "app"));
+	CHECK_EQ(cep_cm_mra(b2, 21, NULL, 0), -EINVAL); /* its second: refused */
+	raw_send(&m, LID_B); /* a repeat gets the application's MRA */
+	CHECK(raw_wait(CEP_MSG_MRA, 3));
+	r = raw_last(CEP_MSG_MRA);
+	CHECK_EQ(r.u.mra.service_timeout, 20);
+	CHECK(!strcmp((const char *)r.u.mra.private_data, "app"));
+	/* the first request, still REQ_RCVD: the application's MRA as ever */
+	CHECK_EQ(cep_cm_id_state(b1), CEP_CM_REQ_RCVD);
+	CHECK_EQ(cep_cm_mra(b1, 20, NULL, 0), 0);
+	CHECK_EQ(cep_cm_mra(b1, 20, NULL, 0), -EINVAL);
+	CHECK(raw_wait(CEP_MSG_MRA, 4));
+	CHECK_EQ(raw_count(CEP_MSG_MRA), 4);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2801,6 +2849,7 @@ static const struct {
 	{ "rej-req-local-id", t_rej_req_local_id },
 	{ "sidr-backlog", t_sidr_backlog },
 	{ "half-open-repeats", t_half_open_repeats },
+	{ "mra-replaces-auto", t_mra_replaces_auto },
 	{ "user-contract", t_user_contract },
 	{ "conn-defaults", t_conn_defaults },
 	{ "pdata-none", t_pdata_none },
