@@ -329,6 +329,11 @@ void cm_half_open_end(struct cep_cm_id *id);
  * though it stays unanswered (half_open: the automatic MRA's measure). A
  * no-op for an id of cepd's, or one already answered or taken. */
 void cm_request_taken(struct cep_cm_id *id);
+/* Any thread, no engine lock held (takes @id's): drop an unanswered
+ * request the application cannot take, nothing sent, for its requester
+ * to retry (the kernel's answer to -ENOMEM). 0, or -EINVAL (answered, or
+ * an id of cepd's). */
+int cm_request_drop(struct cep_cm_id *id);
 /* Worker: an id's work item (W_* bits), and a pending cm_waiter's release. */
 void cm_id_work_fn(struct cep_work *w);
 void cm_waiter_put(struct cm_waiter *wt);

@@ -59,6 +59,30 @@ void cm_request_taken(struct cep_cm_id *id)
 	pthread_mutex_unlock(&id->lock);
 }
 
+/* A request its application cannot take (no memory for it): back to IDLE,
+ * nothing sent, keys dropped, so the requester's CM retries it, as the
+ * kernel's cm_destroy_id does in REQ_RCVD for -ENOMEM ("do not reject to
+ * allow future retries"). Also after an automatic MRA (MRA_REQ_SENT: the
+ * requester then retries when that wait ends; the kernel MRAs only a
+ * request its application took). 0, or -EINVAL in any other state (and
+ * on a cepd context, whose protocol has no silent drop). Any thread, also
+ * the request's callback; takes the id's lock. */
+int cm_request_drop(struct cep_cm_id *id)
+{
+	int ret = -EINVAL;
+
+	if (!id || cm_remote_id(id))
+		return -EINVAL;
+	pthread_mutex_lock(&id->lock);
+	if ((id->state == CEP_CM_REQ_RCVD || id->state == CEP_CM_MRA_REQ_SENT) &&
+	    !(id->flags & F_USER_GONE)) {
+		cm_reset_to_idle(id);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
 void cm_set_state(struct cep_cm_id *id, unsigned s)
 {
 	struct cm_wstats *w = &id->cm->ws[id->worker];

@@ -35,6 +35,7 @@
 #include <cep/rdma_cm.h>
 #include <cep/verbs.h>
 
+#include "cm/cm_internal.h" /* cm_request_drop */
 #include "ib.h"
 #include "rdmacm.h"
 
@@ -791,6 +792,21 @@ static void refuse(struct cep_cm_id *cid, int ud, unsigned why)
 	cep_cm_destroy_id(cid);
 }
 
+/* No memory to take the request: as the kernel when cma_ib_req_handler
+ * fails with -ENOMEM (its conn_id, or ucma's event), ib_cm's cm_destroy_id
+ * drops a REQ unanswered so the requester retries it, and answers a
+ * SIDR_REQ with status 2 "reject" (it does whatever the error). Through
+ * cepd a REQ cannot be dropped silently: REJ 28 there. */
+static void refuse_no_memory(struct cep_cm_id *cid, int ud)
+{
+	if (!ud && cm_request_drop(cid) == 0) {
+		cep_cm_id_set_context(cid, NULL);
+		cep_cm_destroy_id(cid);
+		return;
+	}
+	refuse(cid, ud, ud ? CEP_SIDR_REJECT : CEP_REJ_CONSUMER_DEFINED);
+}
+
 /* Does listener @l take a request for @h (kernel cma_match_private_data)? */
 static int listener_match(struct rcm_id *l, const struct cep_cma_hdr *h, int *exact)
 {
@@ -895,10 +911,11 @@ static void set_addr(struct sockaddr_storage *ss, int v4, const uint8_t a[16], u
  * A request no listener can take is refused the way the kernel's ib_cm
  * refuses it when cma_ib_req_handler fails (a header that does not parse,
  * no listener for its address: cma_ib_id_from_event; a listener of
- * another QP type: cma_ib_check_req_qp_type): it destroys the new cm_id,
+ * another QP type: cma_ib_check_req_qp_type; a listener being destroyed,
+ * no longer in RDMA_CM_LISTEN: -ECONNABORTED): it destroys the new cm_id,
  * so REJ 28 "consumer defined" (cm_destroy_id in REQ_RCVD) or SIDR_REP
- * status 2 "reject" (cm_reject_sidr_req). Out of memory here keeps its
- * own answer. CM worker, from rcm_cep_handler. */
+ * status 2 "reject" (cm_destroy_id in SIDR_REQ_RCVD). Out of memory:
+ * refuse_no_memory. CM worker, from rcm_cep_handler. */
 static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 		       struct rcm_service *s)
 {
@@ -911,7 +928,7 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 	struct cep_cma_hdr h;
 	struct rcm_dev *d;
 	size_t off = CEP_CMA_HDR_SIZE; /* where the user's data starts */
-	int ib, af_ib = 0;
+	int ib, af_ib = 0, gone;
 
 	if (!s || s->hdr.kind != RCM_KIND_SERVICE) {
 		refuse(cid, ud, ud ? CEP_SIDR_REJECT : CEP_REJ_CONSUMER_DEFINED);
@@ -939,14 +956,18 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 	}
 	pthread_mutex_lock(&l->mtx);
 	ch = l->sync ? NULL : rcm_channel_of(l->id.channel);
-	c = l->destroying ? NULL : rcm_id_new(ch, l->id.context, l->id.ps, l->id.qp_type);
+	gone = l->destroying;
+	c = gone ? NULL : rcm_id_new(ch, l->id.context, l->id.ps, l->id.qp_type);
 	pthread_mutex_unlock(&l->mtx);
 	if (c)
 		e = rcm_event_new(l, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
 	if (!e) {
 		if (c)
 			rcm_id_abandon(c);
-		refuse(cid, ud, ud ? CEP_SIDR_NO_QP : CEP_REJ_NO_RESOURCES);
+		if (gone) /* rdma_destroy_id has begun: no longer listening */
+			refuse(cid, ud, ud ? CEP_SIDR_REJECT : CEP_REJ_CONSUMER_DEFINED);
+		else
+			refuse_no_memory(cid, ud);
 		rcm_id_put(l);
 		return;
 	}

@@ -11,6 +11,8 @@
  */
 #include <arpa/inet.h>
 #include <poll.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cep/rdma_cm.h>
 
@@ -331,8 +333,129 @@ static void t_backlog_taken(void)
 	standin_teardown(c[n], &s);
 }
 
+/* A SIDR_REQ for PORT_RDMA of the UDP space, request ID @req. */
+static void sidr_req_udp(struct cep_msg *m, const struct rcm_service *udp, uint32_t req)
+{
+	cep_msg_init(m, CEP_MSG_SIDR_REQ, 0x5150 + (req & 0xff));
+	m->u.sidr_req.request_id = req;
+	m->u.sidr_req.service_id = udp->sid;
+	m->u.sidr_req.partition_key = 0xffff;
+	cma_hdr(m->u.sidr_req.private_data, sizeof(m->u.sidr_req.private_data));
+}
+
+/* Issue 26: a request for a listener rdma_destroy_id has begun on (marked
+ * destroying, not yet unlistened). The kernel's cma_ib_req_handler finds
+ * the listener no longer in RDMA_CM_LISTEN and fails (-ECONNABORTED), so
+ * ib_cm's cm_destroy_id answers REJ 28 (REQ_RCVD: local comm ID 0) or
+ * SIDR_REP status 2 "reject". Was REJ 3 "no resources" / SIDR status 3
+ * "no QP". */
+static void t_listener_gone(void)
+{
+	struct standin s;
+	struct rcm_service udp;
+	struct rcm_id *ul;
+	struct cep_cm_id *lu;
+	struct cep_msg m, r;
+
+	setup(2, 0);
+	standin_open(&s, IBV_LINK_LAYER_ETHERNET, 0);
+	lu = service_listener(&udp, CEP_RDMA_PS_UDP);
+	udp.port = &s.port;
+	rdma_listener(&udp, s.ch, RDMA_PS_UDP, IBV_QPT_UD, &ul);
+	s.l->destroying = 1;
+	ul->destroying = 1;
+	raw_req(&m, 0x9600, 0x900);
+	m.u.req.service_id = s.tcp.sid;
+	cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	r = raw_last(CEP_MSG_REJ);
+	CHECK_EQ(r.u.rej.reason, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(r.u.rej.remote_comm_id, 0x9600);
+	CHECK_EQ(r.u.rej.local_comm_id, 0);
+	CHECK_EQ(r.u.rej.message_rejected, CEP_MSG_CODE_REQ);
+	sidr_req_udp(&m, &udp, 0x9601);
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_SIDR_REP, 1));
+	r = raw_last(CEP_MSG_SIDR_REP);
+	CHECK_EQ(r.u.sidr_rep.status, CEP_SIDR_REJECT);
+	CHECK_EQ(r.u.sidr_rep.request_id, 0x9601);
+	CHECK_EQ(poll(&(struct pollfd){ .fd = s.ch->ch.fd, .events = POLLIN }, 1, 0), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(lu), 0);
+	udp.nlisteners = 0;
+	rcm_id_put(ul);
+	CHECK_EQ(cep_cm_destroy_id_sync(s.lc), 0);
+	s.tcp.nlisteners = 0;
+	rcm_id_put(s.l);
+	teardown_all();
+	free(s.port.qpns);
+	rcm_channel_free(s.ch);
+}
+
+/* Issue 26: no memory for a request when it comes - here no file
+ * descriptor for the eventfd of the channel a synchronous listener's new
+ * id gets (rcm_id_new). The kernel: cma_ib_req_handler fails with
+ * -ENOMEM and ib_cm's cm_destroy_id drops a REQ unanswered ("do not
+ * reject to allow future retries") and answers a SIDR_REQ with status 2
+ * "reject" (in SIDR_REQ_RCVD whatever the error). The requester's retry,
+ * once there is room, is a new request and is taken. Was REJ 3 / SIDR
+ * status 3. */
+static void t_no_memory(void)
+{
+	struct standin s;
+	struct rcm_service udp;
+	struct rcm_id *ul;
+	struct cep_cm_id *lu;
+	struct cep_msg m, req;
+	struct rlimit was, tight;
+	struct rdma_cm_id *c;
+	int fd;
+
+	setup(2, 0);
+	standin_open(&s, IBV_LINK_LAYER_ETHERNET, 0);
+	lu = service_listener(&udp, CEP_RDMA_PS_UDP);
+	udp.port = &s.port;
+	rdma_listener(&udp, s.ch, RDMA_PS_UDP, IBV_QPT_UD, &ul);
+	s.l->sync = 1; /* each new id makes its own channel */
+	ul->sync = 1;
+	raw_req(&req, 0x9700, 0x900);
+	req.u.req.service_id = s.tcp.sid;
+	cma_hdr(req.u.req.private_data, sizeof(req.u.req.private_data));
+	/* no descriptor left: the lowest free one is the limit */
+	fd = dup(0);
+	CHECK(fd >= 0);
+	close(fd);
+	CHECK_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
+	tight = was;
+	tight.rlim_cur = (rlim_t)fd;
+	CHECK_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+	raw_send(&req, LID_B);
+	settle();
+	sidr_req_udp(&m, &udp, 0x9701);
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(setrlimit(RLIMIT_NOFILE, &was), 0);
+	CHECK_EQ(raw_count(CEP_MSG_REJ) + raw_count(CEP_MSG_MRA) + raw_count(CEP_MSG_REP), 0);
+	CHECK_EQ(stats_of(&B).states[CEP_CM_REQ_RCVD], 0);
+	CHECK(raw_wait(CEP_MSG_SIDR_REP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_SIDR_REP).u.sidr_rep.status, CEP_SIDR_REJECT);
+	CHECK_EQ(raw_last(CEP_MSG_SIDR_REP).u.sidr_rep.request_id, 0x9701);
+	/* the requester's retry: taken now */
+	raw_send(&req, LID_B);
+	c = take_request(s.ch);
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
+	if (check_failures)
+		exit(1); /* no id: no teardown */
+	CHECK_EQ(cep_cm_destroy_id_sync(lu), 0);
+	udp.nlisteners = 0;
+	rcm_id_put(ul);
+	standin_teardown(c, &s);
+}
+
 static const struct named_test tests[] = {
 	{ "backlog-taken", t_backlog_taken },
+	{ "listener-gone", t_listener_gone },
+	{ "no-memory", t_no_memory },
 	{ "accept-expired", t_accept_expired },
 	{ "no-listener", t_no_listener },
 	{ "qp-type", t_qp_type },
