@@ -11,13 +11,17 @@
  * librdmacm: rdma_destroy_id() waits until the events it handed out are
  * acked and drops the ones it never did; verbs' destroy calls refuse with
  * EBUSY while something still uses the object.
- * Usage: test-cm-teardown NAME.
+ * Usage: test-cm-teardown NAME, or test-cm-teardown callback-calls-cepd
+ * CEPD-PATH.
  */
 #include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include "harness.h"
 #include "cm/cm_internal.h"
 #include "core/rcu.h"
+#include "../service/cepd_test.h"
 
 /* Bring node @n back after cep_cm_destroy: a fresh port and CM with the
  * same LID and GUID, its ids forgotten (they died with the old CM). */
@@ -509,6 +513,107 @@ static void t_callback_calls(void)
 		cb_calls_one(&rows[i]);
 }
 
+/* The same on a context of cepd (cep_cm_attach): its callbacks run on a
+ * library thread and another one reads the service's answers, so a
+ * callback's cep_cm_qp_destroy() is one more request, answered as any
+ * other call a callback makes there; it was refused with -EDEADLK "as the
+ * local one", which never refused it. The three waits stay -EDEADLK. A's
+ * ESTABLISHED callback calls all four on its own QP: the QP destroy is 0,
+ * A gets QP_DESTROYED and B the DREQ it sends. cepd --fabric 2. */
+static struct cep_cm *_Atomic rc_a;
+static _Atomic int rc_qp_rc = 1, rc_quiesce_rc = 1, rc_destroy_rc = 1, rc_sync_rc = 1,
+	rc_qp_gone, rc_dreq, rc_done;
+
+static int rc_a_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	struct cep_cm *cm = atomic_load(&rc_a);
+
+	if (ev->type == CEP_CM_EV_ESTABLISHED && !atomic_exchange(&rc_done, 1)) {
+		atomic_store(&rc_quiesce_rc, cep_cm_quiesce(cm, 200));
+		atomic_store(&rc_destroy_rc, cep_cm_destroy(cm));
+		atomic_store(&rc_sync_rc, cep_cm_destroy_id_sync(id));
+		atomic_store(&rc_qp_rc, cep_cm_qp_destroy(cm, 0x100));
+	} else if (ev->type == CEP_CM_EV_QP_DESTROYED) {
+		atomic_store(&rc_qp_gone, 1);
+	}
+	return 0;
+}
+
+static int rc_b_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	if (ev->type == CEP_CM_EV_REQ_RECEIVED) {
+		struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x200,
+						  .starting_psn = 1, .responder_resources = 1,
+						  .initiator_depth = 1, .rnr_retry_count = 7 };
+
+		CHECK_EQ(cep_cm_accept(id, &ap), 0);
+	} else if (ev->type == CEP_CM_EV_DREQ_RECEIVED) {
+		atomic_store(&rc_dreq, 1);
+	}
+	return 0;
+}
+
+static void rc_wait(_Atomic int *f)
+{
+	for (int i = 0; i < 5000 && !atomic_load(f); i++)
+		sleep_ms(2);
+	CHECK(atomic_load(f));
+}
+
+static int t_callback_calls_cepd(const char *cepd_path)
+{
+	char dir[] = "/tmp/cep-teardown-cepd.XXXXXX", sock[108];
+	struct cep_cm_attach_attr aa = { .size = sizeof(aa) };
+	struct cep_cm_id_attr ia = { .size = sizeof(ia) };
+	struct cep_cm_conn_param p;
+	struct cep_cm *a = NULL, *b = NULL;
+	struct cep_cm_id *ida, *lb;
+	int status;
+	pid_t pid;
+
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(sock, sizeof(sock), "%s/cepd.sock", dir);
+	char *const argv[] = { "cepd", "--fabric", "2", "--workers", "2", "--socket", sock, NULL };
+
+	pid = cepd_spawn(cepd_path, argv, sock, 500, "callback-calls-cepd");
+	aa.socket = sock;
+	aa.port_num = 0;
+	CHECK_EQ(cep_cm_attach(&aa, &a), 0);
+	aa.port_num = 1;
+	CHECK_EQ(cep_cm_attach(&aa, &b), 0);
+	atomic_store(&rc_a, a);
+	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
+	CHECK_EQ(cep_cm_qp_register(b, 0x200), 0);
+	ia.handler = rc_b_handler;
+	CHECK_EQ(cep_cm_create_id(b, &ia, &lb), 0);
+	CHECK_EQ(cep_cm_listen(lb, 0x5444434bull, ~0ull), 0);
+	ia.handler = rc_a_handler;
+	CHECK_EQ(cep_cm_create_id(a, &ia, &ida), 0);
+	cepd_fabric_conn(&p, 0, 1, 0x5444434bull, 0x100, 16);
+	CHECK_EQ(cep_cm_connect(ida, &p), 0);
+	rc_wait(&rc_done);
+	rc_wait(&rc_dreq);
+	rc_wait(&rc_qp_gone);
+	printf("cepd context, from ESTABLISHED: quiesce %d, destroy %d, destroy_id_sync %d, "
+	       "qp_destroy %d\n", atomic_load(&rc_quiesce_rc), atomic_load(&rc_destroy_rc),
+	       atomic_load(&rc_sync_rc), atomic_load(&rc_qp_rc));
+	CHECK_EQ(atomic_load(&rc_quiesce_rc), -EDEADLK);
+	CHECK_EQ(atomic_load(&rc_destroy_rc), -EDEADLK);
+	CHECK_EQ(atomic_load(&rc_sync_rc), -EDEADLK);
+	CHECK_EQ(atomic_load(&rc_qp_rc), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(ida), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(lb), 0);
+	CHECK_EQ(cep_cm_destroy(a), 0);
+	CHECK_EQ(cep_cm_destroy(b), 0);
+	kill(pid, SIGTERM);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	unlink(sock);
+	rmdir(dir);
+	return check_done("callback-calls-cepd");
+}
+
 static const struct named_test tests[] = {
 	{ "destroy-then-ack", t_destroy_then_ack },
 	{ "destroy-queued", t_destroy_queued },
@@ -521,5 +626,7 @@ static const struct named_test tests[] = {
 
 int main(int argc, char **argv)
 {
+	if (argc == 3 && !strcmp(argv[1], "callback-calls-cepd"))
+		return t_callback_calls_cepd(argv[2]);
 	return run_named_test(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }
