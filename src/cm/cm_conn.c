@@ -1155,11 +1155,11 @@ int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata,
 	}
 	if (ret == 0) { /* a repeated request gets the same MRA */
 		cm_keep_pdata(id, pdata, len);
+		id->flags &= (uint16_t)~F_MRA_AUTO;
+	}
 	if (ret == 0) {
 		if (id->state == CEP_CM_MRA_REQ_SENT)
 			cm_req_expire_after_mra(id); /* instead of an automatic MRA */
-		id->flags &= (uint16_t)~F_MRA_AUTO;
-	}
 		else
 			cm_clear_timer(id); /* no automatic MRA any more */
 	}
