@@ -340,6 +340,8 @@ static size_t run_wheel(struct worker *w)
 		 * budget is spent leaves the wheel alone (run_mad hands the
 		 * rest to the worker). */
 		f = w->wheel.armed ? 0 : cep_wheel_run(&w->wheel, w->now);
+		/* relaxed load: only whoever acts as this worker writes the
+		 * flag; the store is seq_cst as the other stores of it. */
 		if (!cep_wheel_pending(&w->wheel) &&
 		    atomic_load_explicit(&w->in_timers, memory_order_relaxed))
 			atomic_store_explicit(&w->in_timers, 0, memory_order_seq_cst);
@@ -752,6 +754,11 @@ int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad
 		return -EBUSY;
 	self_d = d;
 	self_idx = (int)wi;
+	/* At most TIMER_BATCH timers in this whole visit, the ticks it runs
+	 * included (run_wheel): the receive thread goes back to its queue,
+	 * where the MADs that end those timers (RTUs for REP retries) wait,
+	 * as the worker goes back to its ring (issue 26). */
+	w->timers_left = TIMER_BATCH;
 	/* What was queued for this worker first: its MADs in order. */
 	while (drain_ring(w, SIZE_MAX) || drain_works(w))
 		;
@@ -759,12 +766,7 @@ int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad
 	atomic_fetch_add_explicit(&w->st_mads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&w->st_inline, 1, memory_order_relaxed);
 	/* And what the MAD and the timers due queued for it (posts to
-	 * ourselves do not wake the worker: wake_worker), firing at most
-	 * TIMER_BATCH timers in all (run_wheel, the ticks included): the
-	 * receive thread goes back to its queue, where the MADs that end
-	 * those timers (RTUs for REP retries) wait, as the worker goes back
-	 * to its ring (issue 26). */
-	w->timers_left = TIMER_BATCH;
+	 * ourselves do not wake the worker: wake_worker). */
 	while (drain_ring(w, SIZE_MAX) + drain_works(w) + run_wheel(w))
 		;
 	spent = w->timers_left == 0;
@@ -775,6 +777,8 @@ int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad
 	 * worker's, as a tick item - it wakes the worker (we are no longer
 	 * self), and quiesce, which counts us until leave, counts it from
 	 * here. */
+	/* The exchange: one tick queued at a time, against an advance's
+	 * (dispatch_clock_wake); tick_fn clears it before it runs the wheel. */
 	if (spent && !atomic_exchange(&w->tick_queued, 1))
 		cep_dispatch_post_work(d, wi, &w->tick);
 	cep_dispatch_leave(d, wi, CEP_DISPATCH_ARMED_UNKNOWN);
