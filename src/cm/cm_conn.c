@@ -289,11 +289,14 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	id->half_open_until = cep_clock_ms(cm->clock) + cm->half_open_ms;
 	if (cm->auto_mra && atomic_load_explicit(&lid->lis.half_open, memory_order_relaxed) > 1) {
 		/* The listener has other requests unanswered: this one waits
-		 * behind them, so MRA it now, as the kernel's rdma_cm (up to
-		 * 6.1) MRAs every request it delivers, rather than at half the
+		 * behind them, so MRA it now rather than at half the
 		 * requester's timeout, when a burst's MRAs would all leave
 		 * together, late, behind the requester's REQ timer (issue 21:
-		 * 1,612 REQ retries for cmtime's 1,000 connections). A
+		 * 1,612 REQ retries for cmtime's 1,000 connections). libcep's
+		 * choice: the kernel's rdma_cm MRAs a request only when its
+		 * REQ comes again (CMA_CM_MRA_SETTING carries
+		 * IB_CM_MRA_FLAG_DELAY), and a 6.1 requester waits the MRA's
+		 * time for each try it has left (docs/protocol.md, "MRA"). A
 		 * listener that keeps up sends none. */
 		cm_send_auto_mra(id, CEP_MSG_CODE_REQ);
 		cm_set_state(id, CEP_CM_MRA_REQ_SENT);

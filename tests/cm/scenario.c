@@ -232,9 +232,12 @@ static void t_mra_auto(void)
 }
 
 /* auto_mra and a listener already behind (issue 21): a second REQ while the
- * first is unanswered is MRAed at once - the kernel's rdma_cm (to 6.1) MRAs
- * every request it delivers (cma_ib_req_handler, CMA_CM_MRA_SETTING) - while
- * the first, alone when it came, waits for the half-timeout MRA. */
+ * first is unanswered is MRAed at once, while the first, alone when it
+ * came, waits for the half-timeout MRA. libcep's choice (a burst's
+ * half-timeout MRAs left together, behind the requester's REQ timer): the
+ * kernel's rdma_cm arms an MRA for every request it delivers but sends it
+ * only for a repeated REQ (cma_ib_req_handler, CMA_CM_MRA_SETTING with
+ * IB_CM_MRA_FLAG_DELAY; cm_dup_req_handler). */
 static void t_mra_behind(void)
 {
 	struct cep_cm_conn_param p;
@@ -2386,8 +2389,8 @@ static void t_mra_once(void)
 	teardown_all();
 }
 
-/* Linux rdma_cm answers a REQ its application holds with an MRA of
- * service timeout 24 (CMA_CM_MRA_SETTING, 68.7 s): the clamp of a peer's
+/* Linux rdma_cm answers a repeated REQ its application holds with an MRA
+ * of service timeout 24 (CMA_CM_MRA_SETTING, 68.7 s): the clamp of a peer's
  * timeouts (exponent 24) keeps it whole. Before, 23 halved it and the
  * REQ came again after 34.4 s. */
 static void t_mra_timeout_24(void)
