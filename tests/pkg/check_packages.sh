@@ -5,7 +5,8 @@
 # scratch root (dpkg-deb -x, nothing installed on this machine), and from
 # that root only: build the quick-start examples the package ships with
 # pkg-config (PKG_CONFIG_SYSROOT_DIR), run them against the packaged
-# libcep.so.0, open `man cep_cm_connect`, run cepdump, and load an
+# libcep.so.0 (hello_cepd's two processes through the packaged cepd),
+# open `man cep_cm_connect`, run cepdump, and load an
 # unmodified librdmacm program (rping) on the packaged private
 # librdmacm.so.1 through the packaged cep-rdmacm; cepd's systemd units
 # (socket activation) verify and name the packaged cepd; every document a packaged
@@ -85,9 +86,9 @@ echo "pkg-config --libs libcep: $libs"
 
 # 5. The quick start, built from the packaged examples against the root
 # only (-MD proves every <cep/...> header came from it) and run against the
-# packaged library.
+# packaged library; hello_cepd below, with the packaged cepd.
 mkdir -p "$work/qs"
-for ex in hello_callback hello_channel; do
+for ex in hello_callback hello_channel hello_cepd; do
 	# shellcheck disable=SC2086
 	cc -std=c11 -Wall -Wextra -Werror -pedantic -MD -MF "$work/qs/$ex.d" $cflags \
 		"$root/usr/share/doc/libcep-dev/examples/$ex.c" $libs -o "$work/qs/$ex" ||
@@ -97,10 +98,43 @@ for ex in hello_callback hello_channel; do
 	fi
 	LD_LIBRARY_PATH=$libdir ldd "$work/qs/$ex" | grep -q "libcep.so.0 => $libdir/" ||
 		fail "$ex does not load the packaged libcep.so.0"
+	[ "$ex" != hello_cepd ] || continue
 	LD_LIBRARY_PATH=$libdir "$work/qs/$ex" >"$work/qs/$ex.out" 2>&1 ||
 		{ cat "$work/qs/$ex.out" >&2; fail "$ex failed against the packages"; }
 	echo "$ex: $(tail -1 "$work/qs/$ex.out")"
 done
+
+# 5b. hello_cepd as docs/quickstart.md runs it: the packaged cepd on an
+# in-process fabric (`cepd --fabric 2`, on a socket of this test's; ready
+# once `cepd --stats` is answered), the server until it listens, then the
+# client; both must finish, and cepd stop cleanly.
+sock=$work/qs/cepd.sock
+LD_LIBRARY_PATH=$libdir "$root/usr/sbin/cepd" --fabric 2 --socket "$sock" \
+	>"$work/qs/cepd.out" 2>&1 &
+cepd_pid=$!
+trap 'kill $cepd_pid 2>/dev/null || true' EXIT
+i=0
+until LD_LIBRARY_PATH=$libdir "$root/usr/sbin/cepd" --stats --socket "$sock" >/dev/null 2>&1; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || { cat "$work/qs/cepd.out" >&2; fail "the packaged cepd did not come up"; }
+	sleep 0.1
+done
+CEP_SERVICE=$sock LD_LIBRARY_PATH=$libdir "$work/qs/hello_cepd" server >"$work/qs/server.out" 2>&1 &
+server_pid=$!
+i=0
+until grep -q '^server: listening' "$work/qs/server.out"; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || { cat "$work/qs/server.out" >&2; fail "hello_cepd server did not listen"; }
+	sleep 0.1
+done
+CEP_SERVICE=$sock LD_LIBRARY_PATH=$libdir "$work/qs/hello_cepd" client >"$work/qs/client.out" 2>&1 ||
+	{ cat "$work/qs/client.out" "$work/qs/server.out" >&2; fail "hello_cepd client failed against the packages"; }
+wait $server_pid ||
+	{ cat "$work/qs/server.out" >&2; fail "hello_cepd server failed against the packages"; }
+kill $cepd_pid
+wait $cepd_pid || { cat "$work/qs/cepd.out" >&2; fail "the packaged cepd did not stop cleanly"; }
+trap - EXIT
+echo "hello_cepd: $(tail -1 "$work/qs/client.out") / $(tail -1 "$work/qs/server.out")"
 
 # 6. man cep_cm_connect, from the packaged pages.
 export MANPATH="$root/usr/share/man" MANWIDTH=80 LC_ALL=C.UTF-8
