@@ -321,8 +321,12 @@ struct cep_cm_attach_attr {
  * -ECONNREFUSED (nothing answers there); -ETIMEDOUT (no connection or no
  * answer within @attr->timeout_ms); -ENODEV (the service has no such
  * port); -EPROTONOSUPPORT (a cepd of another protocol version or libcep
- * ABI); -EACCES; -ENAMETOOLONG; -ENOMEM; -EAGAIN (no thread); or another
- * error of socket(2), connect(2) or pidfd_open(2). Any thread. The
+ * ABI); -EUSERS (the service serves as many connections of this uid, or
+ * in all, as it allows: cepd(8) LIMITS); -EPERM (the service could not
+ * tell who attaches: no pidfd on a kernel without SO_PEERPIDFD, or
+ * credentials of another uid than the connection's); -EACCES;
+ * -ENAMETOOLONG; -ENOMEM; -EAGAIN (no thread); or another error of
+ * socket(2), connect(2) or pidfd_open(2). Any thread. The
  * service learns who attaches from the HELLO's credentials and a pidfd
  * of the process (cepd(8)). */
 CEP_EXPORT int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out);

@@ -995,6 +995,21 @@ int cmr_hello_send(int fd, const struct cepd_hello *h)
 	do
 		n = sendmsg(fd, &m, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR); /* a packet goes whole or not at all */
+	if (n < 0 && errno == EINVAL) {
+		/* a process of a user namespace whose gid (or uid) has no
+		 * mapping cannot name it: send no SCM_CREDENTIALS, the kernel
+		 * attaches the sender's own (cepd reads them with SO_PASSCRED) */
+		size_t off = CMSG_SPACE(sizeof(cr));
+
+		if (pidfd >= 0)
+			memmove(ctl.b, ctl.b + off, CMSG_SPACE(sizeof(int)));
+		m.msg_controllen = pidfd >= 0 ? CMSG_SPACE(sizeof(int)) : 0;
+		if (!m.msg_controllen)
+			m.msg_control = NULL;
+		do
+			n = sendmsg(fd, &m, MSG_NOSIGNAL);
+		while (n < 0 && errno == EINTR);
+	}
 	ret = n < 0 ? -errno : 0;
 	if (pidfd >= 0)
 		close(pidfd); /* the service holds its own copy now */
@@ -1050,8 +1065,16 @@ static ssize_t hello(int fd, const struct sockaddr_un *sa, const struct cepd_hel
 	ret = cmr_hello_send(fd, h);
 	if (ret == -EAGAIN)
 		return -ETIMEDOUT;
-	if (ret == -EPIPE || ret == -ECONNRESET || ret == -ECONNREFUSED)
-		return -ECONNREFUSED;
+	if (ret == -EPIPE || ret == -ECONNRESET || ret == -ECONNREFUSED) {
+		/* a service that refuses a connection at once (too many of
+		 * this user's, cepd(8) LIMITS) answers and closes before our
+		 * HELLO: its answer waits, behind the reset our unread HELLO
+		 * reported */
+		n = recv(fd, buf, len, MSG_DONTWAIT);
+		if (n < 0 && errno == ECONNRESET)
+			n = recv(fd, buf, len, MSG_DONTWAIT);
+		return n >= (ssize_t)sizeof(struct cepd_rep) ? n : -ECONNREFUSED;
+	}
 	if (ret)
 		return ret;
 	*step = "the HELLO was not answered";
@@ -1070,6 +1093,8 @@ static ssize_t hello(int fd, const struct sockaddr_un *sa, const struct cepd_hel
 		n = recv(fd, buf, len, MSG_DONTWAIT);
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
+		if (n < 0 && errno == ECONNRESET) /* an answer may wait behind it */
+			n = recv(fd, buf, len, MSG_DONTWAIT);
 		send_timeout(fd, 0); /* calls' sends block as before */
 		return n < 0 ? -ECONNREFUSED : n;
 	}
