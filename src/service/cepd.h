@@ -7,14 +7,26 @@
  * Files, one concern each:
  *   main.c     options, ports, the listening socket, signals, shutdown
  *   client.c   a client's session: accept, HELLO, its thread, its handle
- *              table, its end (what a dead client leaves is destroyed)
- *   request.c  the requests: checked, then carried out
+ *              table and sids, its end (what a dead client leaves is
+ *              destroyed)
+ *   request.c  the request table: one handler per operation
+ *   access.c   every check a request passes (who asks, what it names,
+ *              what it may use): read it top to bottom to know what a
+ *              client may do
+ *   identity.c who a client is (pidfd, credentials, capabilities)
+ *   acct.c     per-uid accounts and the limits
+ *   config.c   the configuration file: grants, limits
+ *   qps.c      each port's registry of QPNs and whose they are
+ *   addr.c     the source GIDs and P_Keys a client may use
  *   events.c   the engine's callback and the event queues to clients
  *   stats.c    --stats, both ends
  *
- * Locks: svc.lk (the client list), client.lk (its table, QPNs and event
- * queue). No lock is held across a cep_cm_* call (cep_cm_destroy_id
- * waits for a running callback, which takes client.lk).
+ * Locks, outermost first: svc.lk (the client lists); then client.lk (its
+ * table, sids and event queue) or port.lk (the port's listener and QP
+ * registries), never both; then the accounts' lock (acct.c). No lock is
+ * held across a cep_cm_* call but port.lk around a listen and a QP's
+ * register or destroy (the engine calls back no cepd code in those);
+ * cep_cm_destroy_id waits for a running callback, which takes client.lk.
  */
 #ifndef CEP_SERVICE_CEPD_H
 #define CEP_SERVICE_CEPD_H
@@ -30,7 +42,13 @@
 #include <cep/cm.h>
 #include <cep/fabric.h>
 
+#include "service/identity.h"
+#include "service/acct.h"
 #include "service/proto.h"
+
+struct listener;
+struct qpent;
+struct addr_client;
 
 #define MAX_PORTS 64
 #define HANDLE_IDX_BITS 20
@@ -45,6 +63,11 @@ struct port {
 	struct cep_transport *tp;
 	struct cep_cm *cm;
 	struct cep_port_info info;
+	void *addr;                    /* addr.c's state of the port */
+	pthread_mutex_t lk;            /* the two registries below */
+	struct listener *listeners;    /* lk: every client's listens (access.c) */
+	struct qpent **qpb;            /* lk: QPNs registered, by number (qps.c) */
+	uint32_t qpnb, nqp;            /* lk: buckets, entries */
 };
 
 /* One EVENTS message being filled or waiting to go out. */
@@ -57,35 +80,54 @@ struct chunk {
 
 struct client {
 	int fd;
-	pid_t pid;
-	uid_t uid;
+	struct cepd_ident id;          /* who (identity.h); complete after HELLO */
+	struct acct *acct;             /* its uid's account (acct.h) */
+	struct addr_client *ac;        /* its source-address facts (addr.h) */
 	unsigned serial;
 	struct port *port;             /* NULL: a statistics reader */
 	pthread_mutex_t lk;
 	struct sid **slot;             /* lk: [cap], index = handle & mask */
 	uint16_t *gen;                 /* lk: [cap] */
 	uint32_t cap, nids, free_hint; /* lk */
-	uint32_t *qpn;                 /* lk: registered by this client */
-	uint32_t nqpn, qpcap;          /* lk */
+	struct qpent *qps;             /* port->lk: its registered QPNs */
+	uint32_t nqpn;                 /* port->lk */
 	struct chunk *qhead, *qtail;   /* lk: events to send */
-	uint32_t queued;               /* lk: chunks */
+	uint64_t qbytes;               /* lk: bytes of those chunks (charged) */
 	int flushing;                  /* lk: a thread is sending the queue */
 	int blocked;                   /* lk: the socket was full (EAGAIN) */
 	int dead;                      /* lk: no event goes out, no new id */
 	_Atomic int refs;              /* thread + each sid */
 	/* statistics: relaxed counters, no order with anything */
-	_Atomic uint64_t requests, bad, events, events_dropped;
-	struct client *next;           /* svc.lk */
+	_Atomic uint64_t requests, bad, refused, events, events_dropped;
+	struct client *next;           /* svc.lk: the clients being served */
+	struct client *anext, **aprev; /* svc.lk: every client not yet freed */
+	struct sid *sids;              /* lk: every sid not yet freed */
 };
 
 struct sid {
 	struct client *c;
 	struct cep_cm_id *id;
-	uint32_t handle;               /* 0: an orphan (its client is gone) */
+	uint32_t handle;               /* c->lk; 0: named by no handle (an orphan
+					  of a dead client, or its destroy was
+					  answered) */
 	int gone;                      /* c->lk: destroy asked; names nothing */
+	int requested;                 /* c->lk: the client's DESTROY_ID did it:
+					  its DESTROYED went out then */
+	int listening;                 /* port->lk: in the listener registry */
 	int auto_rtu;                  /* client thread, before CONNECT: its
 					  REP_RECEIVED is followed at once by
 					  ESTABLISHED (sent together) */
+	uint32_t qpn;                  /* client thread: the QP CONNECT or ACCEPT
+					  named (LAP checks it again); 0 none */
+	struct sid *snext, **sprev;    /* c->lk: the client's sids */
+};
+
+/* A request being handled (request.c), what the checks of access.c read. */
+struct req {
+	struct client *c;
+	const struct cepd_req *r;
+	const uint8_t *param, *pd, *aux;   /* its fixed part, private data, ARI */
+	struct sid *s;                     /* the id it names (requests on an id) */
 };
 
 extern struct svc {
@@ -96,38 +138,71 @@ extern struct svc {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int own_path;                  /* we created (and so unlink) it */
 	pthread_mutex_t lk;
-	struct client *clients;        /* lk */
+	struct client *clients;        /* lk: served (their thread runs) */
+	struct client *all;            /* lk: not yet freed (anext) */
 	unsigned nclients, serial;     /* lk */
-	_Atomic uint64_t clients_total, clients_dropped, bad_messages;
+	_Atomic uint64_t clients_total, clients_refused, bad_messages;
 	_Atomic unsigned live_clients; /* client structs not yet freed */
 	int check;                     /* --check: the tables at exit */
-	volatile sig_atomic_t stop;
+	_Atomic int stop;              /* set by the signal handler, which may run
+					  on any thread (hence atomic, not volatile) */
 	int sigpipe[2];
 	unsigned workers;
-	uint32_t max_ids;              /* per client (--max-ids) */
 	int verbose;
 } svc;
 
 void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* client.c */
-void accept_client(void);
+/* Serve the accepted connection @fd (or refuse it). Main thread. */
+void accept_client(int fd);
 void client_put(struct client *c);
 int handle_add(struct client *c, struct sid *s);
-void handle_del(struct client *c, struct sid *s);
+void handle_del(struct client *c, uint32_t h);
 struct sid *handle_get(struct client *c, uint32_t h);
 void client_kill_locked(struct client *c, const char *why);
+/* c->lk held, the client not dead. A new sid of @c for engine id @id
+ * (NULL: set later), charged to the client's uid: NULL when over its
+ * limit or out of memory. */
+struct sid *sid_new(struct client *c, struct cep_cm_id *id);
+/* The engine is done with @s (its DESTROYED, or its id was never made, or
+ * the port's CM is destroyed): uncharge and free it, drop its client
+ * reference. c->lk not held. */
+void sid_free(struct sid *s);
+/* At shutdown, once every port's CM is destroyed: free the sids whose
+ * DESTROYED never came (ids still lingering in the engine's timewait). */
+void sids_release_all(void);
 
 /* events.c */
 int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev);
 void flush_locked(struct client *c);
+/* c->lk held: queue an event of type @type for handle @h with no message
+ * (a DESTROYED the service makes). */
+void post_simple_event(struct client *c, uint32_t type, uint32_t h, uint32_t local_comm_id);
+/* c->lk held, no flush running: send what is queued (client thread). */
+void flush_now(struct client *c);
 
 /* request.c */
 int reply(struct client *c, uint64_t seq, int ret, const void *payload, size_t len);
 void handle_request(struct client *c, const uint8_t *buf, size_t len);
 
+/* qps.c: each port's registry of QPNs, who registered them. port->lk
+ * taken inside; any client thread. */
+int qps_register(struct client *c, uint32_t qpn);
+int qps_destroy(struct client *c, uint32_t qpn);
+/* Whether @qpn is registered by @c (the registry only, no kernel check). */
+int qps_mine(struct client *c, uint32_t qpn);
+/* @c names @qpn for a connection: registered by it and, on an RDMA port,
+ * still its QP by the kernel's word; a QPN whose QP is gone or is another
+ * process's now is forgotten (cep_cm_qp_destroy). 0, -ENOENT, -EPERM. */
+int qps_named(struct client *c, uint32_t qpn);
+/* The client is gone: destroy every QPN it registered. */
+void qps_client_gone(struct client *c);
+void qps_port_init(struct port *p);
+void qps_port_fini(struct port *p);
+
 /* stats.c */
-void print_stats(FILE *f);
+void print_stats(FILE *f, const struct client *reader);
 int stats_command(const char *path);
 
 #endif /* CEP_SERVICE_CEPD_H */

@@ -22,8 +22,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "service/access.h"
+#include "service/addr.h"
 #include "service/cepd.h"
 
 /* ---- clients: references, handles ------------------------------------- */
@@ -39,6 +42,16 @@ void client_put(struct client *c)
 		c->qhead = k->next;
 		free(k);
 	}
+	if (c->qbytes)
+		acct_uncharge(c->acct, ACCT_EVENT_BYTES, c->qbytes);
+	if (c->ac)
+		addr_client_close(c->ac);
+	ident_fini(&c->id);
+	pthread_mutex_lock(&svc.lk);
+	*c->aprev = c->anext;
+	if (c->anext)
+		c->anext->aprev = c->aprev;
+	pthread_mutex_unlock(&svc.lk);
 	/* release: this client's last use of the ports happens before a
 	 * shutdown that reads 0 destroys them (its acquire load) */
 	atomic_fetch_sub_explicit(&svc.live_clients, 1, memory_order_release);
@@ -46,18 +59,17 @@ void client_put(struct client *c)
 	pthread_mutex_destroy(&c->lk);
 	free(c->slot);
 	free(c->gen);
-	free(c->qpn);
 	free(c);
 }
 
 /* c->lk held. Insert @s: 0 and s->handle, or -ENOMEM / -EMFILE (the
- * client has svc.max_ids ids: a flood of ids or of requests to its
+ * client has --max-ids ids: a flood of ids or of requests to its
  * listeners stops at it and costs the others nothing). */
 int handle_add(struct client *c, struct sid *s)
 {
 	uint32_t i;
 
-	if (c->nids >= svc.max_ids)
+	if (c->nids >= cepd_limits.ids_per_client)
 		return -EMFILE;
 	if (c->nids == c->cap) {
 		uint32_t ncap = c->cap ? c->cap * 2 : 64;
@@ -90,12 +102,13 @@ int handle_add(struct client *c, struct sid *s)
 	return 0;
 }
 
-/* c->lk held. */
-void handle_del(struct client *c, struct sid *s)
+/* c->lk held. Handle @h no longer names anything (its sid is not read:
+ * it may be freed already). */
+void handle_del(struct client *c, uint32_t h)
 {
-	uint32_t i = s->handle & HANDLE_IDX_MASK;
+	uint32_t i = h & HANDLE_IDX_MASK;
 
-	if (!s->handle || i >= c->cap || c->slot[i] != s)
+	if (!h || i >= c->cap || !c->slot[i] || c->gen[i] != (h >> HANDLE_IDX_BITS))
 		return;
 	c->slot[i] = NULL;
 	/* a stale handle of this slot no longer matches; never generation 0,
@@ -117,38 +130,119 @@ struct sid *handle_get(struct client *c, uint32_t h)
 	return s && !s->gone ? s : NULL;
 }
 
+struct sid *sid_new(struct client *c, struct cep_cm_id *id)
+{
+	struct sid *s;
+
+	/* a live client's account exists: its thread drops its count only
+	 * after marking it dead under c->lk, which the caller holds */
+	/* an id is its uid's from here until the engine holds nothing of it
+	 * (sid_free) */
+	if (acct_charge(c->acct, ACCT_IDS, 1))
+		return NULL;
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		acct_uncharge(c->acct, ACCT_IDS, 1);
+		return NULL;
+	}
+	s->c = c;
+	s->id = id;
+	s->snext = c->sids;
+	s->sprev = &c->sids;
+	if (c->sids)
+		c->sids->sprev = &s->snext;
+	c->sids = s;
+	/* relaxed: the caller holds a reference (its thread's, or the
+	 * listener's sid) */
+	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+	return s;
+}
+
+void sid_free(struct sid *s)
+{
+	struct client *c = s->c;
+
+	pthread_mutex_lock(&c->lk);
+	*s->sprev = s->snext;
+	if (s->snext)
+		s->snext->sprev = s->sprev;
+	pthread_mutex_unlock(&c->lk);
+	acct_uncharge(c->acct, ACCT_IDS, 1);
+	free(s);
+	client_put(c);
+}
+
+void sids_release_all(void)
+{
+	for (;;) {
+		struct sid *s = NULL;
+
+		pthread_mutex_lock(&svc.lk);
+		for (struct client *c = svc.all; c && !s; c = c->anext) {
+			pthread_mutex_lock(&c->lk);
+			s = c->sids;
+			pthread_mutex_unlock(&c->lk);
+		}
+		pthread_mutex_unlock(&svc.lk);
+		if (!s)
+			return;
+		sid_free(s); /* may free its client: the walk starts again */
+	}
+}
+
 /* c->lk held. The client is broken or must go: its reader wakes on the
  * shut socket and cleans up. */
 void client_kill_locked(struct client *c, const char *why)
 {
 	if (!c->dead && svc.verbose)
-		logmsg("client %u (pid %d): %s", c->serial, (int)c->pid, why);
+		logmsg("client %u (pid %d): %s", c->serial, (int)c->id.pid, why);
 	c->dead = 1;
 	shutdown(c->fd, SHUT_RDWR);
 }
 
 /* ---- a client's life ----------------------------------------------------- */
 
-static int do_hello(struct client *c, const uint8_t *buf, size_t len)
+/* The HELLO in @buf (@len bytes) with its credentials @cred and passed fd:
+ * who the client is, which port it uses. 0, or -errno after answering
+ * (the client is then dropped). */
+static int do_hello(struct client *c, const uint8_t *buf, size_t len,
+		    const struct ucred *cred, int passed_fd)
 {
 	const struct cepd_hello *h = (const struct cepd_hello *)buf;
 	struct cepd_hello_rep rep;
 	struct port *p = NULL;
+	uint64_t seq = len >= sizeof(struct cepd_hdr) ? h->h.seq : 0;
+	int ret;
 
 	if (len != sizeof(*h) || h->h.op != CEPD_HELLO || h->h.len != len ||
-	    h->magic != CEPD_MAGIC)
+	    h->magic != CEPD_MAGIC) {
+		if (passed_fd >= 0)
+			close(passed_fd);
 		return -EPROTO;
+	}
+	if (h->flags & CEPD_HELLO_STATS) {
+		/* a statistics reader is known by its uid only */
+		ret = cred && cred->uid == c->id.uid ? 0 : -EPERM;
+		if (passed_fd >= 0)
+			close(passed_fd);
+	} else {
+		ret = ident_hello(&c->id, cred, passed_fd);
+	}
+	if (ret) {
+		(void)reply(c, seq, ret, NULL, 0);
+		return ret;
+	}
 	if (h->version != CEPD_VERSION || h->sizes[0] != sizeof(struct cep_msg) ||
 	    h->sizes[1] != sizeof(struct cep_path) || h->sizes[2] != sizeof(struct cep_mad_addr) ||
 	    h->sizes[3] != sizeof(struct cep_cm_stats)) {
-		(void)reply(c, h->h.seq, -EPROTONOSUPPORT, NULL, 0);
+		(void)reply(c, seq, -EPROTONOSUPPORT, NULL, 0);
 		return -EPROTONOSUPPORT;
 	}
 	memset(&rep, 0, sizeof(rep));
 	rep.version = CEPD_VERSION;
 	if (!(h->flags & CEPD_HELLO_STATS)) {
 		if (memchr(h->device, 0, sizeof(h->device)) == NULL) {
-			(void)reply(c, h->h.seq, -EINVAL, NULL, 0);
+			(void)reply(c, seq, -EINVAL, NULL, 0);
 			return -EINVAL;
 		}
 		for (unsigned i = 0; i < svc.nports && !p; i++)
@@ -157,15 +251,20 @@ static int do_hello(struct client *c, const uint8_t *buf, size_t len)
 					 : i == h->port_num)
 				p = &svc.port[i];
 		if (!p) {
-			(void)reply(c, h->h.seq, -ENODEV, NULL, 0);
+			(void)reply(c, seq, -ENODEV, NULL, 0);
 			return -ENODEV;
+		}
+		ret = addr_client_open(p, &c->id, &c->ac);
+		if (ret) {
+			(void)reply(c, seq, ret, NULL, 0);
+			return ret;
 		}
 		rep.workers = cep_cm_workers(p->cm);
 		rep.ca_guid = cep_cm_ca_guid(p->cm);
 		rep.port = p->info;
 	}
 	c->port = p;
-	return reply(c, h->h.seq, 0, &rep, sizeof(rep));
+	return reply(c, seq, 0, &rep, sizeof(rep));
 }
 
 /* The client's socket ended: destroy what it left, as the kernel's ucma
@@ -173,8 +272,7 @@ static int do_hello(struct client *c, const uint8_t *buf, size_t len)
 static void client_cleanup(struct client *c)
 {
 	struct sid **ids = NULL;
-	uint32_t *qpns = NULL;
-	uint32_t n = 0, nq = 0, i;
+	uint32_t n = 0, i;
 	int lost;
 
 	pthread_mutex_lock(&c->lk);
@@ -186,63 +284,132 @@ static void client_cleanup(struct client *c)
 			c->slot[i]->gone = 1;
 			ids[n++] = c->slot[i];
 		}
-	qpns = c->qpn;
-	nq = c->nqpn;
-	c->qpn = NULL;
-	c->nqpn = c->qpcap = 0;
 	lost = c->nids && !ids;
 	pthread_mutex_unlock(&c->lk);
 	if (lost)
 		logmsg("client %u: out of memory: its ids stay until shutdown", c->serial);
-	/* a sid stays alive until its DESTROYED, which only this destroy causes */
-	for (i = 0; i < n; i++)
+	/* a sid stays alive until its DESTROYED, which only this destroy
+	 * causes (so it is not touched after it); its service IDs are free
+	 * from here (a REQ to the dying listener is refused meanwhile) */
+	for (i = 0; i < n; i++) {
+		access_unlisten(ids[i]);
 		(void)cep_cm_destroy_id(ids[i]->id);
-	for (i = 0; i < nq; i++)
-		(void)cep_cm_qp_destroy(c->port->cm, qpns[i]);
+	}
 	free(ids);
-	free(qpns);
+	qps_client_gone(c);
+}
+
+/* One message of the client into @buf: its length (greater than
+ * CEPD_MSG_MAX when truncated), 0 at the end, -errno. With @cred (the
+ * HELLO): the credentials the kernel attached (*has_cred) and a passed
+ * fd (*fd, -1 if none; any other passed fd is closed). */
+static ssize_t recv_msg(struct client *c, uint8_t *buf, struct ucred *cred, int *has_cred,
+			int *fd)
+{
+	union {
+		struct cmsghdr h;
+		uint8_t b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(4 * sizeof(int))];
+	} ctl;
+	struct iovec iov = { .iov_base = buf, .iov_len = CEPD_MSG_MAX };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (cred) {
+		m.msg_control = ctl.b;
+		m.msg_controllen = sizeof(ctl.b);
+		*has_cred = 0;
+		*fd = -1;
+	}
+	n = recvmsg(c->fd, &m, MSG_TRUNC | MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return -errno;
+	if (!cred)
+		return n;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+		if (h->cmsg_level != SOL_SOCKET)
+			continue;
+		if (h->cmsg_type == SCM_CREDENTIALS && h->cmsg_len == CMSG_LEN(sizeof(*cred))) {
+			memcpy(cred, CMSG_DATA(h), sizeof(*cred));
+			*has_cred = 1;
+		} else if (h->cmsg_type == SCM_RIGHTS) {
+			size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+			for (size_t i = 0; i < k; i++) {
+				int f;
+
+				memcpy(&f, CMSG_DATA(h) + i * sizeof(int), sizeof(f));
+				if (*fd < 0 && k == 1)
+					*fd = f;
+				else
+					close(f); /* only one fd, the pidfd, is ever taken */
+			}
+		}
+	}
+	return n;
+}
+
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
 static void *client_thread(void *arg)
 {
 	struct client *c = arg;
 	uint8_t *buf = malloc(CEPD_MSG_MAX);
+	struct timespec born;
 	int hello = 0;
 
+	clock_gettime(CLOCK_MONOTONIC, &born);
 	while (buf) { /* until the socket ends (shutdown_all shuts it) */
-		ssize_t n;
+		struct ucred cred;
+		int has_cred = 0, fd = -1, zero = 0;
+		ssize_t n = recv_msg(c, buf, hello ? NULL : &cred, &has_cred, &fd);
 
-		n = recv(c->fd, buf, CEPD_MSG_MAX, MSG_TRUNC);
-		if (n < 0 && errno == EINTR)
+		if (n == -EINTR)
 			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		if (n == -EAGAIN || n == -EWOULDBLOCK) {
+			if (!hello && ms_since(&born) > (long)cepd_limits.hello_ms) {
+				if (svc.verbose)
+					logmsg("client %u (pid %d): no HELLO in %u ms: dropped",
+					       c->serial, (int)c->id.pid, cepd_limits.hello_ms);
+				break;
+			}
 			/* the receive timeout: send events a full socket held
 			 * (or a held REP_RECEIVED whose ESTABLISHED never came) */
 			pthread_mutex_lock(&c->lk);
 			if ((c->blocked || c->qhead) && !c->flushing) {
 				c->blocked = 0;
-				c->flushing = 1;
-				flush_locked(c);
-				c->flushing = 0;
+				flush_now(c);
 			}
 			pthread_mutex_unlock(&c->lk);
 			continue;
 		}
-		if (n <= 0)
+		if (n <= 0) {
+			if (fd >= 0)
+				close(fd);
 			break;
+		}
 		if ((size_t)n > CEPD_MSG_MAX || (size_t)n < sizeof(struct cepd_hdr)) {
+			if (fd >= 0)
+				close(fd);
 			atomic_fetch_add_explicit(&svc.bad_messages, 1, memory_order_relaxed);
 			atomic_fetch_add_explicit(&c->bad, 1, memory_order_relaxed);
-			if ((size_t)n > CEPD_MSG_MAX) { /* truncated: answer its seq */
+			if ((size_t)n > CEPD_MSG_MAX && hello) { /* truncated: answer its seq */
 				(void)reply(c, ((struct cepd_hdr *)buf)->seq, -EMSGSIZE, NULL, 0);
 				continue;
 			}
 			break; /* not even a header: the stream is not ours */
 		}
 		if (!hello) {
-			if (do_hello(c, buf, (size_t)n))
+			if (do_hello(c, buf, (size_t)n, has_cred ? &cred : NULL, fd))
 				break;
 			hello = 1;
+			/* credentials were for the HELLO only */
+			(void)setsockopt(c->fd, SOL_SOCKET, SO_PASSCRED, &zero, sizeof(zero));
 			continue;
 		}
 		if (((struct cepd_hdr *)buf)->op == CEPD_HELLO) {
@@ -268,38 +435,61 @@ static void *client_thread(void *arg)
 	svc.nclients--;
 	pthread_mutex_unlock(&svc.lk);
 	if (svc.verbose)
-		logmsg("client %u (pid %d) gone", c->serial, (int)c->pid);
+		logmsg("client %u (pid %d) gone", c->serial, (int)c->id.pid);
+	/* the uid's client count; its remaining charges (ids still lingering
+	 * in the engine, queued events) keep the account */
+	acct_client_put(c->acct);
 	client_put(c);
 	return NULL;
 }
 
-void accept_client(void)
+/* Refuse a connection at once with @err as the HELLO's answer (seq 1,
+ * what cepd_hello_init gives), without reading it. */
+static void refuse(int fd, int err)
+{
+	struct cepd_rep r;
+
+	memset(&r, 0, sizeof(r));
+	r.h.op = CEPD_REPLY;
+	r.h.len = sizeof(r);
+	r.h.seq = 1;
+	r.ret = err;
+	(void)send(fd, &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
+	close(fd);
+	atomic_fetch_add_explicit(&svc.clients_refused, 1, memory_order_relaxed);
+}
+
+/* Take the connection @fd (accepted): a client with its own thread, or
+ * refused (over its uid's client limit, its identity unknown). */
+void accept_client(int fd)
 {
 	struct client *c;
-	struct ucred cr;
-	socklen_t crl = sizeof(cr);
 	struct timeval tv = { .tv_sec = 0, .tv_usec = 100000 };
 	int sndbuf = 4 << 20;
 	pthread_attr_t ta;
 	pthread_t t;
-	int fd = accept4(svc.lfd, NULL, NULL, SOCK_CLOEXEC);
+	int ret;
 
-	if (fd < 0)
-		return;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl)) {
-		close(fd);
-		return;
-	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		close(fd);
+		refuse(fd, -ENOMEM);
+		return;
+	}
+	ret = ident_accept(fd, &c->id);
+	if (!ret)
+		ret = acct_client_get(c->id.uid, &c->acct);
+	if (ret) {
+		if (svc.verbose)
+			logmsg("connection of pid %d uid %u refused: %s", (int)c->id.pid,
+			       (unsigned)c->id.uid, strerror(-ret));
+		ident_fini(&c->id);
+		free(c);
+		refuse(fd, ret);
 		return;
 	}
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 	c->fd = fd;
-	c->pid = cr.pid;
-	c->uid = cr.uid;
 	pthread_mutex_init(&c->lk, NULL);
 	atomic_init(&c->refs, 1);
 	atomic_fetch_add_explicit(&svc.live_clients, 1, memory_order_relaxed);
@@ -308,6 +498,11 @@ void accept_client(void)
 	c->next = svc.clients;
 	svc.clients = c;
 	svc.nclients++;
+	c->anext = svc.all;
+	c->aprev = &svc.all;
+	if (svc.all)
+		svc.all->aprev = &c->anext;
+	svc.all = c;
 	pthread_mutex_unlock(&svc.lk);
 	atomic_fetch_add_explicit(&svc.clients_total, 1, memory_order_relaxed);
 	pthread_attr_init(&ta);
@@ -322,6 +517,7 @@ void accept_client(void)
 		svc.nclients--;
 		pthread_mutex_unlock(&svc.lk);
 		logmsg("no thread for a client: dropped");
+		acct_client_put(c->acct);
 		client_put(c);
 	}
 	pthread_attr_destroy(&ta);

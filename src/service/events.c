@@ -7,7 +7,8 @@
  * blocking it: appended to the client's queue, sent by whichever worker
  * finds no flush running (so events that wait while one is sent go out
  * together, one EVENTS message); a client that does not read has its
- * queue grow to CLIENT_QUEUE_MAX and is then dropped.
+ * queue grow to its limit or its uid's (acct.h, event bytes) and is
+ * then dropped.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -16,7 +17,6 @@
 
 #include "service/cepd.h"
 
-#define CLIENT_QUEUE_MAX 1024  /* EVENTS messages queued for one client */
 
 /* ---- events out ---------------------------------------------------------- */
 
@@ -33,7 +33,6 @@ void flush_locked(struct client *c)
 		c->qhead = k->next;
 		if (!c->qhead)
 			c->qtail = NULL;
-		c->queued--;
 		pthread_mutex_unlock(&c->lk);
 		((struct cepd_events *)k->buf)->h.len = (uint32_t)k->len;
 		((struct cepd_events *)k->buf)->count = k->count;
@@ -46,7 +45,6 @@ void flush_locked(struct client *c)
 			c->qhead = k;
 			if (!c->qtail)
 				c->qtail = k;
-			c->queued++;
 			c->blocked = 1;
 			return;
 		}
@@ -54,12 +52,22 @@ void flush_locked(struct client *c)
 			atomic_fetch_add_explicit(&c->events_dropped, k->count,
 						  memory_order_relaxed);
 		free(k);
+		c->qbytes -= sizeof(*k);
+		acct_uncharge(c->acct, ACCT_EVENT_BYTES, sizeof(*k));
 	}
 }
 
+void flush_now(struct client *c)
+{
+	c->flushing = 1;
+	flush_locked(c);
+	c->flushing = 0;
+}
+
 /* c->lk held. Append one event record; start a new chunk when the last
- * is full. -ENOMEM, or -ENOBUFS when the client's queue is at its limit
- * (the caller drops the client). */
+ * is full. -ENOMEM, or -ENOBUFS when the client's queue or its uid's
+ * queues are at their limit (the caller drops the client: it does not
+ * read). A chunk's bytes are charged while it waits. */
 static int queue_event(struct client *c, const struct cepd_ev *e, const struct cep_msg *msg)
 {
 	size_t rec = sizeof(*e) + (e->has_msg ? sizeof(*msg) : 0);
@@ -67,11 +75,15 @@ static int queue_event(struct client *c, const struct cepd_ev *e, const struct c
 
 	rec = (rec + 7) & ~(size_t)7;
 	if (!k || k->len + rec > CEPD_MSG_MAX) {
-		if (c->queued >= CLIENT_QUEUE_MAX)
+		if (c->qbytes + sizeof(*k) > cepd_limits.event_bytes_per_client ||
+		    acct_charge(c->acct, ACCT_EVENT_BYTES, sizeof(*k)))
 			return -ENOBUFS;
 		k = malloc(sizeof(*k));
-		if (!k)
+		if (!k) {
+			acct_uncharge(c->acct, ACCT_EVENT_BYTES, sizeof(*k));
 			return -ENOMEM;
+		}
+		c->qbytes += sizeof(*k);
 		k->next = NULL;
 		k->count = 0;
 		k->len = sizeof(struct cepd_events);
@@ -82,7 +94,6 @@ static int queue_event(struct client *c, const struct cepd_ev *e, const struct c
 		else
 			c->qhead = k;
 		c->qtail = k;
-		c->queued++;
 	}
 	memset(k->buf + k->len, 0, rec);
 	memcpy(k->buf + k->len, e, sizeof(*e));
@@ -116,9 +127,18 @@ static void post_event(struct client *c, const struct cepd_ev *e, const struct c
 	atomic_fetch_add_explicit(&c->events, 1, memory_order_relaxed);
 	if (c->flushing || c->blocked || hold)
 		return;
-	c->flushing = 1;
-	flush_locked(c);
-	c->flushing = 0;
+	flush_now(c);
+}
+
+void post_simple_event(struct client *c, uint32_t type, uint32_t h, uint32_t local_comm_id)
+{
+	struct cepd_ev r;
+
+	memset(&r, 0, sizeof(r));
+	r.type = type;
+	r.handle = h;
+	r.local_comm_id = local_comm_id;
+	post_event(c, &r, NULL, 0);
 }
 
 /* ---- the engine's callback ---------------------------------------------- */
@@ -154,17 +174,21 @@ int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	fill_event(&r, ev, id);
 	if (ev->type == CEP_CM_EV_REQ_RECEIVED || ev->type == CEP_CM_EV_SIDR_REQ_RECEIVED) {
 		struct sid *ls = s;
-		struct sid *ns = calloc(1, sizeof(*ns));
+		struct sid *ns;
 
-		if (!ns)
-			return 1; /* the engine rejects; its DESTROYED names ls: see below */
-		ns->c = c;
-		ns->id = id;
-		/* relaxed: the caller holds a reference (the listener's sid) */
-		atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
-		cep_cm_id_set_context(id, ns);
+		/* under c->lk: a live client's account exists (its thread drops
+		 * its count only after marking it dead under this lock) */
 		pthread_mutex_lock(&c->lk);
-		if (c->dead || ls->gone || handle_add(c, ns)) {
+		ns = c->dead || ls->gone ? NULL : sid_new(c, id);
+		if (!ns) {
+			/* the engine rejects (the client is gone, or its uid is
+			 * at its limit, or no memory); the child's DESTROYED
+			 * names the listener's sid: see below */
+			pthread_mutex_unlock(&c->lk);
+			return 1;
+		}
+		cep_cm_id_set_context(id, ns);
+		if (handle_add(c, ns)) {
 			ns->handle = 0;
 			destroy = 1;
 		} else {
@@ -179,14 +203,18 @@ int sid_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		return 0; /* a child refused for want of memory: never had a sid */
 	pthread_mutex_lock(&c->lk);
 	if (ev->type == CEP_CM_EV_DESTROYED) {
-		if (s->handle) {
+		/* the engine holds nothing more of the id. A client's
+		 * DESTROY_ID sent the client its DESTROYED and dropped the
+		 * handle already (s->requested); otherwise (its client died)
+		 * the handle goes now */
+		if (s->handle && !s->requested) {
 			r.handle = s->handle;
 			post_event(c, &r, &ev->msg, 0);
-			handle_del(c, s);
+			handle_del(c, s->handle);
+			s->handle = 0;
 		}
 		pthread_mutex_unlock(&c->lk);
-		free(s);
-		client_put(c);
+		sid_free(s);
 		return 0;
 	}
 	if (s->handle && !s->gone) {

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,9 +32,11 @@
 #ifdef CEPD_HAVE_SD_LISTEN
 #include "service/sd_listen.h"
 #endif
+#include "service/addr.h"
 #include "service/cepd.h"
+#include "service/config.h"
 
-struct svc svc = { .max_ids = 65536, .lk = PTHREAD_MUTEX_INITIALIZER, .lfd = -1,
+struct svc svc = { .lk = PTHREAD_MUTEX_INITIALIZER, .lfd = -1,
 		    .sigpipe = { -1, -1 } };
 
 void logmsg(const char *fmt, ...)
@@ -64,11 +67,17 @@ static int port_start(struct port *p)
 
 	p->index = svc.nports;
 	if (!ret)
+		ret = addr_port_open(p);
+	if (!ret) {
 		ret = cep_cm_create(&ca, &p->cm);
+		if (ret)
+			addr_port_close(p);
+	}
 	if (ret) {
 		p->tp->ops->destroy(p->tp);
 		return ret;
 	}
+	qps_port_init(p);
 	svc.nports++;
 	return 0;
 }
@@ -193,10 +202,14 @@ static int listen_socket(const char *path)
 			return e;
 		}
 	}
-	if (listen(fd, 128)) {
+	/* any local user may connect, as any may open the kernel's
+	 * rdma_cm device (the socket unit's SocketMode): connecting grants
+	 * nothing by itself (access.c); not left to the umask */
+	if (chmod(path, 0666) || listen(fd, 128)) {
 		int e = -errno;
 
 		close(fd);
+		unlink(path);
 		return e;
 	}
 	snprintf(svc.path, sizeof(svc.path), "%s", path);
@@ -209,10 +222,63 @@ static void on_signal(int sig)
 {
 	int e = errno;
 
-	svc.stop = 1;
+	if (sig != SIGHUP)
+		atomic_store_explicit(&svc.stop, 1, memory_order_relaxed);
 	if (svc.sigpipe[1] >= 0)
 		(void)!write(svc.sigpipe[1], &sig, 1);
 	errno = e;
+}
+
+/* A spare descriptor: when accept fails for want of descriptors, it is
+ * closed to accept the waiting connection and refuse it at once, so the
+ * listen queue drains instead of polling readable for ever. */
+static int spare_fd = -1;
+
+static void take_connections(void)
+{
+	for (int i = 0; i < 64; i++) { /* a bounded batch, then the signals */
+		int fd = accept4(svc.lfd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (fd >= 0) {
+			accept_client(fd);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		if (errno == EMFILE || errno == ENFILE) {
+			if (spare_fd >= 0)
+				close(spare_fd);
+			fd = accept4(svc.lfd, NULL, NULL, SOCK_CLOEXEC);
+			if (fd >= 0) {
+				close(fd);
+				atomic_fetch_add_explicit(&svc.clients_refused, 1, memory_order_relaxed);
+			}
+			spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			if (svc.verbose)
+				logmsg("out of descriptors: a connection refused");
+			if (fd < 0 && spare_fd < 0) {
+				/* not even the spare: wait a little rather than
+				 * spin on a listening socket that stays readable */
+				struct timespec ten_ms = { 0, 10 * 1000 * 1000 };
+
+				nanosleep(&ten_ms, NULL);
+				return;
+			}
+			continue;
+		}
+		return; /* EAGAIN: none left; anything else: next poll */
+	}
+}
+
+/* As many descriptors as the hard limit allows: one per client. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }
 
 /* --check, every client gone: wait (30 s at most) until each port's
@@ -288,7 +354,8 @@ static int shutdown_all(void)
 		shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&svc.lk);
 	/* every client's thread ends and its ids' DESTROYED come back (5 s
-	 * at most): then no sid is left for cep_cm_destroy to drop */
+	 * at most; an id in timewait may take longer: its sid is freed after
+	 * the CM, which drops it, below) */
 	for (int i = 0; i < 500; i++) {
 		if (!atomic_load_explicit(&svc.live_clients, memory_order_acquire))
 			break;
@@ -301,7 +368,10 @@ static int shutdown_all(void)
 		if (cep_cm_destroy(svc.port[i].cm))
 			logmsg("port %u: the CM did not close cleanly", i);
 		svc.port[i].tp->ops->destroy(svc.port[i].tp);
+		addr_port_close(&svc.port[i]);
+		qps_port_fini(&svc.port[i]);
 	}
+	sids_release_all(); /* no callback runs any more */
 	if (svc.fab)
 		(void)cep_fabric_destroy(svc.fab);
 	return status;
@@ -311,7 +381,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: cepd [--socket PATH] [--port DEV:PORT]... [--fabric N] [--workers N]\n"
-		"            [--max-ids N] [--check] [-v]\n"
+		"            [--config FILE] [--limit NAME=VALUE]... [--max-ids N] [--check] [-v]\n"
 		"       cepd --stats [--socket PATH]\n"
 		"Serve libcep's connection manager to the processes of this node.\n"
 		"  --socket PATH  listen here (default $CEP_SERVICE, else %s)\n"
@@ -319,11 +389,19 @@ static void usage(FILE *f)
 		"                 default: every active port)\n"
 		"  --fabric N     an in-process fabric of N ports instead (tests, benchmarks)\n"
 		"  --workers N    CM workers per port (default: online CPUs)\n"
-		"  --max-ids N    ids (and QPs) one client may hold (default 65536)\n"
+		"  --config FILE  grants and limits (default %s, if present)\n"
+		"  --limit NAME=VALUE  one limit (over the file's); names and defaults:\n"
+		"                 ", CEPD_DEFAULT_SOCKET, CEPD_DEFAULT_CONFIG);
+	config_print_limits(f);
+	fprintf(f,
+		"  --max-ids N    the same as --limit ids-per-client=N\n"
 		"  --stats        print a running service's statistics and exit\n"
 		"  --check        at exit, check the CM tables (tests): exit 1 if wrong\n"
-		"  -v             log clients coming and going\n", CEPD_DEFAULT_SOCKET);
+		"  -v             log clients coming and going\n");
 }
+
+/* The configuration file given (or the default one when it exists). */
+static const char *config_path;
 
 int main(int argc, char **argv)
 {
@@ -332,6 +410,8 @@ int main(int argc, char **argv)
 		{ "port", required_argument, NULL, 'p' },
 		{ "fabric", required_argument, NULL, 'f' },
 		{ "workers", required_argument, NULL, 'w' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "limit", required_argument, NULL, 'l' },
 		{ "max-ids", required_argument, NULL, 'm' },
 		{ "stats", no_argument, NULL, 'S' },
 		{ "check", no_argument, NULL, 'C' },
@@ -341,12 +421,13 @@ int main(int argc, char **argv)
 	};
 	const char *path = NULL;
 	const char *ports[MAX_PORTS];
-	unsigned nports = 0;
+	const char *limits[64];
+	unsigned nports = 0, nlimits = 0;
 	long fabric = 0;
 	int stats = 0, o, ret = 0;
 	struct sigaction sa;
 
-	while ((o = getopt_long(argc, argv, "s:p:f:w:m:SCvh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "s:p:f:w:c:l:m:SCvh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's': path = optarg; break;
 		case 'p':
@@ -364,14 +445,22 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'w': svc.workers = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'c': config_path = optarg; break;
+		case 'l':
 		case 'm': {
-			unsigned long v = strtoul(optarg, NULL, 0);
+			static char buf[64][80];
 
-			if (v < 1 || v > HANDLE_IDX_MASK + 1) {
-				fprintf(stderr, "cepd: --max-ids takes 1..%u\n", HANDLE_IDX_MASK + 1);
+			if (nlimits == 64) {
+				fprintf(stderr, "cepd: too many --limit\n");
 				return 2;
 			}
-			svc.max_ids = (uint32_t)v;
+			if (o == 'm') {
+				snprintf(buf[nlimits], sizeof(buf[0]), "ids-per-client=%s", optarg);
+				limits[nlimits] = buf[nlimits];
+			} else {
+				limits[nlimits] = optarg;
+			}
+			nlimits++;
 			break;
 		}
 		case 'S': stats = 1; break;
@@ -389,6 +478,27 @@ int main(int argc, char **argv)
 		path = default_path();
 	if (stats)
 		return stats_command(path);
+	/* limits: defaults, then the file, then the command line */
+	ret = config_load(config_path ? config_path : CEPD_DEFAULT_CONFIG, true, stderr);
+	if (ret == -ENOENT && !config_path) {
+		ret = 0; /* no file: no grants, default limits */
+	} else if (ret) {
+		fprintf(stderr, "cepd: %s: %s\n", config_path ? config_path : CEPD_DEFAULT_CONFIG,
+			strerror(-ret));
+		return 2;
+	} else if (!config_path) {
+		config_path = CEPD_DEFAULT_CONFIG;
+	}
+	for (unsigned i = 0; i < nlimits; i++)
+		if (config_limit_arg(limits[i])) {
+			fprintf(stderr, "cepd: bad limit '%s'\n", limits[i]);
+			return 2;
+		}
+	if (cepd_limits.ids_per_client > HANDLE_IDX_MASK + 1) {
+		fprintf(stderr, "cepd: ids-per-client takes 1..%u\n", HANDLE_IDX_MASK + 1);
+		return 2;
+	}
+	raise_fd_limit();
 	if (fabric && nports) {
 		fprintf(stderr, "cepd: --fabric and --port exclude each other\n");
 		return 2;
@@ -412,6 +522,7 @@ int main(int argc, char **argv)
 	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	if (fabric)
 		ret = fabric_ports((unsigned)fabric);
@@ -452,14 +563,33 @@ int main(int argc, char **argv)
 	}
 	if (svc.verbose)
 		logmsg("serving %u port(s) on %s", svc.nports, path);
-	while (!svc.stop) {
+	/* the listening socket does not block: take_connections drains it; a
+	 * connection's first message carries its sender's credentials even
+	 * when it comes before accept (identity.c reads them) */
+	(void)fcntl(svc.lfd, F_SETFL, fcntl(svc.lfd, F_GETFL) | O_NONBLOCK);
+	(void)setsockopt(svc.lfd, SOL_SOCKET, SO_PASSCRED, &(int){ 1 }, sizeof(int));
+	spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	while (!atomic_load_explicit(&svc.stop, memory_order_relaxed)) {
 		struct pollfd pf[2] = { { .fd = svc.lfd, .events = POLLIN },
 					{ .fd = svc.sigpipe[0], .events = POLLIN } };
 
 		if (poll(pf, 2, -1) < 0 && errno != EINTR)
 			break;
+		if (pf[1].revents & POLLIN) {
+			int sig = 0;
+
+			while (read(svc.sigpipe[0], &sig, 1) == 1)
+				if (sig == SIGHUP && config_path) {
+					/* grants again; the limits stay as started */
+					ret = config_load(config_path, false, stderr);
+					logmsg("%s: %s", config_path,
+					       ret ? strerror(-ret) : "grants read again");
+				}
+		}
 		if (pf[0].revents & POLLIN)
-			accept_client();
+			take_connections();
 	}
+	if (spare_fd >= 0)
+		close(spare_fd);
 	return shutdown_all();
 }

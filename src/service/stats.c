@@ -2,7 +2,9 @@
 /*
  * cepd --stats: the service's statistics as text (print_stats, answered
  * to a CEPD_SERVICE_STATS request) and the command that asks a running
- * service for them.
+ * service for them. A reader sees the ports' counters, the limits, and
+ * the clients access_sees() lets it see (root: all; anyone else: its own
+ * uid's).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,12 +13,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "service/access.h"
 #include "service/cepd.h"
+#include "service/config.h"
 
 /* ---- statistics ------------------------------------------------------------ */
 
-void print_stats(FILE *f)
+void print_stats(FILE *f, const struct client *reader)
 {
+	unsigned n = 0;
+
 	fprintf(f, "ports %u\n", svc.nports);
 	for (unsigned i = 0; i < svc.nports; i++) {
 		struct port *p = &svc.port[i];
@@ -45,51 +51,64 @@ void print_stats(FILE *f)
 			(unsigned long long)ts.qps);
 	}
 	pthread_mutex_lock(&svc.lk);
-	{
-		unsigned n = 0;
-
-		for (struct client *c = svc.clients; c; c = c->next)
-			n += c->port != NULL;
-		fprintf(f, "clients %u total %llu bad_messages %llu\n", n,
-			(unsigned long long)svc.clients_total,
-			(unsigned long long)svc.bad_messages);
-	}
+	for (struct client *c = svc.clients; c; c = c->next)
+		n += c->port != NULL && access_sees(reader, c);
+	fprintf(f, "clients %u total %llu refused %llu bad_messages %llu\n", n,
+		(unsigned long long)svc.clients_total, (unsigned long long)svc.clients_refused,
+		(unsigned long long)svc.bad_messages);
 	for (struct client *c = svc.clients; c; c = c->next) {
 		uint32_t nids, nq;
 
-		if (!c->port) /* statistics readers: not clients of a port */
+		/* statistics readers are not clients of a port; another
+		 * user's clients are not this reader's business */
+		if (!c->port || !access_sees(reader, c))
 			continue;
 		pthread_mutex_lock(&c->lk);
 		nids = c->nids;
-		nq = c->nqpn;
 		pthread_mutex_unlock(&c->lk);
+		pthread_mutex_lock(&c->port->lk);
+		nq = c->nqpn;
+		pthread_mutex_unlock(&c->port->lk);
 		fprintf(f, "client %u pid %d uid %u port %d ids %u qps %u requests %llu "
-			"bad %llu events %llu events_dropped %llu\n", c->serial, (int)c->pid,
-			(unsigned)c->uid, c->port ? (int)c->port->index : -1, nids, nq,
+			"bad %llu refused %llu events %llu events_dropped %llu uid_ids %llu "
+			"uid_qps %llu uid_event_bytes %llu\n", c->serial, (int)c->id.pid,
+			(unsigned)c->id.uid, (int)c->port->index, nids, nq,
 			(unsigned long long)c->requests, (unsigned long long)c->bad,
-			(unsigned long long)c->events, (unsigned long long)c->events_dropped);
+			(unsigned long long)c->refused,
+			(unsigned long long)c->events, (unsigned long long)c->events_dropped,
+			(unsigned long long)acct_held(c->acct, ACCT_IDS),
+			(unsigned long long)acct_held(c->acct, ACCT_QPS),
+			(unsigned long long)acct_held(c->acct, ACCT_EVENT_BYTES));
 	}
 	pthread_mutex_unlock(&svc.lk);
+	fputs("limits ", f);
+	config_print_limits(f);
 }
 
-/* `cepd --stats`: ask a running service. */
+/* `cepd --stats`: ask a running service. 0, or 1 after saying why. */
 int stats_command(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct cepd_hello h;
 	struct cepd_req r;
-	uint8_t *buf = malloc(CEPD_MSG_MAX);
+	uint8_t *buf = NULL;
 	ssize_t n;
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd = -1, status = 1;
 
-	if (fd < 0 || !buf || strlen(path) >= sizeof(sa.sun_path)) {
-		fprintf(stderr, "cepd: --stats: %s\n", strerror(fd < 0 ? errno : ENAMETOOLONG));
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		fprintf(stderr, "cepd: --stats: %s: %s\n", path, strerror(ENAMETOOLONG));
 		return 1;
+	}
+	buf = malloc(CEPD_MSG_MAX);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0 || !buf) {
+		fprintf(stderr, "cepd: --stats: %s\n", strerror(fd < 0 ? errno : ENOMEM));
+		goto out;
 	}
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		fprintf(stderr, "cepd: --stats: %s: %s\n", path, strerror(errno));
-		return 1;
+		goto out;
 	}
 	cepd_hello_init(&h, CEPD_HELLO_STATS, 0);
 	memset(&r, 0, sizeof(r));
@@ -103,10 +122,13 @@ int stats_command(const char *path)
 	    (n = recv(fd, buf, CEPD_MSG_MAX, 0)) < (ssize_t)sizeof(struct cepd_rep) ||
 	    ((struct cepd_rep *)buf)->ret != 0) {
 		fprintf(stderr, "cepd: --stats: no answer from %s\n", path);
-		return 1;
+		goto out;
 	}
 	fwrite(buf + sizeof(struct cepd_rep), 1, (size_t)n - sizeof(struct cepd_rep), stdout);
+	status = 0;
+out:
 	free(buf);
-	close(fd);
-	return 0;
+	if (fd >= 0)
+		close(fd);
+	return status;
 }

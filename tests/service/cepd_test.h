@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Tests of cepd (service.c, stress.c): start a `cepd` and wait until its
- * socket takes a connection (the service is ready then: it binds and
- * listens before it serves); the connect parameters of an RC connection
- * between two ports of `cepd --fabric`. No shared state.
+ * Tests of cepd (service.c, stress.c, attack.c, examples): start a `cepd`
+ * and wait until its socket takes a connection (the service is ready
+ * then: it binds and listens before it serves); the connect parameters of
+ * an RC connection between two ports of `cepd --fabric`. Public API only
+ * (cepd_raw.h has the raw protocol). No shared state.
  */
 #ifndef CEPD_TEST_H
 #define CEPD_TEST_H

@@ -43,6 +43,7 @@
 #include "../common/check.h"
 #include "service/proto.h"
 
+#include "cepd_raw.h"
 #include "cepd_test.h"
 
 static const char *cepd_path;
@@ -610,60 +611,19 @@ static void scenario_kill(void)
 
 static int raw_fd(unsigned port)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct cepd_hello h;
-	_Alignas(8) uint8_t buf[512];
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	int fd = cepd_raw_open(sock_path, port);
 
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
-		return -1;
-	cepd_hello_init(&h, 0, port);
-	if (send(fd, &h, sizeof(h), 0) < 0 || recv(fd, buf, sizeof(buf), 0) < (ssize_t)sizeof(struct cepd_rep) ||
-	    ((struct cepd_rep *)buf)->ret != 0)
-		return -1;
-	return fd;
+	return fd < 0 ? -1 : fd;
 }
 
-/* Send @len bytes, return the reply's ret (events skipped), or 1 on EOF. */
 static int raw_call(int fd, const void *msg, size_t len, void *out, size_t outlen)
 {
-	_Alignas(8) uint8_t buf[CEPD_MSG_MAX];
-	ssize_t n;
-
-	if (send(fd, msg, len, MSG_NOSIGNAL) < 0)
-		return 1;
-	for (;;) {
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
-
-		if (poll(&pf, 1, 5000) != 1)
-			return 2;
-		n = recv(fd, buf, sizeof(buf), 0);
-		if (n <= 0)
-			return 1;
-		if (((struct cepd_hdr *)buf)->op == CEPD_REPLY) {
-			if (out)
-				memcpy(out, buf + sizeof(struct cepd_rep),
-				       (size_t)n - sizeof(struct cepd_rep) < outlen
-				       ? (size_t)n - sizeof(struct cepd_rep) : outlen);
-			return ((struct cepd_rep *)buf)->ret;
-		}
-	}
+	return cepd_raw_call(fd, msg, len, out, outlen);
 }
 
 static int req(int fd, uint32_t op, uint32_t handle, uint32_t a, uint64_t x, void *out, size_t outlen)
 {
-	struct cepd_req q;
-
-	memset(&q, 0, sizeof(q));
-	q.h.op = op;
-	q.h.len = sizeof(q);
-	q.h.seq = 7;
-	q.handle = handle;
-	q.a = a;
-	q.x = x;
-	q.y = ~0ull;
-	return raw_call(fd, &q, sizeof(q), out, outlen);
+	return cepd_raw_req(fd, op, handle, a, x, ~0ull, out, outlen);
 }
 
 static int hostile_server(void)
