@@ -3,7 +3,10 @@
  * CM engine: contexts. A context is one port's CM: its table, its workers
  * (each with a receive ring and a timer wheel, dispatch.c), its transport.
  * Create, destroy (refused while an event is taken and not acked), the
- * getters, QP registration, quiesce and statistics. The rest of the engine,
+ * getters, QP registration, quiesce and statistics; the live contexts of
+ * both kinds; the engine's table of operations (cm_local_ops, cm_ops.h),
+ * which cep_cm_create gives a context and the public functions call
+ * through after their common checks. The rest of the engine,
  * by concern: cm_id.c (ids and their destruction), cm_timer.c (work items
  * and timers), cm_send.c, cm_recv.c (the receive path), cm_state.c (shared
  * transitions and lookups), cm_event.c (channels and the one delivery
@@ -35,7 +38,6 @@
 
 #include "cm_internal.h"
 #include "core/table_internal.h"
-#include "cm/cm_remote.h"
 
 #ifdef CEP_TEST_HOOKS
 void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id, const struct cep_cm_event *ev);
@@ -44,13 +46,12 @@ void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id, const struct ce
 
 /* ---- context ------------------------------------------------------------- */
 
-/* Contexts not yet destroyed: cep_cm_destroy() of anything else (a second
- * call, a stray pointer) is -EINVAL instead of a use after free. Touched
- * only by create and destroy, which are rare. */
+/* Contexts not yet destroyed, local and attached (cm_internal.h).
+ * Touched only by create, attach and destroy, which are rare. */
 static pthread_mutex_t live_mtx = PTHREAD_MUTEX_INITIALIZER;
 static struct cep_cm *live_head;  /* live_mtx */
 
-static void live_add(struct cep_cm *cm)
+void cm_live_add(struct cep_cm *cm)
 {
 	pthread_mutex_lock(&live_mtx);
 	cm->live_next = live_head;
@@ -58,12 +59,22 @@ static void live_add(struct cep_cm *cm)
 	pthread_mutex_unlock(&live_mtx);
 }
 
-/* cep_cm_destroy's decision, one step under live_mtx (so a second,
- * racing call finds @cm either live and unchanged or gone): -EINVAL (not
- * live), -EDEADLK (called on one of its workers), -EBUSY (an event of its
- * ids is taken and not acked), all changing nothing; or 0: @cm is no
- * longer live and no event of it can be taken any more (CM_CLOSED). */
-static int live_close(struct cep_cm *cm)
+/* The table of @cm if it is live, else NULL; @cm is read only if it is
+ * (a pointer compare first: it need not be valid memory). The table is
+ * static, so it outlives a racing destroy of @cm. */
+static const struct cm_ops *live_ops(const struct cep_cm *cm)
+{
+	const struct cm_ops *ops = NULL;
+
+	pthread_mutex_lock(&live_mtx);
+	for (struct cep_cm *c = live_head; c && !ops; c = c->live_next)
+		if (c == cm)
+			ops = c->ops;
+	pthread_mutex_unlock(&live_mtx);
+	return ops;
+}
+
+int cm_live_close(struct cep_cm *cm)
 {
 	int ret = -EINVAL;
 
@@ -73,7 +84,7 @@ static int live_close(struct cep_cm *cm)
 
 		if (*pp != cm)
 			continue;
-		if (cep_dispatch_self(cm->d) >= 0)
+		if (cm->ops->on_callback_thread(cm))
 			ret = -EDEADLK;
 		/* One RMW against cm_event_take's: either an event is taken
 		 * first and we refuse, or we close first and it is not taken.
@@ -133,6 +144,7 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	cm = calloc(1, sizeof(*cm));
 	if (!cm)
 		return -ENOMEM;
+	cm->ops = &cm_local_ops;
 	cm->tp = attr->transport;
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	cm->nworkers = attr->workers ? attr->workers : (unsigned)(ncpu > 0 ? ncpu : 1);
@@ -184,7 +196,7 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	ret = cm->tp->ops->start(cm->tp, cm_recv, cm);
 	if (ret)
 		goto fail_dispatch;
-	live_add(cm);
+	cm_live_add(cm);
 	*out = cm;
 	return 0;
 fail_dispatch:
@@ -257,17 +269,13 @@ static void release_ids(struct cep_cm *cm)
 /* Refuse while an event is taken and not acked, rather than wait (a thread
  * that acks after destroy would hang) or free what it points to (the ack's
  * put would run cm_id_release on a freed context): cm.h, docs/cm.md. */
-int cep_cm_destroy(struct cep_cm *cm)
+static int cm_local_destroy(struct cep_cm *cm)
 {
-	if (cmr_is_live(cm)) /* cepd (cm_remote.h) */
-		return cmr_destroy(cm);
 	int ret;
 
-	if (!cm)
-		return -EINVAL;
 	/* Found first: a destroyed context's memory is not read. The check
 	 * and the removal are one step, so two racing calls get one 0. */
-	ret = live_close(cm);
+	ret = cm_live_close(cm);
 	if (ret)
 		return ret;
 	cm->tp->ops->stop(cm->tp);
@@ -298,6 +306,15 @@ int cep_cm_destroy(struct cep_cm *cm)
 	return 0;
 }
 
+/* Found live first, of either kind: a stray pointer's memory is not
+ * read, and its table says how it is destroyed. */
+int cep_cm_destroy(struct cep_cm *cm)
+{
+	const struct cm_ops *ops = live_ops(cm);
+
+	return ops ? ops->destroy(cm) : -EINVAL;
+}
+
 struct cep_table *cep_cm_table(struct cep_cm *cm)
 {
 	return cm->table;
@@ -313,49 +330,33 @@ uint64_t cep_cm_ca_guid(const struct cep_cm *cm)
 	return cm->ca_guid;
 }
 
-int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn)
+static int cm_local_on_callback_thread(const struct cep_cm *cm)
 {
-	if (cm && cm_remote(cm)) /* cepd (cm_remote.h) */
-		return cmr_qp_register(cm, qpn);
-	if (!cm)
-		return -EINVAL;
+	return cep_dispatch_self(cm->d) >= 0;
+}
+
+static int cm_local_qp_register(struct cep_cm *cm, uint32_t qpn)
+{
 	return cep_qp_register(cm->table, qpn);
 }
 
-int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn)
+static int cm_local_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 {
-	if (cm && cm_remote(cm)) /* cepd (cm_remote.h) */
-		return cmr_qp_destroy(cm, qpn);
-	int ret;
+	int ret = cep_qp_destroy_begin(cm->table, qpn, NULL);
 
-	if (!cm)
-		return -EINVAL;
-	ret = cep_qp_destroy_begin(cm->table, qpn, NULL);
 	if (ret)
 		return ret;
 	return cep_qp_unregister(cm->table, qpn);
 }
 
-int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms)
+static int cm_local_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 {
-	if (cm && cm_remote(cm)) /* cepd (cm_remote.h) */
-		return cmr_quiesce(cm, timeout_ms);
-	if (!cm)
-		return -EINVAL;
-	if (cep_dispatch_self(cm->d) >= 0)
-		return -EDEADLK;
 	return cep_dispatch_quiesce(cm->d, timeout_ms);
 }
 
-int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
+static int cm_local_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
 {
-	if (cm && cm_remote(cm)) /* cepd (cm_remote.h) */
-		return cmr_get_stats(cm, st);
 	struct cep_cm_stats all;
-
-	/* libcep 0.2's struct ended with ids: fill what the caller has */
-	if (!cm || !st || st->size < offsetof(struct cep_cm_stats, half_open_expired))
-		return -EINVAL;
 	size_t size = st->size;
 
 	memset(&all, 0, sizeof(all));
@@ -390,3 +391,75 @@ int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
 	memcpy(st, &all, size < sizeof(all) ? size : sizeof(all));
 	return 0;
 }
+
+/* ---- the public functions of the context: common checks, then the table */
+
+int cep_cm_qp_register(struct cep_cm *cm, uint32_t qpn)
+{
+	if (!cm || qpn > 0xffffff)
+		return -EINVAL;
+	return cm->ops->qp_register(cm, qpn);
+}
+
+int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn)
+{
+	if (!cm)
+		return -EINVAL;
+	return cm->ops->qp_destroy(cm, qpn);
+}
+
+int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms)
+{
+	if (!cm)
+		return -EINVAL;
+	if (cm->ops->on_callback_thread(cm))
+		return -EDEADLK;
+	return cm->ops->quiesce(cm, timeout_ms);
+}
+
+int cep_cm_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
+{
+	/* libcep 0.2's struct ended with ids: fill what the caller has */
+	if (!cm || !st || st->size < offsetof(struct cep_cm_stats, half_open_expired))
+		return -EINVAL;
+	return cm->ops->get_stats(cm, st);
+}
+
+/* ---- the engine's table ------------------------------------------------- */
+
+const struct cm_ops cm_local_ops = {
+	.destroy = cm_local_destroy,
+	.on_callback_thread = cm_local_on_callback_thread,
+	.qp_register = cm_local_qp_register,
+	.qp_destroy = cm_local_qp_destroy,
+	.quiesce = cm_local_quiesce,
+	.get_stats = cm_local_get_stats,
+	.create_id = cm_local_create_id,
+	.destroy_id = cm_local_destroy_id,
+	.destroy_id_sync = cm_local_destroy_id_sync,
+	.id_local_comm_id = cm_local_id_local_comm_id,
+	.id_remote_comm_id = cm_local_id_remote_comm_id,
+	.id_state = cm_local_id_state,
+	.id_lap_state = cm_local_id_lap_state,
+	.listen = cm_local_listen,
+	.connect = cm_local_connect,
+	.accept = cm_local_accept,
+	.rtu = cm_local_rtu,
+	.notify_established = cm_local_notify_established,
+	.reject = cm_local_reject,
+	.mra = cm_local_mra,
+	.disconnect = cm_local_disconnect,
+	.drep = cm_local_drep,
+	.lap = cm_local_lap,
+	.apr = cm_local_apr,
+	.sidr_req = cm_local_sidr_req,
+	.sidr_rep = cm_local_sidr_rep,
+	.request_taken = cm_local_request_taken,
+	.request_drop = cm_local_request_drop,
+	.event_hold = cm_local_event_hold,
+	.event_release = cm_local_event_release,
+#ifdef CEP_HAVE_VERBS /* src/verbs/verbs.c, built with libibverbs */
+	.init_qp_attr = cm_local_init_qp_attr,
+	.qp_event = cm_local_qp_event,
+#endif
+};

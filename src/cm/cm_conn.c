@@ -11,7 +11,6 @@
 
 #include "cm_internal.h"
 #include "core/table_internal.h"
-#include "cm/cm_remote.h"
 
 static int path_has_alt(const struct cep_path *p)
 {
@@ -853,17 +852,65 @@ static int cm_conn_param_defaults(const struct cep_cm_conn_param *p, struct cep_
 	return 0;
 }
 
-int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
+/* The public functions of a connection: the checks both kinds make alike,
+ * then the context's table (cm_ops.h). */
+
+int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_connect(id, user);
+	if (!id || !p || p->size < offsetof(struct cep_cm_conn_param, flow_control) ||
+	    (p->private_data_len && !p->private_data))
+		return -EINVAL;
+	return id->cm->ops->connect(id, p);
+}
+
+int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
+{
+	if (!id || !p || p->size < offsetof(struct cep_cm_accept_param, flow_control) ||
+	    (p->private_data_len && !p->private_data))
+		return -EINVAL;
+	return id->cm->ops->accept(id, p);
+}
+
+int cep_cm_notify_established(struct cep_cm_id *id)
+{
+	return id ? id->cm->ops->notify_established(id) : -EINVAL;
+}
+
+int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	return id ? id->cm->ops->rtu(id, pdata, len) : -EINVAL;
+}
+
+int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
+		  const void *pdata, size_t len)
+{
+	return id ? id->cm->ops->reject(id, reason, ari, ari_len, pdata, len) : -EINVAL;
+}
+
+int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len)
+{
+	return id ? id->cm->ops->mra(id, service_timeout, pdata, len) : -EINVAL;
+}
+
+int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	return id ? id->cm->ops->disconnect(id, pdata, len) : -EINVAL;
+}
+
+int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len)
+{
+	return id ? id->cm->ops->drep(id, pdata, len) : -EINVAL;
+}
+
+/* ---- the engine's (cm_local_ops) ---------------------------------------- */
+
+int cm_local_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
+{
 	struct cep_cm_conn_param q, *p = &q;
 	struct cep_msg m;
 	struct cep_req *rq = &m.u.req;
 	int ret;
 
-	if (!id || !user || user->size < offsetof(struct cep_cm_conn_param, flow_control))
-		return -EINVAL;
 	ret = cm_conn_param_defaults(user, &q);
 	if (ret)
 		return ret;
@@ -956,18 +1003,14 @@ out:
 	return ret;
 }
 
-int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
+int cm_local_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_accept(id, p);
 	struct cep_msg m;
 	struct cep_rep *rp = &m.u.rep;
 	int ret;
 
-	if (!id || !p || p->size < offsetof(struct cep_cm_accept_param, flow_control) ||
-	    p->qpn > 0xffffff || p->qpn < 2 ||
-	    p->starting_psn > 0xffffff || p->failover_accepted > 2 ||
-	    (p->private_data_len && !p->private_data))
+	if (p->qpn > 0xffffff || p->qpn < 2 || p->starting_psn > 0xffffff ||
+	    p->failover_accepted > 2)
 		return -EINVAL;
 	if (p->private_data_len > CEP_REP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
@@ -1022,14 +1065,10 @@ out:
 	return ret;
 }
 
-int cep_cm_notify_established(struct cep_cm_id *id)
+int cm_local_notify_established(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_notify_established(id);
 	int ret = 0;
 
-	if (!id)
-		return -EINVAL;
 	if (cm_lock_live(id))
 		return -EINVAL; /* destroyed: no longer the caller's to drive */
 	switch (id->state) {
@@ -1052,13 +1091,11 @@ int cep_cm_notify_established(struct cep_cm_id *id)
 	return ret;
 }
 
-int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
+int cm_local_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_rtu(id, pdata, len);
 	int ret = 0;
 
-	if (!id || (len && !pdata))
+	if (len && !pdata)
 		return -EINVAL;
 	if (len > CEP_RTU_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
@@ -1104,14 +1141,12 @@ int cm_do_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t 
 	}
 }
 
-int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
-		  const void *pdata, size_t len)
+int cm_local_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
+		    const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_reject(id, reason, ari, ari_len, pdata, len);
 	int ret;
 
-	if (!id || reason == 0 ||
+	if (reason == 0 ||
 	    (reason > CEP_REJ_REASON_MAX && reason != CEP_REJ_VENDOR_OPTION_NOT_SUPPORTED) ||
 	    (ari_len && !ari) || (len && !pdata))
 		return -EINVAL;
@@ -1124,13 +1159,11 @@ int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t
 	return ret;
 }
 
-int cep_cm_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len)
+int cm_local_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_mra(id, service_timeout, pdata, len);
 	int ret = 0;
 
-	if (!id || service_timeout > 31 || (len && !pdata))
+	if (service_timeout > 31 || (len && !pdata))
 		return -EINVAL;
 	if (len > CEP_MRA_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
@@ -1198,13 +1231,11 @@ void cm_req_expire_after_mra(struct cep_cm_id *id)
 		      extended + id->peer_timeout_ms);
 }
 
-int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
+int cm_local_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_disconnect(id, pdata, len);
 	int ret;
 
-	if (!id || (len && !pdata))
+	if (len && !pdata)
 		return -EINVAL;
 	if (len > CEP_DREQ_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
@@ -1234,13 +1265,11 @@ int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 	return ret;
 }
 
-int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len)
+int cm_local_drep(struct cep_cm_id *id, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_drep(id, pdata, len);
 	int ret = 0;
 
-	if (!id || (len && !pdata))
+	if (len && !pdata)
 		return -EINVAL;
 	if (len > CEP_DREP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;

@@ -5,7 +5,8 @@
  * the event builders, DESTROYED's posting; and the event channels: a
  * mutex-protected FIFO of event copies and an eventfd
  * that is readable exactly while the FIFO is not empty (both changed under
- * the channel mutex). Each queued event holds a reference on its id's CEP,
+ * the channel mutex). Each queued event holds its id (a reference on its
+ * CEP, or on an attached context's id: the table's event_hold, cm_ops.h),
  * dropped by cep_cm_ack_event(), so the id outlives every event about it;
  * an event taken and not acked is counted in its context (cm->taken), so
  * the context outlives it too (cep_cm_destroy refuses meanwhile).
@@ -18,7 +19,6 @@
 
 #include "cm_internal.h"
 #include "core/table_internal.h"
-#include "cm/cm_remote.h"
 
 struct chan_ev {
 	struct cep_cm_event ev;   /* first: cep_cm_ack_event casts back */
@@ -84,15 +84,7 @@ int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev)
 	e->next = NULL;
 	e->ch = ch;
 	e->cm = ev->id->cm;
-	if (cm_remote_id(ev->id)) { /* cepd's id: no CEP here (cm_remote.h) */
-		cmr_id_get(ev->id);
-		if (ev->listen_id)
-			cmr_id_get(ev->listen_id);
-	} else {
-		cep_get(cep_cm_id_cep(ev->id));
-		if (ev->listen_id)
-			cep_get(cep_cm_id_cep(ev->listen_id));
-	}
+	e->cm->ops->event_hold(ev->id, ev->listen_id);
 	pthread_mutex_lock(&ch->mtx);
 	if (ch->tail)
 		ch->tail->next = e;
@@ -110,25 +102,32 @@ int cm_channel_push(struct cep_cm_channel *ch, const struct cep_cm_event *ev)
 	return 0;
 }
 
-/* Drop the references a queued event holds (no channel lock held). */
-static void event_free(struct chan_ev *e)
+void cm_local_event_hold(struct cep_cm_id *id, struct cep_cm_id *lid)
 {
-	if (cm_remote_id(e->ev.id)) { /* cepd's id: its reference (cm_remote.h) */
-		struct cep_cm_id *id = e->ev.id, *lid = e->ev.listen_id;
+	cep_get(id->cep);
+	if (lid)
+		cep_get(lid->cep);
+}
 
-		free(e);
-		cmr_id_put(id);
-		if (lid)
-			cmr_id_put(lid);
-		return;
-	}
-	struct cep *cep = cep_cm_id_cep(e->ev.id);
-	struct cep *lcep = e->ev.listen_id ? cep_cm_id_cep(e->ev.listen_id) : NULL;
+/* The user's reference went when the worker queued DESTROYED
+ * (cm_id_work_fn): an ack drops the event's alone. */
+void cm_local_event_release(struct cep_cm_id *id, struct cep_cm_id *lid, int destroyed_acked)
+{
+	(void)destroyed_acked;
+	cep_put(id->cep);
+	if (lid)
+		cep_put(lid->cep);
+}
+
+/* Drop the references a queued event holds (no channel lock held; its
+ * context is alive: the event is queued or taken). */
+static void event_free(struct chan_ev *e, int destroyed_acked)
+{
+	const struct cm_ops *ops = e->cm->ops;
+	struct cep_cm_id *id = e->ev.id, *lid = e->ev.listen_id;
 
 	free(e);
-	cep_put(cep);
-	if (lcep)
-		cep_put(lcep);
+	ops->event_release(id, lid, destroyed_acked);
 }
 
 void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id, int all)
@@ -158,7 +157,7 @@ void cm_channel_purge(struct cep_cm_channel *ch, struct cep_cm_id *id, int all)
 	while (gone) {
 		e = gone;
 		gone = e->next;
-		event_free(e);
+		event_free(e, 0);
 	}
 }
 
@@ -210,10 +209,8 @@ void cep_cm_ack_event(struct cep_cm_event *ev)
 		pthread_mutex_lock(&ev->id->lock);
 		cm_channel_leave(ev->id);
 		pthread_mutex_unlock(&ev->id->lock);
-		if (cm_remote_id(ev->id)) /* the user's reference: dead after this */
-			cmr_id_put(ev->id);
 	}
-	event_free(e);
+	event_free(e, ev->type == CEP_CM_EV_DESTROYED);
 	cm_event_done(cm);
 }
 

@@ -16,7 +16,6 @@
 
 #include "cm_internal.h"
 #include "core/table_internal.h"
-#include "cm/cm_remote.h"
 
 /* ---- id allocation ---------------------------------------------------------- */
 
@@ -125,9 +124,6 @@ int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr,
 		     struct cep_cm_id **out)
 {
 	uint64_t flags;
-	struct cep_cm_id *id;
-	unsigned w;
-	int ret;
 
 	if (!cm || !attr || !out || attr->size < offsetof(struct cep_cm_id_attr, flags) ||
 	    !!attr->handler == !!attr->channel)
@@ -135,8 +131,16 @@ int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr,
 	flags = id_attr_flags(attr);
 	if (flags & ~CEP_CM_ID_LINGER)
 		return -EINVAL;
-	if (cm_remote(cm)) /* cepd (cm_remote.h) */
-		return flags ? -EOPNOTSUPP : cmr_create_id(cm, attr, out);
+	return cm->ops->create_id(cm, attr, flags, out);
+}
+
+int cm_local_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, uint64_t flags,
+		       struct cep_cm_id **out)
+{
+	struct cep_cm_id *id;
+	unsigned w;
+	int ret;
+
 	if (atomic_load_explicit(&cm->stopping, memory_order_relaxed))
 		return -ESHUTDOWN;
 	w = atomic_fetch_add_explicit(&cm->next_worker, 1, memory_order_relaxed) % cm->nworkers;
@@ -156,19 +160,23 @@ int cep_cm_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr,
 
 uint32_t cep_cm_id_local_comm_id(const struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_id_local_comm_id(id);
-	return id ? cep_local_comm_id(id->cep) : 0;
+	return id ? id->cm->ops->id_local_comm_id(id) : 0;
+}
+
+uint32_t cm_local_id_local_comm_id(const struct cep_cm_id *id)
+{
+	return cep_local_comm_id(id->cep);
 }
 
 uint32_t cep_cm_id_remote_comm_id(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_id_remote_comm_id(id);
+	return id ? id->cm->ops->id_remote_comm_id(id) : 0;
+}
+
+uint32_t cm_local_id_remote_comm_id(struct cep_cm_id *id)
+{
 	uint32_t r;
 
-	if (!id)
-		return 0;
 	pthread_mutex_lock(&id->lock);
 	r = id->remote_id;
 	pthread_mutex_unlock(&id->lock);
@@ -198,12 +206,13 @@ void cep_cm_id_set_context(struct cep_cm_id *id, void *context)
 
 enum cep_cm_state cep_cm_id_state(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_id_state(id);
+	return id ? id->cm->ops->id_state(id) : CEP_CM_IDLE;
+}
+
+enum cep_cm_state cm_local_id_state(struct cep_cm_id *id)
+{
 	enum cep_cm_state s;
 
-	if (!id)
-		return CEP_CM_IDLE;
 	pthread_mutex_lock(&id->lock);
 	s = (enum cep_cm_state)id->state;
 	pthread_mutex_unlock(&id->lock);
@@ -212,12 +221,13 @@ enum cep_cm_state cep_cm_id_state(struct cep_cm_id *id)
 
 enum cep_cm_lap_state cep_cm_id_lap_state(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_id_lap_state(id);
+	return id ? id->cm->ops->id_lap_state(id) : CEP_CM_LAP_IDLE;
+}
+
+enum cep_cm_lap_state cm_local_id_lap_state(struct cep_cm_id *id)
+{
 	enum cep_cm_lap_state s;
 
-	if (!id)
-		return CEP_CM_LAP_IDLE;
 	pthread_mutex_lock(&id->lock);
 	s = (enum cep_cm_lap_state)id->lap_state;
 	pthread_mutex_unlock(&id->lock);
@@ -237,12 +247,17 @@ int cep_cm_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask)
 int cep_cm_listen_backlog(struct cep_cm_id *id, uint64_t service_id, uint64_t mask,
 			  unsigned backlog)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_listen(id, service_id, mask, backlog);
+	if (!id)
+		return -EINVAL;
+	return id->cm->ops->listen(id, service_id, mask, backlog);
+}
+
+int cm_local_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask, unsigned backlog)
+{
 	struct cep *existing = NULL;
 	int ret;
 
-	if (!id || mask == 0)
+	if (mask == 0)
 		return -EINVAL;
 	pthread_mutex_lock(&id->lock);
 	if (id->state != CEP_CM_IDLE || (id->flags & F_USER_GONE) || cep_is_destroyed(id->cep)) {
@@ -357,14 +372,10 @@ static void wait_deliveries(struct cep_cm_id *id)
  * (DESTROYED not yet posted). DESTROYED is posted here, at the end, or by
  * the last child unpinning a listener after that (F_DESTROY_DONE): never
  * while the lock is dropped in wait_deliveries or for the purge. */
-int cep_cm_destroy_id(struct cep_cm_id *id)
+int cm_local_destroy_id(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_destroy_id(id);
 	struct cep_cm_channel *ch;
 
-	if (!id)
-		return -EINVAL;
 	pthread_mutex_lock(&id->lock);
 	if (id->flags & F_USER_GONE) {
 		pthread_mutex_unlock(&id->lock);
@@ -396,21 +407,34 @@ int cep_cm_destroy_id(struct cep_cm_id *id)
 	return 0;
 }
 
+int cep_cm_destroy_id(struct cep_cm_id *id)
+{
+	if (!id)
+		return -EINVAL;
+	return id->cm->ops->destroy_id(id);
+}
+
+/* Not on a thread that delivers the context's callbacks (it would wait
+ * for itself), and not for a channel's id (its DESTROYED is the user's
+ * to take). */
 int cep_cm_destroy_id_sync(struct cep_cm_id *id)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_destroy_id_sync(id);
+	if (!id)
+		return -EINVAL;
+	if (id->cm->ops->on_callback_thread(id->cm))
+		return -EDEADLK;
+	if (id->channel)
+		return -EINVAL;
+	return id->cm->ops->destroy_id_sync(id);
+}
+
+int cm_local_destroy_id_sync(struct cep_cm_id *id)
+{
 	struct cm_waiter *wt;
 	struct timespec ts;
 	uint64_t wait_s;
 	int ret = 0;
 
-	if (!id)
-		return -EINVAL;
-	if (cep_dispatch_self(id->cm->d) >= 0)
-		return -EDEADLK;
-	if (id->channel)
-		return -EINVAL;
 	wt = malloc(sizeof(*wt));
 	if (!wt)
 		return -ENOMEM;
@@ -431,7 +455,7 @@ int cep_cm_destroy_id_sync(struct cep_cm_id *id)
 	/* From here the id may be freed once wt->done is set: do not touch it.
 	 * linger_ms was written under the id's lock inside the call, on this
 	 * thread. */
-	cep_cm_destroy_id(id);
+	cm_local_destroy_id(id);
 	wait_s = 10 + wt->linger_ms / 1000 + (wt->linger_ms % 1000 != 0);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += (time_t)wait_s;

@@ -15,6 +15,7 @@
 #include <cep/cm.h>
 #include <cep/qp.h>
 
+#include "cm_ops.h"
 #include "dispatch.h"
 #include "core/table_keys.h"
 #include "timer.h"
@@ -43,7 +44,8 @@ struct cm_idlist {
 } __attribute__((aligned(64)));
 
 struct cep_cm {
-	struct cep_transport *tp;      /* const */
+	const struct cm_ops *ops;      /* const: its kind's table (cm_ops.h) */
+	struct cep_transport *tp;      /* const (NULL: attached, no engine here) */
 	struct cep_table *table;       /* const */
 	struct cep_dispatch *d;        /* const */
 	struct cep_clock *clock;       /* const: NULL = CLOCK_MONOTONIC */
@@ -68,6 +70,25 @@ struct cep_cm {
 };
 
 #define CM_CLOSED (1u << 31)
+
+/* The port a context serves, as its transport's query_port gave it (or
+ * cepd's answer, attached). Const after create or attach. */
+static inline const struct cep_port_info *cm_port(const struct cep_cm *cm)
+{
+	return &cm->port;
+}
+
+/* Contexts not yet destroyed, of both kinds (cm.c): cep_cm_destroy() of
+ * anything else (a second call, a stray pointer) is -EINVAL, never a use
+ * after free. cm_live_add: @cm is complete (ops set). cm_live_close:
+ * cep_cm_destroy's decision, one step under the list's lock, so a second,
+ * racing call finds @cm either live and unchanged or gone, and nothing of
+ * @cm is read unless it is live: -EINVAL (not live), -EDEADLK (on its
+ * callback thread), -EBUSY (an event of its ids is taken and not acked),
+ * all changing nothing; or 0: @cm is no longer live and no event of it
+ * can be taken any more (CM_CLOSED). */
+void cm_live_add(struct cep_cm *cm);
+int cm_live_close(struct cep_cm *cm);
 
 /* A timeout a peer supplies (5-bit IBTA exponent: REQ response timeouts
  * and local ACK timeout, REP target ACK delay, LAP response timeout, MRA
@@ -334,6 +355,40 @@ void cm_request_taken(struct cep_cm_id *id);
  * to retry (the kernel's answer to -ENOMEM). 0, or -EINVAL (answered, or
  * an id of cepd's). */
 int cm_request_drop(struct cep_cm_id *id);
+/* The engine's operations of cm_local_ops (cm_ops.h), each behind its
+ * public function's common checks (cm.c's own are static there). */
+int cm_local_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, uint64_t flags,
+		       struct cep_cm_id **out);
+int cm_local_destroy_id(struct cep_cm_id *id);
+int cm_local_destroy_id_sync(struct cep_cm_id *id);
+uint32_t cm_local_id_local_comm_id(const struct cep_cm_id *id);
+uint32_t cm_local_id_remote_comm_id(struct cep_cm_id *id);
+enum cep_cm_state cm_local_id_state(struct cep_cm_id *id);
+enum cep_cm_lap_state cm_local_id_lap_state(struct cep_cm_id *id);
+int cm_local_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask, unsigned backlog);
+int cm_local_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p);
+int cm_local_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p);
+int cm_local_rtu(struct cep_cm_id *id, const void *pdata, size_t len);
+int cm_local_notify_established(struct cep_cm_id *id);
+int cm_local_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
+		    const void *pdata, size_t len);
+int cm_local_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len);
+int cm_local_disconnect(struct cep_cm_id *id, const void *pdata, size_t len);
+int cm_local_drep(struct cep_cm_id *id, const void *pdata, size_t len);
+int cm_local_lap(struct cep_cm_id *id, const struct cep_path *alt, uint8_t timeout,
+		 const void *pdata, size_t len);
+int cm_local_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
+		 const void *pdata, size_t len);
+int cm_local_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p);
+int cm_local_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
+		      const void *pdata, size_t len);
+void cm_local_request_taken(struct cep_cm_id *id);
+int cm_local_request_drop(struct cep_cm_id *id);
+void cm_local_event_hold(struct cep_cm_id *id, struct cep_cm_id *lid);
+void cm_local_event_release(struct cep_cm_id *id, struct cep_cm_id *lid, int destroyed_acked);
+/* src/verbs/verbs.c (with libibverbs): @state an enum ibv_qp_state. */
+int cm_local_init_qp_attr(struct cep_cm_id *id, int state, struct ibv_qp_attr *attr, int *mask);
+int cm_local_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev);
 /* Worker: an id's work item (W_* bits), and a pending cm_waiter's release. */
 void cm_id_work_fn(struct cep_work *w);
 void cm_waiter_put(struct cm_waiter *wt);

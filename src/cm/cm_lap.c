@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "cm_internal.h"
-#include "cm/cm_remote.h"
 
 void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
@@ -84,15 +83,29 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_id_put(id);
 }
 
+/* The public functions: the checks both kinds make alike, then the
+ * context's table (cm_ops.h). */
 int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 	       uint8_t remote_cm_response_timeout, const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_lap(id, alt, remote_cm_response_timeout, pdata, len);
+	if (!id || !alt)
+		return -EINVAL;
+	return id->cm->ops->lap(id, alt, remote_cm_response_timeout, pdata, len);
+}
+
+int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
+	       const void *pdata, size_t len)
+{
+	return id ? id->cm->ops->apr(id, status, info, info_len, pdata, len) : -EINVAL;
+}
+
+int cm_local_lap(struct cep_cm_id *id, const struct cep_path *alt,
+		 uint8_t remote_cm_response_timeout, const void *pdata, size_t len)
+{
 	struct cep_msg m;
 	int ret = 0;
 
-	if (!id || !alt || remote_cm_response_timeout > 31 || (len && !pdata))
+	if (remote_cm_response_timeout > 31 || (len && !pdata))
 		return -EINVAL;
 	if (len > CEP_LAP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
@@ -126,15 +139,13 @@ out:
 	return ret;
 }
 
-int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
-	       const void *pdata, size_t len)
+int cm_local_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
+		 const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_apr(id, status, info, info_len, pdata, len);
 	struct cep_msg m;
 	int ret = 0;
 
-	if (!id || status > CEP_APR_STATUS_MAX || (info_len && !info) || (len && !pdata))
+	if (status > CEP_APR_STATUS_MAX || (info_len && !info) || (len && !pdata))
 		return -EINVAL;
 	if (info_len > CEP_APR_INFO_SIZE || len > CEP_APR_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cm_internal.h"
-#include "cm/cm_remote.h"
 
 /* A SIDR_REP for a SIDR_REQ no id takes: @status, its request ID, service
  * ID and TID echoed, to where it came from. Stateless, worker @w. */
@@ -128,15 +127,28 @@ void cm_handle_sidr_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_id_put(id);
 }
 
+/* The public functions: the checks both kinds make alike, then the
+ * context's table (cm_ops.h). */
 int cep_cm_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_sidr_req(id, p);
+	if (!id || !p || p->size < sizeof(*p) || !p->peer ||
+	    (p->private_data_len && !p->private_data))
+		return -EINVAL;
+	return id->cm->ops->sidr_req(id, p);
+}
+
+int cep_cm_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
+		    const void *pdata, size_t len)
+{
+	return id ? id->cm->ops->sidr_rep(id, status, qpn, qkey, pdata, len) : -EINVAL;
+}
+
+int cm_local_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
+{
 	struct cep_msg m;
 	int ret;
 
-	if (!id || !p || p->size < sizeof(*p) || !p->peer || p->timeout > 31 ||
-	    p->max_cm_retries > 15 || (p->private_data_len && !p->private_data))
+	if (p->timeout > 31 || p->max_cm_retries > 15)
 		return -EINVAL;
 	if (p->private_data_len > CEP_SIDR_REQ_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;
@@ -189,14 +201,12 @@ void cm_do_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_
 	cm_maybe_table_destroy(id);
 }
 
-int cep_cm_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
-		    const void *pdata, size_t len)
+int cm_local_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
+		      const void *pdata, size_t len)
 {
-	if (id && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_sidr_rep(id, status, qpn, qkey, pdata, len);
 	int ret = 0;
 
-	if (!id || status > CEP_SIDR_STATUS_MAX || qpn > 0xffffff || (len && !pdata))
+	if (status > CEP_SIDR_STATUS_MAX || qpn > 0xffffff || (len && !pdata))
 		return -EINVAL;
 	if (len > CEP_SIDR_REP_PRIVATE_DATA_SIZE)
 		return -EMSGSIZE;

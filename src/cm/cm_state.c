@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
-#include "cm_remote.h" /* cm_remote_id */
 #include "core/table_internal.h"
 
 /* A passive id counts against its listener while its request waits for
@@ -46,8 +45,12 @@ void cm_half_open_end(struct cep_cm_id *id)
 
 void cm_request_taken(struct cep_cm_id *id)
 {
-	if (!id || cm_remote_id(id))
-		return; /* cepd's listener counts unanswered requests */
+	if (id)
+		id->cm->ops->request_taken(id);
+}
+
+void cm_local_request_taken(struct cep_cm_id *id)
+{
 	pthread_mutex_lock(&id->lock);
 	/* id->listener is set under this lock before the request's event is
 	 * emitted and cleared under it when the request is answered: taken
@@ -69,10 +72,13 @@ void cm_request_taken(struct cep_cm_id *id)
  * the request's callback; takes the id's lock. */
 int cm_request_drop(struct cep_cm_id *id)
 {
+	return id ? id->cm->ops->request_drop(id) : -EINVAL;
+}
+
+int cm_local_request_drop(struct cep_cm_id *id)
+{
 	int ret = -EINVAL;
 
-	if (!id || cm_remote_id(id))
-		return -EINVAL;
 	pthread_mutex_lock(&id->lock);
 	if ((id->state == CEP_CM_REQ_RCVD || id->state == CEP_CM_MRA_REQ_SENT) &&
 	    !(id->flags & F_USER_GONE)) {

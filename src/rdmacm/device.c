@@ -27,7 +27,7 @@
 
 #include "ib.h"
 #include "rdmacm.h"
-#include "cm/cm_remote.h" /* cmr_port: a cepd context's port */
+#include "cm/cm_internal.h" /* cm_port: the port a cepd context serves */
 
 struct rcm_global rcm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -416,7 +416,7 @@ int rcm_port_cm(struct rcm_port *p, struct cep_cm **out)
 
 		ret = cep_cm_attach(&aa, &cm);
 		if (!ret) {
-			p->info = *cmr_port(cm);
+			p->info = *cm_port(cm);
 			atomic_store_explicit(&p->cm, cm, memory_order_release);
 			*out = cm;
 			goto out;

@@ -20,6 +20,8 @@
  *   addr.c     the source GIDs and P_Keys a client may use
  *   events.c   the engine's callback and the event queues to clients
  *   stats.c    --stats, both ends
+ * Not cepd's, though in this folder: remote.c, remote_verbs.c and
+ * remote.h, the client that speaks to it, compiled into libcep.
  *
  * Locks, outermost first: svc.lk (the client lists); then client.lk (its
  * table, sids and event queue) or port.lk (the port's listener and QP

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The cepd protocol: what a client (libcep's remote CM context,
- * src/cm/cm_remote.c) and the service (src/service/cepd.c) say to each
+ * The cepd protocol: what a client (libcep's attached CM context,
+ * src/service/remote.c) and the service (src/service/cepd.h) say to each
  * other over one Unix SOCK_SEQPACKET connection. One message per packet,
  * at most CEPD_MSG_MAX bytes, every message opens with struct cepd_hdr.
  *
@@ -80,7 +80,7 @@ struct cepd_hdr {
  *   (pidfd_open(getpid(), 0)), which the client closes once sent: a
  *   handle of the client that cannot be recycled. Absent where
  *   pidfd_open is ENOSYS (kernels before 5.3).
- * The client's sender is cmr_hello_send() (src/cm/cm_remote.h); tests
+ * The client's sender is cmr_hello_send() (src/service/remote.h); tests
  * that speak the protocol raw may use it. A HELLO sent with plain send()
  * has neither. */
 #define CEPD_HELLO_STATS 1u /* a statistics reader: no port, only SERVICE_STATS */

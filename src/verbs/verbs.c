@@ -3,7 +3,10 @@
  * libibverbs glue (cep/verbs.h): QP attributes for INIT/RTR/RTS from the
  * negotiated connection, with the kernel CM's mapping of every field, and
  * the transitions on an ibv_qp. Pure functions on caller-owned values, plus
- * verbs calls in cep_verbs_modify_qp(); no shared state, no locks.
+ * verbs calls in cep_verbs_modify_qp(); no shared state, no locks. And
+ * cep_cm_init_qp_attr / cep_cm_qp_event on a CM context, through its
+ * table, with the engine's two entries of it (an id's attributes read
+ * under its lock; COMM_EST by the QP's binding word).
  */
 #include <errno.h>
 #include <string.h>
@@ -11,7 +14,6 @@
 #include <cep/verbs.h>
 
 #include "cm/cm_internal.h"
-#include "cm/cm_remote.h"
 
 #define LINK_IB  1
 #define LINK_ETH 2
@@ -170,19 +172,33 @@ int cep_verbs_modify_qp(struct ibv_qp *qp, const struct cep_qp_params *p,
 	return 0;
 }
 
+/* The public functions of a CM context's QPs: the checks both kinds make
+ * alike, then the context's table (cm/cm_ops.h); the engine's entries
+ * (cm_local_ops) are the two after them. */
 int cep_cm_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev)
 {
-	if (cm && ev && cm_remote(cm)) /* cepd (cm_remote.h) */
-		return cmr_qp_event(cm, ev);
-	struct cep *cep;
-	int ret;
-
 	if (!cm || !ev)
 		return -EINVAL;
 	if (ev->event_type != IBV_EVENT_COMM_EST)
 		return -EOPNOTSUPP;
 	if (!ev->element.qp)
 		return -EINVAL;
+	return cm->ops->qp_event(cm, ev);
+}
+
+int cep_cm_init_qp_attr(struct cep_cm_id *id, enum ibv_qp_state state,
+			struct ibv_qp_attr *attr, int *mask)
+{
+	if (!id || !attr || !mask)
+		return -EINVAL;
+	return id->cm->ops->init_qp_attr(id, (int)state, attr, mask);
+}
+
+int cm_local_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev)
+{
+	struct cep *cep;
+	int ret;
+
 	/* The binding word names the id of the QP; the lookup's reference
 	 * keeps the id's memory alive across the call. */
 	ret = cep_lookup_qpn(cep_cm_table(cm), ev->element.qp->qp_num, &cep);
@@ -193,20 +209,15 @@ int cep_cm_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev)
 	return ret;
 }
 
-int cep_cm_init_qp_attr(struct cep_cm_id *id, enum ibv_qp_state state,
-			struct ibv_qp_attr *attr, int *mask)
+int cm_local_init_qp_attr(struct cep_cm_id *id, int state, struct ibv_qp_attr *attr, int *mask)
 {
-	if (id && attr && mask && cm_remote_id(id)) /* cepd (cm_remote.h) */
-		return cmr_init_qp_attr(id, state, attr, mask);
 	int ret;
 
-	if (!id || !attr || !mask)
-		return -EINVAL;
 	/* The id's lock: state and parameters change together under it. */
 	pthread_mutex_lock(&id->lock);
-	ret = cep_qp_state_allowed((enum cep_cm_state)id->state, state);
+	ret = cep_qp_state_allowed((enum cep_cm_state)id->state, (enum ibv_qp_state)state);
 	if (!ret)
-		ret = cep_qp_params_init_attr(&id->qpp, state, attr, mask);
+		ret = cep_qp_params_init_attr(&id->qpp, (enum ibv_qp_state)state, attr, mask);
 	pthread_mutex_unlock(&id->lock);
 	return ret;
 }

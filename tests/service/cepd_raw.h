@@ -16,7 +16,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cm/cm_remote.h"
+#include "service/remote.h"
 #include "service/proto.h"
 
 /* ---- the protocol, raw ------------------------------------------------------ */

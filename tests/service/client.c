@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The cepd client (src/cm/cm_remote.c) where the service misbehaves or the
+ * The cepd client (src/service/remote.c) where the service misbehaves or the
  * application races it (issue 26). Most cases talk to a fake cepd: a
  * Unix SOCK_SEQPACKET socket of this process served by threads of this
  * test in the protocol of src/service/proto.h, which answers every
@@ -69,7 +69,7 @@
 
 #include "../common/check.h"
 #include "cepd_test.h"
-#include "cm/cm_remote.h"
+#include "service/remote.h"
 #include "service/proto.h"
 
 static const char *cepd_path;

@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The remote CM context: cep_cm_attach() and the cep_cm_* calls on a
- * context served by cepd (src/service/), over one Unix SOCK_SEQPACKET
- * connection in the protocol of src/service/proto.h.
+ * The client of cepd, compiled into libcep (not into cepd): the attached
+ * CM context. cep_cm_attach() gives a context this file's table of
+ * operations (cmr_ops, src/cm/cm_ops.h), so every cep_cm_* call on it is
+ * a request to cepd over one Unix SOCK_SEQPACKET connection in the
+ * protocol of proto.h, after the checks the public function makes for
+ * both kinds. It lives beside the service it speaks to; it uses the
+ * engine's channels and context list (cm/cm_internal.h), an arrow down.
  *
  * Guarantees (the local context's contracts, cep/cm.h):
  * - Each call is one request and its reply; any number of threads may
@@ -61,8 +65,8 @@
 #include <unistd.h>
 
 #include "cm/cm_internal.h"
-#include "cm/cm_remote.h"
 #include "service/proto.h"
+#include "service/remote.h"
 
 /* Coarse course of a connection, as far as this side saw it: what error
  * event the service's death gives the id. */
@@ -108,7 +112,8 @@ struct call {
 };
 
 struct cmr {
-	struct cep_cm cm;        /* first: cm.tp NULL; nworkers, ca_guid, port, taken */
+	struct cep_cm cm;        /* first: cm.ops &cmr_ops, cm.tp NULL; nworkers,
+				    ca_guid, port, taken, live_next */
 	int fd;
 	pthread_t reader;        /* receives: replies, events (never blocks on
 				    the application: callbacks are not its) */
@@ -130,13 +135,10 @@ struct cmr {
 				    reaches the user any more, the callback
 				    thread ends */
 	uint8_t *rbuf;           /* the reader's buffer */
-	struct cmr *live_next;   /* live_lk */
 };
 
 #define HIDX(h) ((h) & 0xfffffu)
 
-static pthread_mutex_t live_lk = PTHREAD_MUTEX_INITIALIZER;
-static struct cmr *live_head;   /* live_lk */
 /* The context whose callback thread this is (its callbacks run here). */
 static _Thread_local struct cmr *cb_self;
 
@@ -154,18 +156,7 @@ static struct rid *RID(struct cep_cm_id *id)
 	return (struct rid *)id;
 }
 
-int cmr_is_live(const struct cep_cm *cm)
-{
-	int live = 0;
-
-	pthread_mutex_lock(&live_lk);
-	for (struct cmr *r = live_head; r && !live; r = r->live_next)
-		live = &r->cm == cm;
-	pthread_mutex_unlock(&live_lk);
-	return live;
-}
-
-void cmr_id_get(struct cep_cm_id *id)
+static void cmr_id_get(struct cep_cm_id *id)
 {
 	atomic_fetch_add_explicit(&RID(id)->refs, 1, memory_order_relaxed);
 }
@@ -191,7 +182,7 @@ static void rid_put_locked(struct rid *d)
 }
 
 /* r->lk not held. */
-void cmr_id_put(struct cep_cm_id *id)
+static void cmr_id_put(struct cep_cm_id *id)
 {
 	struct rid *d = RID(id);
 	struct cmr *r = d->r;
@@ -565,6 +556,7 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 }
 
 static void destroyed_here(struct cmr *r, struct rid *d);
+static int cmr_destroy_id(struct cep_cm_id *id);
 
 /* r->lk held: the service has gone. Fail every call; give each id in a
  * connection's course its error event, and each id the user destroyed
@@ -1171,6 +1163,7 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	if (ret)
 		goto fail;
 	memcpy(&rep, buf + sizeof(struct cepd_rep), sizeof(rep));
+	r->cm.ops = &cmr_ops;
 	r->cm.tp = NULL;
 	r->cm.nworkers = rep.workers;
 	r->cm.ca_guid = rep.ca_guid;
@@ -1194,10 +1187,7 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 		pthread_cond_destroy(&r->cv);
 		goto fail;
 	}
-	pthread_mutex_lock(&live_lk);
-	r->live_next = live_head;
-	live_head = r;
-	pthread_mutex_unlock(&live_lk);
+	cm_live_add(&r->cm);
 	*out = &r->cm;
 	return 0;
 fail:
@@ -1208,50 +1198,23 @@ fail:
 	return ret;
 }
 
-/* cep_cm_destroy's decision, one step under live_lk, as the local
- * context's (cm.c, live_close): a second, racing call finds @r either
- * live and unchanged or gone, and reads none of its memory once gone (the
- * winner frees it). -EINVAL (not live), -EDEADLK (on its callback thread),
- * -EBUSY (an event taken and not acked), all changing nothing; or 0: @r is
- * no longer live and no event of it can be taken any more (CM_CLOSED). */
-static int live_close(struct cmr *r)
+/* 1 on the callback thread of @cm (its callbacks run there). */
+static int cmr_on_callback_thread(const struct cep_cm *cm)
 {
-	int ret = -EINVAL;
-
-	pthread_mutex_lock(&live_lk);
-	for (struct cmr **pp = &live_head; *pp; pp = &(*pp)->live_next) {
-		uint32_t none = 0;
-
-		if (*pp != r)
-			continue;
-		if (cb_self == r)
-			ret = -EDEADLK;
-		/* One RMW against cm_event_take's: an event is taken first and
-		 * we refuse, or we close first and none is taken. */
-		else if (!atomic_compare_exchange_strong_explicit(&r->cm.taken, &none, CM_CLOSED,
-								  memory_order_acq_rel,
-								  memory_order_relaxed))
-			ret = -EBUSY;
-		else {
-			*pp = r->live_next;
-			ret = 0;
-		}
-		break;
-	}
-	pthread_mutex_unlock(&live_lk);
-	return ret;
+	return cb_self == (const struct cmr *)cm;
 }
 
-/* cep_cm_destroy of a context cm.c found live (cmr_is_live): it may have
- * been destroyed since by a racing call, so nothing of it is read before
- * live_close says it is ours. */
-int cmr_destroy(struct cep_cm *cm)
+/* cep_cm_destroy of a context cm.c found live: it may have been destroyed
+ * since by a racing call, so nothing of it is read before cm_live_close
+ * says it is ours (-EDEADLK on its callback thread, -EBUSY while an
+ * event is taken and not acked). */
+static int cmr_destroy(struct cep_cm *cm)
 {
 	struct cmr *r = R(cm);
 	int ret;
 
 	CMR_HOOK(CMR_HOOK_DESTROY, cm);
-	ret = live_close(r);
+	ret = cm_live_close(cm);
 	if (ret)
 		return ret;
 	/* Before the socket ends: the reader's death events (die_locked) and
@@ -1303,36 +1266,30 @@ int cmr_destroy(struct cep_cm *cm)
 	return 0;
 }
 
-int cmr_qp_register(struct cep_cm *cm, uint32_t qpn)
+static int cmr_qp_register(struct cep_cm *cm, uint32_t qpn)
 {
-	if (qpn > 0xffffff)
-		return -EINVAL;
 	return call_pd(R(cm), CEPD_QP_REGISTER, 0, qpn, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
 
-int cmr_qp_destroy(struct cep_cm *cm, uint32_t qpn)
+static int cmr_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 {
 	/* Also from a callback, as the local one: the reader thread takes
 	 * the answer, and cepd's teardown waits for no callback of ours. */
 	return call_pd(R(cm), CEPD_QP_DESTROY, 0, qpn, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
 
-int cmr_quiesce(struct cep_cm *cm, unsigned timeout_ms)
+static int cmr_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 {
-	if (cb_self == R(cm))
-		return -EDEADLK;
 	return call_pd(R(cm), CEPD_QUIESCE, 0, timeout_ms, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
 
-int cmr_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
+static int cmr_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
 {
 	struct cepd_req q;
 	struct cep_cm_stats all;
 	size_t size;
 	int ret;
 
-	if (!st || st->size < offsetof(struct cep_cm_stats, half_open_expired))
-		return -EINVAL;
 	size = st->size < sizeof(all) ? st->size : sizeof(all);
 	memset(&q, 0, sizeof(q));
 	q.h.op = CEPD_CM_STATS;
@@ -1352,11 +1309,14 @@ int cmr_get_stats(struct cep_cm *cm, struct cep_cm_stats *st)
  * request (CEPD_F_CREATE), or by cep_cm_id_local_comm_id(), so a connect
  * costs one round trip, not two. An error of the engine's create
  * (-ENOMEM, -EAGAIN, -ESHUTDOWN) is that first call's. */
-int cmr_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, struct cep_cm_id **out)
+static int cmr_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, uint64_t flags,
+			 struct cep_cm_id **out)
 {
 	struct cmr *r = R(cm);
 	struct rid *d;
 
+	if (flags)
+		return -EOPNOTSUPP; /* CEP_CM_ID_LINGER: not in the protocol */
 	pthread_mutex_lock(&r->lk);
 	if (r->dead) {
 		pthread_mutex_unlock(&r->lk);
@@ -1387,7 +1347,7 @@ static void destroyed_here(struct cmr *r, struct rid *d)
 	pthread_cond_broadcast(&r->cv);
 }
 
-int cmr_destroy_id(struct cep_cm_id *id)
+static int cmr_destroy_id(struct cep_cm_id *id)
 {
 	struct rid *d = RID(id);
 	struct cmr *r = d->r;
@@ -1428,17 +1388,13 @@ int cmr_destroy_id(struct cep_cm_id *id)
 	return ret;
 }
 
-int cmr_destroy_id_sync(struct cep_cm_id *id)
+static int cmr_destroy_id_sync(struct cep_cm_id *id)
 {
 	struct rid *d = RID(id);
 	struct cmr *r = d->r;
 	struct timespec ts;
 	int ret;
 
-	if (cb_self == r)
-		return -EDEADLK;
-	if (id->channel)
-		return -EINVAL;
 	cmr_id_get(id);
 	ret = cmr_destroy_id(id);
 	if (ret) {
@@ -1462,7 +1418,7 @@ int cmr_destroy_id_sync(struct cep_cm_id *id)
 
 /* An id not yet made in cepd is made now: its comm ID is the engine's.
  * 0 when that fails (as for a dead handle). */
-uint32_t cmr_id_local_comm_id(const struct cep_cm_id *cid)
+static uint32_t cmr_id_local_comm_id(const struct cep_cm_id *cid)
 {
 	struct cep_cm_id *id = (struct cep_cm_id *)cid; /* made on demand */
 	struct rid *d = RID(id);
@@ -1496,14 +1452,14 @@ static int query(struct cep_cm_id *id, struct cepd_query_rep *out)
 	return id_send(id, &q, out, sizeof(*out));
 }
 
-uint32_t cmr_id_remote_comm_id(struct cep_cm_id *id)
+static uint32_t cmr_id_remote_comm_id(struct cep_cm_id *id)
 {
 	struct cepd_query_rep q;
 
 	return query(id, &q) ? 0 : q.remote_comm_id;
 }
 
-enum cep_cm_state cmr_id_state(struct cep_cm_id *id)
+static enum cep_cm_state cmr_id_state(struct cep_cm_id *id)
 {
 	struct cepd_query_rep q;
 
@@ -1511,7 +1467,7 @@ enum cep_cm_state cmr_id_state(struct cep_cm_id *id)
 							      : (enum cep_cm_state)q.state;
 }
 
-enum cep_cm_lap_state cmr_id_lap_state(struct cep_cm_id *id)
+static enum cep_cm_lap_state cmr_id_lap_state(struct cep_cm_id *id)
 {
 	struct cepd_query_rep q;
 
@@ -1531,7 +1487,7 @@ static void phase_after(struct cep_cm_id *id, int ret, unsigned ph)
 	pthread_mutex_unlock(&d->r->lk);
 }
 
-int cmr_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask, unsigned backlog)
+static int cmr_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask, unsigned backlog)
 {
 	int ret;
 
@@ -1545,14 +1501,11 @@ int cmr_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask, unsigne
 
 #define COVERS(p, f) ((p)->size >= offsetof(__typeof__(*(p)), f) + sizeof((p)->f))
 
-int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
+static int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 {
 	struct cepd_conn w;
 	int ret;
 
-	if (!p || p->size < offsetof(struct cep_cm_conn_param, flow_control) ||
-	    (p->private_data_len && !p->private_data))
-		return -EINVAL;
 	if (id_gone(id))
 		return -EINVAL;
 	memset(&w, 0, sizeof(w));
@@ -1589,14 +1542,11 @@ int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	return ret;
 }
 
-int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
+static int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 {
 	struct cepd_accept w;
 	int ret;
 
-	if (!p || p->size < offsetof(struct cep_cm_accept_param, flow_control) ||
-	    (p->private_data_len && !p->private_data))
-		return -EINVAL;
 	if (id_gone(id))
 		return -EINVAL;
 	memset(&w, 0, sizeof(w));
@@ -1619,7 +1569,7 @@ int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	return ret;
 }
 
-int cmr_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
+static int cmr_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	int ret = id_call(id, CEPD_RTU, 0, pdata, len);
 
@@ -1627,7 +1577,7 @@ int cmr_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 	return ret;
 }
 
-int cmr_notify_established(struct cep_cm_id *id)
+static int cmr_notify_established(struct cep_cm_id *id)
 {
 	int ret = id_call(id, CEPD_NOTIFY_EST, 0, NULL, 0);
 
@@ -1635,8 +1585,8 @@ int cmr_notify_established(struct cep_cm_id *id)
 	return ret;
 }
 
-int cmr_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
-	       const void *pdata, size_t len)
+static int cmr_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
+		      const void *pdata, size_t len)
 {
 	int ret;
 
@@ -1648,32 +1598,32 @@ int cmr_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ar
 	return ret;
 }
 
-int cmr_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len)
+static int cmr_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len)
 {
 	return id_call(id, CEPD_MRA, service_timeout, pdata, len);
 }
 
-int cmr_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
+static int cmr_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	return id_call(id, CEPD_DISCONNECT, 0, pdata, len);
 }
 
-int cmr_drep(struct cep_cm_id *id, const void *pdata, size_t len)
+static int cmr_drep(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	return id_call(id, CEPD_DREP, 0, pdata, len);
 }
 
-int cmr_lap(struct cep_cm_id *id, const struct cep_path *alt, uint8_t timeout,
-	    const void *pdata, size_t len)
+static int cmr_lap(struct cep_cm_id *id, const struct cep_path *alt, uint8_t timeout,
+		   const void *pdata, size_t len)
 {
-	if (!alt || id_gone(id))
+	if (id_gone(id))
 		return -EINVAL;
 	return id_req(id, CEPD_LAP, timeout, 0, 0, 0, 0, alt,
 		       sizeof(*alt), pdata, len, NULL, 0);
 }
 
-int cmr_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
-	    const void *pdata, size_t len)
+static int cmr_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
+		   const void *pdata, size_t len)
 {
 	if (id_gone(id))
 		return -EINVAL;
@@ -1681,13 +1631,12 @@ int cmr_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info
 		       pdata, len, info, info_len);
 }
 
-int cmr_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
+static int cmr_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
 {
 	struct cepd_sidr w;
 	int ret;
 
-	if (!p || p->size < sizeof(*p) || !p->peer || (p->private_data_len && !p->private_data) ||
-	    id_gone(id))
+	if (id_gone(id))
 		return -EINVAL;
 	memset(&w, 0, sizeof(w));
 	w.service_id = p->service_id;
@@ -1701,7 +1650,7 @@ int cmr_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p)
 	return ret;
 }
 
-int cmr_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
+static int cmr_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
 		 const void *pdata, size_t len)
 {
 	int ret;
@@ -1713,3 +1662,76 @@ int cmr_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t q
 	phase_after(id, ret, PH_IDLE);
 	return ret;
 }
+
+/* ---- the librdmacm drop-in's backlog, channel events ------------------------ */
+
+/* cepd's listener counts the requests its client has not answered: taking
+ * one changes nothing here. */
+static void cmr_request_taken(struct cep_cm_id *id)
+{
+	(void)id;
+}
+
+/* The protocol has no silent drop: a request is answered (cm_internal.h). */
+static int cmr_request_drop(struct cep_cm_id *id)
+{
+	(void)id;
+	return -EINVAL;
+}
+
+static void cmr_event_hold(struct cep_cm_id *id, struct cep_cm_id *lid)
+{
+	cmr_id_get(id);
+	if (lid)
+		cmr_id_get(lid);
+}
+
+/* An acked DESTROYED ends the user's reference too: the id's memory goes
+ * with the last of them. */
+static void cmr_event_release(struct cep_cm_id *id, struct cep_cm_id *lid, int destroyed_acked)
+{
+	if (destroyed_acked)
+		cmr_id_put(id);
+	cmr_id_put(id);
+	if (lid)
+		cmr_id_put(lid);
+}
+
+/* ---- the table ------------------------------------------------------------------ */
+
+const struct cm_ops cmr_ops = {
+	.destroy = cmr_destroy,
+	.on_callback_thread = cmr_on_callback_thread,
+	.qp_register = cmr_qp_register,
+	.qp_destroy = cmr_qp_destroy,
+	.quiesce = cmr_quiesce,
+	.get_stats = cmr_get_stats,
+	.create_id = cmr_create_id,
+	.destroy_id = cmr_destroy_id,
+	.destroy_id_sync = cmr_destroy_id_sync,
+	.id_local_comm_id = cmr_id_local_comm_id,
+	.id_remote_comm_id = cmr_id_remote_comm_id,
+	.id_state = cmr_id_state,
+	.id_lap_state = cmr_id_lap_state,
+	.listen = cmr_listen,
+	.connect = cmr_connect,
+	.accept = cmr_accept,
+	.rtu = cmr_rtu,
+	.notify_established = cmr_notify_established,
+	.reject = cmr_reject,
+	.mra = cmr_mra,
+	.disconnect = cmr_disconnect,
+	.drep = cmr_drep,
+	.lap = cmr_lap,
+	.apr = cmr_apr,
+	.sidr_req = cmr_sidr_req,
+	.sidr_rep = cmr_sidr_rep,
+	.request_taken = cmr_request_taken,
+	.request_drop = cmr_request_drop,
+	.event_hold = cmr_event_hold,
+	.event_release = cmr_event_release,
+#ifdef CEP_HAVE_VERBS /* remote_verbs.c, built with libibverbs */
+	.init_qp_attr = cmr_init_qp_attr,
+	.qp_event = cmr_qp_event,
+#endif
+};

@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The remote CM context's libibverbs glue (cep/verbs.h on a context of
- * cep_cm_attach()): the QP attributes an id negotiated and the COMM_EST
- * notice, asked of cepd, which holds the ids. Built with libibverbs only.
- * Same contracts as the local cep_cm_init_qp_attr / cep_cm_qp_event.
+ * The client of cepd, its libibverbs part (compiled into libcep with
+ * libibverbs, not into cepd): cmr_ops' entries for cep/verbs.h on a
+ * context of cep_cm_attach() - the QP attributes an id negotiated and the
+ * COMM_EST notice, asked of cepd, which holds the ids. Same contracts as
+ * the engine's cep_cm_init_qp_attr / cep_cm_qp_event, after the same
+ * checks of the public functions.
  */
 #include <errno.h>
 #include <string.h>
 
 #include <infiniband/verbs.h>
 
-#include "cm/cm_remote.h"
 #include "service/proto.h"
+#include "service/remote.h"
 
 int cmr_init_qp_attr(struct cep_cm_id *id, int state, struct ibv_qp_attr *attr, int *mask)
 {
@@ -33,9 +35,5 @@ int cmr_init_qp_attr(struct cep_cm_id *id, int state, struct ibv_qp_attr *attr, 
 
 int cmr_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev)
 {
-	if (ev->event_type != IBV_EVENT_COMM_EST)
-		return -EOPNOTSUPP;
-	if (!ev->element.qp)
-		return -EINVAL;
 	return cmr_cm_call(cm, CEPD_QP_EVENT, ev->element.qp->qp_num, (uint32_t)ev->event_type);
 }
