@@ -380,6 +380,19 @@ CEP_EXPORT int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event *
 /* Release a taken event (dead after it; after DESTROYED's, so is its id).
  * Any thread, also a callback. */
 CEP_EXPORT void cep_cm_ack_event(struct cep_cm_event *ev);
+/* Wait until @ch has an event (cep_cm_get_event() then takes it), at
+ * most @timeout_ms (< 0: no limit). Meanwhile the calling thread reads the
+ * receive queues of the @n contexts @cms (at most 8; those whose
+ * transport lets it: libibumad's) itself whenever no other thread does,
+ * and handles what it reads there, as a worker would: the MAD that brings
+ * the channel's event wakes only this thread, and its answer goes out
+ * from here. So callbacks of those contexts' ids may run on this thread
+ * during the call (do not hold a lock they take). 0, -ETIMEDOUT, -EINTR
+ * (a signal), -EINVAL (NULL, @n > 8), -EDEADLK (from a CM callback: it
+ * would wait for itself). Any other thread; the contexts must not be
+ * destroyed meanwhile. */
+CEP_EXPORT int cep_cm_channel_wait(struct cep_cm_channel *ch, struct cep_cm *const *cms,
+				   unsigned n, int timeout_ms);
 
 /* ---- ids -------------------------------------------------------------- */
 

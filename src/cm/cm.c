@@ -37,7 +37,9 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
+#include "cm/lead.h"
 #include "core/table_internal.h"
+#include "transport/source.h"
 
 #ifdef CEP_TEST_HOOKS
 void (*cm_test_hook)(enum cm_hook_point p, struct cep_cm_id *id, const struct cep_cm_event *ev);
@@ -185,14 +187,31 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	ret = cep_table_create(&ta, &cm->table);
 	if (ret)
 		goto fail;
+	{
+		struct cep_transport_source src;
+
+		/* A transport whose queue waiting threads may read (libibumad's):
+		 * it runs no receive thread of its own; whoever leads reads it
+		 * (lead.h: an application thread in a wait, else a sleeping
+		 * worker), so a MAD is handled where it is read. */
+		if (cep_transport_drive(cm->tp, &src) == 0) {
+			struct cep_lead_source ls = { .fd = src.fd, .drain = src.drain,
+						      .ctx = src.ctx };
+
+			ret = cep_lead_create(&ls, &cm->lead);
+			if (ret)
+				goto fail_table;
+		}
+	}
 	da.workers = cm->nworkers;
 	da.queue_depth = attr->queue_depth ? attr->queue_depth : 4096;
 	da.ops.mad = cm_mad;
 	da.ctx = cm;
 	da.clock = cm->clock;
+	da.lead = cm->lead;
 	ret = cep_dispatch_create(&da, &cm->d);
 	if (ret)
-		goto fail_table;
+		goto fail_lead;
 	ret = cm->tp->ops->start(cm->tp, cm_recv, cm);
 	if (ret)
 		goto fail_dispatch;
@@ -201,6 +220,8 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 	return 0;
 fail_dispatch:
 	cep_dispatch_destroy(cm->d);
+fail_lead:
+	cep_lead_destroy(cm->lead);
 fail_table:
 	cep_table_destroy(cm->table);
 fail:
@@ -278,6 +299,10 @@ static int cm_local_destroy(struct cep_cm *cm)
 	ret = cm_live_close(cm);
 	if (ret)
 		return ret;
+	/* No application thread reads the queue from here (one waiting in
+	 * it lets it go); the workers stop reading it with their stop. */
+	if (cm->lead)
+		cep_lead_close(cm->lead);
 	cm->tp->ops->stop(cm->tp);
 	if (cep_dispatch_quiesce(cm->d, 5000))
 		fprintf(stderr, "libcep: cep_cm_destroy: workers still busy after 5 s "
@@ -290,6 +315,8 @@ static int cm_local_destroy(struct cep_cm *cm)
 	release_ids(cm);
 	ret = cep_table_destroy(cm->table);
 	cep_dispatch_destroy(cm->d);
+	cep_lead_destroy(cm->lead);
+	cm->lead = NULL;
 	if (ret) {
 		/* A core CEP still referenced: only the application can hold
 		 * one (cep_lookup_* on cep_cm_table() not put). The table is

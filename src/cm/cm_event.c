@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
+#include "cm/lead.h"
 #include "core/table_internal.h"
 
 struct chan_ev {
@@ -192,6 +193,39 @@ int cep_cm_get_event(struct cep_cm_channel *ch, struct cep_cm_event **out)
 		return -EAGAIN;
 	*out = &e->ev;
 	return 0;
+}
+
+static int channel_ready(void *arg)
+{
+	struct cep_cm_channel *ch = arg;
+	int ready;
+
+	pthread_mutex_lock(&ch->mtx);
+	ready = ch->queued != 0;
+	pthread_mutex_unlock(&ch->mtx);
+	return ready;
+}
+
+int cep_cm_channel_wait(struct cep_cm_channel *ch, struct cep_cm *const *cms, unsigned n,
+			int timeout_ms)
+{
+	struct cep_lead *leads[8];
+	unsigned nl = 0;
+
+	if (!ch || (n && !cms) || n > 8)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		if (!cms[i])
+			return -EINVAL;
+		/* a callback (or a worker) of a context would wait for itself */
+		if (cms[i]->ops->on_callback_thread(cms[i]))
+			return -EDEADLK;
+		if (cm_lead(cms[i]))
+			leads[nl++] = cm_lead(cms[i]);
+	}
+	/* the channel's eventfd is readable while an event waits: another
+	 * thread's push wakes us there (ours needs no wake-up) */
+	return cep_lead_wait(leads, nl, ch->efd, channel_ready, ch, timeout_ms);
 }
 
 /* Any thread, no libcep lock held. The event's reference keeps its id

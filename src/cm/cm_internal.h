@@ -67,9 +67,19 @@ struct cep_cm {
 	struct cm_wstats *ws;          /* [nworkers] */
 	struct cm_idlist *idl;         /* [nworkers] */
 	struct cep_cm *live_next;      /* the live contexts' list (cm.c) */
+	/* const: the receive queue its waiting threads read (cm/lead.h), or
+	 * NULL (a transport that delivers on its own threads) */
+	struct cep_lead *lead;
 };
 
 #define CM_CLOSED (1u << 31)
+
+/* The receive queue a thread that waits for @cm's events reads meanwhile
+ * (cm/lead.h), or NULL. */
+static inline struct cep_lead *cm_lead(const struct cep_cm *cm)
+{
+	return cm->lead;
+}
 
 /* The port a context serves, as its transport's query_port gave it (or
  * cepd's answer, attached). Const after create or attach. */

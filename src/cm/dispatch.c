@@ -22,15 +22,18 @@
  * after an advance fire inside an item that quiesce waits for.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dispatch.h"
+#include "cm/lead.h"
 #include "core/rcu.h"
 
 struct slot {
@@ -65,9 +68,9 @@ struct worker {
 	_Atomic uint64_t st_mads, st_works, st_timers, st_sleeps, st_yields;
 	_Atomic uint64_t st_inline;        /* MADs a guest ran (run_mad) */
 	_Atomic uint64_t st_armed;         /* wheel.armed after the last item */
-	pthread_mutex_t mtx;
-	pthread_cond_t cv;
-	int wake;                          /* under mtx */
+	int efd;                           /* eventfd: a sleeping worker's wake-up
+					      (its poll also watches the lead's fd
+					      while it holds the lead) */
 	/* Held by whoever acts as this worker: its thread while awake, or a
 	 * guest (cep_dispatch_enter) while it sleeps. Guard of head, wheel,
 	 * now and sleep_until. */
@@ -101,6 +104,23 @@ struct cep_dispatch {
 static _Thread_local const struct cep_dispatch *self_d;
 static _Thread_local int self_idx = -1;
 
+/* Wake @w's sleep (its poll): a write of its eventfd, which its poll
+ * reads before it looks at its queues again. Any thread. */
+static void kick(struct worker *w)
+{
+	uint64_t one = 1;
+
+	/* Only fails when the counter would overflow: woken already. */
+	(void)!write(w->efd, &one, sizeof(one));
+}
+
+/* The lead's backstop asks us to let go of it (lead.h: an application
+ * thread wants it): the same wake-up. */
+static void lead_kick(void *arg)
+{
+	kick(arg);
+}
+
 /* Call after the item is published and counted in w->posted (seq_cst).
  * Dekker pair with worker_main: the worker stores sleeping then reads
  * posted, we add to posted then read sleeping, all seq_cst, so either it
@@ -111,12 +131,8 @@ static void wake_worker(struct worker *w)
 	 * (the worker itself is awake: sleeping is 0). */
 	if (self_d == w->d && self_idx == (int)w->idx)
 		return;
-	if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
-		pthread_mutex_lock(&w->mtx);
-		w->wake = 1;
-		pthread_cond_signal(&w->cv);
-		pthread_mutex_unlock(&w->mtx);
-	}
+	if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst))
+		kick(w);
 }
 
 /* One attempt to copy a MAD into worker @w's ring: 0, or -ENOBUFS when the
@@ -473,6 +489,43 @@ static int cpus_allowed(void)
 	return n > 0 ? (int)n : 1;
 }
 
+/* Sleep @ns at most, until kicked (a post, a guest's early timer, stop,
+ * an application that wants the lead). A worker that takes the lead for
+ * its sleep (the backstop: no application thread waits, lead.h) also
+ * polls the receive queue, and on a MAD drains it on this thread (the
+ * MADs go to their workers' rings: ours is handled next), then gives the
+ * lead back: it holds it only asleep. Worker, run lock held (dropped
+ * while asleep: a guest may act as this worker meanwhile). */
+static void sleep_on(struct worker *w, long ns)
+{
+	struct cep_dispatch *d = w->d;
+	int ms = (int)((ns + 999999) / 1000000), leading = 0;
+	struct pollfd pf[2] = { { .fd = w->efd, .events = POLLIN } };
+
+	if (d->attr.lead)
+		leading = cep_lead_backstop_take(d->attr.lead, &ms, lead_kick, w);
+	if (leading) {
+		pf[1].fd = cep_lead_fd(d->attr.lead);
+		pf[1].events = POLLIN;
+	}
+	cep_rcu_worker_idle_begin(); /* grace periods do not wait for a sleeper */
+	/* Asleep, a guest may act as this worker (run-to-completion,
+	 * cep_dispatch_enter); awake, we wait for it to leave. */
+	pthread_mutex_unlock(&w->run);
+	if (poll(pf, leading ? 2 : 1, ms) > 0 && (pf[0].revents & POLLIN)) {
+		uint64_t v;
+
+		(void)!read(w->efd, &v, sizeof(v));
+	}
+	pthread_mutex_lock(&w->run);
+	cep_rcu_worker_idle_end();
+	if (leading) {
+		if (pf[1].revents & (POLLIN | POLLERR | POLLHUP))
+			(void)cep_lead_backstop_drain(d->attr.lead);
+		cep_lead_backstop_put(d->attr.lead);
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -528,7 +581,6 @@ static void *worker_main(void *arg)
 		if (atomic_load_explicit(&w->posted, memory_order_seq_cst) ==
 			    atomic_load_explicit(&w->done, memory_order_relaxed) &&
 		    !atomic_load_explicit(&d->stop, memory_order_relaxed)) {
-			struct timespec ts;
 			long ns = sleep_ns(w);
 
 			if (ns == 0) {
@@ -537,24 +589,7 @@ static void *worker_main(void *arg)
 				continue; /* a timer is due: run the wheel */
 			}
 			atomic_fetch_add_explicit(&w->st_sleeps, 1, memory_order_relaxed);
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += ns;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			cep_rcu_worker_idle_begin(); /* grace periods do not wait for a sleeper */
-			/* Asleep, a guest may act as this worker (run-to-
-			 * completion, cep_dispatch_enter); awake, we wait for
-			 * it to leave. */
-			pthread_mutex_unlock(&w->run);
-			pthread_mutex_lock(&w->mtx);
-			if (!w->wake)
-				pthread_cond_timedwait(&w->cv, &w->mtx, &ts);
-			w->wake = 0;
-			pthread_mutex_unlock(&w->mtx);
-			pthread_mutex_lock(&w->run);
-			cep_rcu_worker_idle_end();
+			sleep_on(w, ns);
 		}
 		atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
 		idle = d->spin; /* spin again once work came */
@@ -584,6 +619,8 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 		return -ENOMEM;
 	}
 	memset(d->w, 0, sizeof(*d->w) * attr->workers);
+	for (unsigned i = 0; i < attr->workers; i++)
+		d->w[i].efd = -1;
 	for (unsigned i = 0; i < attr->workers; i++) {
 		struct worker *w = &d->w[i];
 
@@ -595,8 +632,9 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 			goto fail;
 		for (size_t j = 0; j < attr->queue_depth; j++)
 			atomic_init(&w->ring[j].seq, j);
-		pthread_mutex_init(&w->mtx, NULL);
-		pthread_cond_init(&w->cv, NULL);
+		w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (w->efd < 0)
+			goto fail;
 		pthread_mutex_init(&w->run, NULL);
 		pthread_mutex_init(&w->room_mtx, NULL);
 		pthread_cond_init(&w->room_cv, NULL);
@@ -627,8 +665,11 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 	*out = d;
 	return 0;
 fail:
-	for (unsigned i = 0; i < attr->workers; i++)
+	for (unsigned i = 0; i < attr->workers; i++) {
 		free(d->w[i].ring);
+		if (d->w[i].efd >= 0)
+			close(d->w[i].efd);
+	}
 	free(d->w);
 	free(d);
 	return -ENOMEM;
@@ -646,10 +687,7 @@ void cep_dispatch_stop(struct cep_dispatch *d,
 	for (unsigned i = 0; i < d->started; i++) {
 		struct worker *w = &d->w[i];
 
-		pthread_mutex_lock(&w->mtx);
-		w->wake = 1;
-		pthread_cond_signal(&w->cv);
-		pthread_mutex_unlock(&w->mtx);
+		kick(w);
 		pthread_join(w->thread, NULL);
 	}
 	for (unsigned i = 0; i < d->started; i++) {
@@ -670,8 +708,7 @@ void cep_dispatch_destroy(struct cep_dispatch *d)
 		return;
 	cep_dispatch_stop(d, NULL, NULL);
 	for (unsigned i = 0; i < d->attr.workers; i++) {
-		pthread_mutex_destroy(&d->w[i].mtx);
-		pthread_cond_destroy(&d->w[i].cv);
+		close(d->w[i].efd);
 		pthread_mutex_destroy(&d->w[i].run);
 		pthread_mutex_destroy(&d->w[i].room_mtx);
 		pthread_cond_destroy(&d->w[i].room_cv);
@@ -734,12 +771,8 @@ void cep_dispatch_leave(struct cep_dispatch *d, unsigned wi, uint64_t armed_ms)
 	/* release: the guest's work before quiesce sees it done. */
 	atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
 	pthread_mutex_unlock(&w->run);
-	if (wake) {
-		pthread_mutex_lock(&w->mtx);
-		w->wake = 1;
-		pthread_cond_signal(&w->cv);
-		pthread_mutex_unlock(&w->mtx);
-	}
+	if (wake)
+		kick(w);
 }
 
 int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad,

@@ -8,7 +8,9 @@
  * MADs: on its thread, or on a guest thread that took its run lock while
  * it slept (cep_dispatch_enter, run-to-completion); one at a time either
  * way. A producer that may wait (cep_dispatch_post_mad_wait) waits for
- * room in a full ring instead of dropping.
+ * room in a full ring instead of dropping. A sleeping worker polls its
+ * eventfd (posts, stop and guests wake it there) and, as the backstop of
+ * the transport's receive queue (attr.lead), that queue's fd.
  */
 #ifndef CEP_DISPATCH_H
 #define CEP_DISPATCH_H
@@ -48,6 +50,10 @@ struct cep_dispatch_attr {
 	 * advance posts a tick to every worker, which runs its wheel at the
 	 * new time inside that item, so quiesce covers the timers it fires. */
 	struct cep_clock *clock;
+	/* A receive queue the workers read when no application thread does
+	 * (lead.h: a sleeping worker is the backstop), or NULL. Outlives the
+	 * dispatcher. */
+	struct cep_lead *lead;
 };
 
 int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatch **out);

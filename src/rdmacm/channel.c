@@ -24,6 +24,7 @@
  * closed ucma fd does, instead of failing with EBADF or touching freed
  * memory.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@
 
 #include "rdmacm.h"
 #include "cm/cm_internal.h" /* cm_request_taken */
+#include "cm/lead.h"
 
 struct rcm_channel *rcm_channel_new(void)
 {
@@ -129,23 +131,37 @@ void rcm_event_drop(struct rcm_event *e)
 	free(e);
 }
 
+/* Whom chan_append's hand-off must wake, read under the channel mutex
+ * while the getter is still waiting (its struct is thread-local: after
+ * it returned, only these copies are used). */
+struct getter_wake {
+	_Atomic uint32_t *futex;       /* the getter waits on this word */
+	struct cep_lead_waiter *w;     /* or on its thread's eventfd */
+};
+
 /* Wake a getter chan_append handed an event to; after the channel mutex
  * is released, so the woken thread does not wait for it. The getter may
- * have seen the event and left already: its word is thread-local
- * (channel_wait), so a late wake is at most a spurious one for that
- * thread's next wait, which rechecks. */
-static void getter_wake(struct rcm_getter *g)
+ * have seen the event and left already: a late wake is at most a
+ * spurious one for that thread's next wait (the waiter is never freed,
+ * lead.h; the futex word is thread-local), which rechecks. A getter that
+ * is the calling thread itself (it leads, and its own MAD brought the
+ * event) is not woken at all: cep_lead_wake knows its own. */
+static void getter_wake(const struct getter_wake *k)
 {
-	if (g)
-		syscall(SYS_futex, &g->handed, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	if (k->w)
+		cep_lead_wake(k->w);
+	else if (k->futex)
+		syscall(SYS_futex, k->futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* Caller holds c->mtx. Returns the getter to wake with getter_wake, if
- * the event went to one. */
-static struct rcm_getter *chan_append(struct rcm_channel *c, struct rcm_event *e)
+/* Caller holds c->mtx. Fills *@k with the getter to wake (getter_wake)
+ * if the event went to one, else clears it. */
+static void chan_append(struct rcm_channel *c, struct rcm_event *e, struct getter_wake *k)
 {
 	struct rcm_getter *g = c->waiting;
 
+	k->futex = NULL;
+	k->w = NULL;
 	if (g) {
 		/* A getter waits, so the queue is empty: the event is its,
 		 * reported now as a pop would (rdma_destroy_id then waits for
@@ -156,9 +172,11 @@ static struct rcm_getter *chan_append(struct rcm_channel *c, struct rcm_event *e
 		g->e = e;
 		atomic_fetch_add_explicit(&e->owner->events_reported, 1,
 					  memory_order_relaxed);
+		k->w = g->w;
+		k->futex = &g->handed;
 		/* release: g->e before the getter's acquire of handed. */
 		atomic_store_explicit(&g->handed, 1, memory_order_release);
-		return g;
+		return;
 	}
 	rcm_evq_push(&c->q, e);
 	e->owner->queued++;
@@ -169,7 +187,6 @@ static struct rcm_getter *chan_append(struct rcm_channel *c, struct rcm_event *e
 		if (write(c->ch.fd, &one, sizeof(one)) == sizeof(one))
 			c->signaled = 1;
 	}
-	return NULL;
 }
 
 /* Caller holds c->mtx: the queue went empty, the fd stops being readable. */
@@ -185,7 +202,7 @@ static void chan_unsignal(struct rcm_channel *c)
 void rcm_push_locked(struct rcm_event *e)
 {
 	struct rcm_id *o = e->owner;
-	struct rcm_getter *g;
+	struct getter_wake k;
 	struct rcm_channel *c;
 
 	if (o->destroying) {
@@ -200,9 +217,9 @@ void rcm_push_locked(struct rcm_event *e)
 	}
 	c = rcm_channel_of(o->id.channel);
 	pthread_mutex_lock(&c->mtx);
-	g = chan_append(c, e);
+	chan_append(c, e, &k);
 	pthread_mutex_unlock(&c->mtx);
-	getter_wake(g);
+	getter_wake(&k);
 }
 
 void rcm_push_request(struct rcm_event *e)
@@ -288,8 +305,10 @@ void rcm_channel_put(struct rcm_channel *c, struct rcm_event *list)
 	pthread_mutex_lock(&c->mtx);
 	while (list) {
 		struct rcm_event *next = list->next;
+		struct getter_wake k;
 
-		getter_wake(chan_append(c, list)); /* rare: id migration */
+		chan_append(c, list, &k);
+		getter_wake(&k); /* rare: id migration */
 		list = next;
 	}
 	pthread_mutex_unlock(&c->mtx);
@@ -336,16 +355,29 @@ static struct rcm_event *channel_pop(struct rcm_channel *c)
 	return e;
 }
 
-/* Wait for the next event: queued already, or handed to us by chan_append
- * (a futex wait, so a signal interrupts it as it interrupts a read of the
- * ucma fd). NULL after a signal, with nothing taken. */
+static int handed(void *arg)
+{
+	struct rcm_getter *g = arg;
+
+	/* acquire: pairs with the hand-off's release (g->e is set). */
+	return atomic_load_explicit(&g->handed, memory_order_acquire) != 0;
+}
+
+/* Wait for the next event: queued already, or handed to us by
+ * chan_append. Meanwhile this thread reads the ports' receive queues
+ * itself when it can (cm/lead.h): the MAD that brings our event is
+ * handled here, and the event handed to us without waking anyone. A
+ * signal interrupts the wait as it interrupts a read of the ucma fd.
+ * NULL after a signal, with nothing taken. */
 static struct rcm_event *channel_wait(struct rcm_channel *c)
 {
 	/* Thread-local, not on the stack: a hand-off's wake may come after
 	 * we took the event and left (getter_wake). One per thread: a thread
 	 * is in one rdma_get_cm_event at a time. */
 	static _Thread_local struct rcm_getter g;
+	struct cep_lead *leads[RCM_LEADS_MAX];
 	struct rcm_event *e;
+	int ret = 0;
 
 	pthread_mutex_lock(&c->mtx);
 	e = channel_pop_locked(c);
@@ -355,32 +387,39 @@ static struct rcm_event *channel_wait(struct rcm_channel *c)
 	}
 	g.next = NULL;
 	g.e = NULL;
+	g.w = cep_lead_self();
 	atomic_store_explicit(&g.handed, 0, memory_order_relaxed);
 	*c->waiting_tail = &g;
 	c->waiting_tail = &g.next;
 	pthread_mutex_unlock(&c->mtx);
-	for (;;) {
-		/* acquire: pairs with the hand-off's release (g.e is set). */
-		if (atomic_load_explicit(&g.handed, memory_order_acquire))
-			return g.e;
-		if (syscall(SYS_futex, &g.handed, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0) < 0 &&
-		    errno == EINTR) {
-			struct rcm_getter **pp = &c->waiting;
-
-			pthread_mutex_lock(&c->mtx);
-			if (g.e) { /* handed meanwhile: ours */
-				pthread_mutex_unlock(&c->mtx);
-				return g.e;
+	if (g.w) {
+		ret = cep_lead_wait(leads, rcm_leads(leads, RCM_LEADS_MAX), -1, handed, &g, -1);
+	} else {
+		while (!handed(&g))
+			if (syscall(SYS_futex, &g.handed, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0) < 0 &&
+			    errno == EINTR) {
+				ret = -EINTR;
+				break;
 			}
-			while (*pp != &g)
-				pp = &(*pp)->next;
-			*pp = g.next;
-			if (c->waiting_tail == &g.next)
-				c->waiting_tail = pp;
-			pthread_mutex_unlock(&c->mtx);
-			return NULL;
-		}
 	}
+	if (ret == 0)
+		return g.e;
+	{
+		struct rcm_getter **pp = &c->waiting;
+
+		pthread_mutex_lock(&c->mtx);
+		if (g.e) { /* handed meanwhile: ours */
+			pthread_mutex_unlock(&c->mtx);
+			return g.e;
+		}
+		while (*pp != &g)
+			pp = &(*pp)->next;
+		*pp = g.next;
+		if (c->waiting_tail == &g.next)
+			c->waiting_tail = pp;
+		pthread_mutex_unlock(&c->mtx);
+	}
+	return NULL;
 }
 
 RCM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,

@@ -100,6 +100,23 @@ unsigned rcm_port_count(void)
 	return n;
 }
 
+unsigned rcm_leads(struct cep_lead **out, unsigned max)
+{
+	unsigned n = 0;
+
+	for (unsigned d = 0; d < rcm.ndevs; d++)
+		for (unsigned i = 0; i < rcm.devs[d].nports && n < max; i++) {
+			/* acquire: the CM is complete (rcm_port_cm's release) */
+			struct cep_cm *cm = atomic_load_explicit(&rcm.devs[d].ports[i].cm,
+								 memory_order_acquire);
+			struct cep_lead *l = cm ? cm_lead(cm) : NULL;
+
+			if (l)
+				out[n++] = l;
+		}
+	return n;
+}
+
 struct rcm_port *rcm_port_at(unsigned i)
 {
 	for (unsigned d = 0; d < rcm.ndevs; d++) {

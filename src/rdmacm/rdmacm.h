@@ -183,6 +183,11 @@ struct rcm_getter {
 	struct rcm_getter *next;       /* under the channel mutex */
 	struct rcm_event *e;           /* set under the channel mutex */
 	_Atomic uint32_t handed;       /* futex word: 0 waiting, 1 e is set */
+	/* Its thread's waiter (cm/lead.h): it waits in cep_lead_wait, reading
+	 * the ports' receive queues meanwhile, and is woken on its eventfd;
+	 * NULL: none could be made, it waits on the futex word. Set before
+	 * the getter is queued. */
+	struct cep_lead_waiter *w;
 };
 
 struct rcm_channel {
@@ -309,6 +314,12 @@ static inline int rcm_port_usable(const struct rcm_port *p)
 	return p->link_layer == IBV_LINK_LAYER_ETHERNET ||
 	       p->link_layer == IBV_LINK_LAYER_INFINIBAND;
 }
+/* The receive queues of the ports whose CM is open (cm/lead.h: what a
+ * thread waiting for events reads meanwhile), at most @max in @out: how
+ * many. Any thread, no lock. */
+#define RCM_LEADS_MAX 8
+struct cep_lead;
+unsigned rcm_leads(struct cep_lead **out, unsigned max);
 /* Every port of every device, for wildcard listeners. */
 unsigned rcm_port_count(void);
 struct rcm_port *rcm_port_at(unsigned i);

@@ -14,6 +14,9 @@
  * one system call per MAD instead of two while MADs arrive faster than it
  * handles them. The receive thread may wait in the receive function (a
  * full CM worker ring: transport/recv_wait.h) until stop() sets stopping.
+ * Driven (transport/source.h, as libcep's CM does it), it has no receive
+ * thread: whichever thread leads the CM's receive queue (cm/lead.h) polls
+ * the fd and reads the same batches (umad_drain) on its own thread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +36,7 @@
 #include <cep/umad.h>
 
 #include "transport/recv_wait.h"
+#include "transport/source.h"
 #include "wire/pcap.h"
 
 #define CM_MGMT_CLASS 0x07
@@ -45,6 +49,7 @@
 enum umad_run_state {
 	UMAD_IDLE,      /* opened, start() not called */
 	UMAD_RUNNING,   /* receive thread created, not joined */
+	UMAD_DRIVEN,    /* started without a thread: its leaders read (drive) */
 	UMAD_STOPPED,   /* joined, or stopped before start */
 };
 
@@ -71,6 +76,7 @@ struct umad_transport {
 	 * send or receive paths. */
 	pthread_mutex_t lock;
 	int state;                 /* enum umad_run_state, under lock */
+	int driven;                /* under lock: drive() made it threadless */
 	/* Set by stop() before it wakes the receive thread: a delivery
 	 * waiting for room in a full CM worker ring gives up (recv_wait.h).
 	 * Relaxed: the eventfd and the join order the rest. */
@@ -279,12 +285,44 @@ static void drain_large(struct umad_transport *u, int need)
 
 enum { RECV_BATCH = 64 };
 
+/* Read and deliver what waits, at most RECV_BATCH MADs (the fd does not
+ * block): the receive thread's body after each poll, and a driven
+ * transport's drain. The number delivered. */
+static int read_batch(struct umad_transport *u)
+{
+	uint64_t buf[(sizeof(struct ib_user_mad) + 8 + CEP_MAD_SIZE) / 8 + 1];
+	int got = 0;
+
+	for (int i = 0; i < RECV_BATCH; i++) {
+		int len = CEP_MAD_SIZE;
+
+		memset(buf, 0, sizeof(buf));
+		errno = 0;
+		int ret = umad_recv(u->fd, buf, &len, 0);
+
+		if (ret >= 0) {
+			deliver(u, buf, len);
+			got++;
+			continue;
+		}
+		if (ret == -ENOSPC || errno == ENOSPC) {
+			drain_large(u, len > CEP_MAD_SIZE ? len : 4096);
+			continue;
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			count(&u->recv_errors);
+			(void)poll(NULL, 0, 1);  /* no busy loop on a sick fd */
+		}
+		break;
+	}
+	return got;
+}
+
 /* The receive thread: until the eventfd fires, read and deliver MADs. fn and
  * fn_ctx were written before pthread_create, which orders them for us. */
 static void *recv_thread(void *arg)
 {
 	struct umad_transport *u = arg;
-	uint64_t buf[(sizeof(struct ib_user_mad) + 8 + CEP_MAD_SIZE) / 8 + 1];
 	struct pollfd pfd[2] = {
 		{ .fd = u->fd, .events = POLLIN },
 		{ .fd = u->wake_fd, .events = POLLIN },
@@ -319,29 +357,52 @@ static void *recv_thread(void *arg)
 		}
 		/* Read until the queue is empty (EAGAIN), at most RECV_BATCH
 		 * before polling again so stop() is seen during a flood. */
-		for (int i = 0; i < RECV_BATCH; i++) {
-			int len = CEP_MAD_SIZE;
-
-			memset(buf, 0, sizeof(buf));
-			errno = 0;
-			int ret = umad_recv(u->fd, buf, &len, 0);
-
-			if (ret >= 0) {
-				deliver(u, buf, len);
-				continue;
-			}
-			if (ret == -ENOSPC || errno == ENOSPC) {
-				drain_large(u, len > CEP_MAD_SIZE ? len : 4096);
-				continue;
-			}
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				count(&u->recv_errors);
-				(void)poll(NULL, 0, 1);  /* no busy loop on a sick fd */
-			}
-			break;
-		}
+		(void)read_batch(u);
 	}
 	return NULL;
+}
+
+/* A driven transport's drain (transport/source.h): on the leader's
+ * thread, which is then this transport's receive thread for the CM
+ * (cep_recv_wait_abort: it may run a MAD to completion, or wait for room
+ * in a worker's ring until stop). Nothing after stop(). */
+static int umad_drain(void *ctx)
+{
+	struct umad_transport *u = ctx;
+	const _Atomic int *saved = cep_recv_wait_abort;
+	struct umad_transport *saved_in = in_recv_thread;
+	int got;
+
+	/* acquire: fn and fn_ctx, written by start() before the CM could
+	 * hand this source to a leader, are read after a stop() we must see */
+	if (atomic_load_explicit(&u->stopping, memory_order_acquire))
+		return 0;
+	cep_recv_wait_abort = &u->stopping;
+	in_recv_thread = u;
+	got = read_batch(u);
+	in_recv_thread = saved_in;
+	cep_recv_wait_abort = saved;
+	return got;
+}
+
+/* transport/source.h: before start(), make @t threadless. */
+static int umad_drive(struct cep_transport *t, struct cep_transport_source *src)
+{
+	struct umad_transport *u = to_umad(t);
+	int ret = 0;
+
+	pthread_mutex_lock(&u->lock);
+	if (u->state != UMAD_IDLE)
+		ret = -EALREADY;
+	else
+		u->driven = 1;
+	pthread_mutex_unlock(&u->lock);
+	if (ret)
+		return ret;
+	src->fd = u->fd;
+	src->drain = umad_drain;
+	src->ctx = u;
+	return 0;
 }
 
 static int umad_start(struct cep_transport *t, cep_recv_fn fn, void *ctx)
@@ -357,9 +418,13 @@ static int umad_start(struct cep_transport *t, cep_recv_fn fn, void *ctx)
 	} else {
 		u->fn = fn;
 		u->fn_ctx = ctx;
-		ret = -pthread_create(&u->thread, NULL, recv_thread, u);
-		if (ret == 0)
-			u->state = UMAD_RUNNING;
+		if (u->driven) {
+			u->state = UMAD_DRIVEN; /* its leaders read the fd */
+		} else {
+			ret = -pthread_create(&u->thread, NULL, recv_thread, u);
+			if (ret == 0)
+				u->state = UMAD_RUNNING;
+		}
 	}
 	pthread_mutex_unlock(&u->lock);
 	return ret;
@@ -377,7 +442,8 @@ static void umad_stop(struct cep_transport *t)
 {
 	struct umad_transport *u = to_umad(t);
 
-	atomic_store_explicit(&u->stopping, 1, memory_order_relaxed);
+	/* release: pairs with umad_drain's acquire */
+	atomic_store_explicit(&u->stopping, 1, memory_order_release);
 	if (in_recv_thread == u) {
 		wake(u);  /* the thread ends after this callback; destroy joins */
 		return;
@@ -590,6 +656,8 @@ CEP_EXPORT int cep_umad_open(const struct cep_umad_attr *attr,
 		u->send_fd = u->fd;
 		u->send_agent = u->agent;
 	}
+	/* its CMs drive it: their waiting threads read its fd (source.h) */
+	cep_transport_register_source(&umad_ops, umad_drive);
 	*out = &u->pub;
 	return 0;
 
