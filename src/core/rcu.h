@@ -15,6 +15,7 @@
 #define CEP_RCU_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <urcu/urcu-memb.h>
 #include <urcu/rculfhash.h>
@@ -72,10 +73,35 @@ static inline int cep_rcu_read_ongoing(void)
 	return cep_rcu_nesting != 0 || (!cep_rcu_qsbr && urcu_memb_read_ongoing());
 }
 
-/* call_rcu with the TSan edge to the callback: @obj's last writes (and
- * the caller's) happen before the callback, which must begin with
+/* Free @obj (whose rcu_head is @head) with @fn after a grace period, as
+ * call_rcu, in a batch (rcu.c): @fn runs on liburcu's call_rcu thread
+ * after a grace period that begins after this call, and before any
+ * cep_rcu_barrier() called after this call returns. Any registered or
+ * unregistered thread, inside or outside a read side, with locks held
+ * (never waits for a grace period; may take rcu.c's own mutex and call
+ * call_rcu). Nothing may find @obj any more (removed from every index, or
+ * its count at zero), and each object is given once. @obj's last writes
+ * (and the caller's) happen before the callback, which must begin with
  * cep_rcu_callback_begin(obj). */
 void cep_call_rcu(struct rcu_head *head, void *obj, void (*fn)(struct rcu_head *));
+
+/* A quiescent point of the calling thread for the batches of
+ * cep_call_rcu: hands every thread's batch to liburcu if the oldest
+ * object waited long enough. Cheap (a load, and a clock read while any
+ * object waits). Any thread; dispatcher workers call it between batches
+ * and before they sleep (cep_rcu_worker_*), a thread that waits for an
+ * event may call it before it sleeps. */
+void cep_rcu_quiescent(void);
+
+/* Counts of the batches since the process started (tests, benchmarks):
+ * objects given to cep_call_rcu, call_rcu calls libcep made, objects whose
+ * callback ran in a batch, and hand-offs by cause: a thread's list full,
+ * the oldest object's age, cep_rcu_barrier, a thread leaving. */
+struct cep_rcu_stats {
+	uint64_t deferred, call_rcu, freed;
+	uint64_t full, aged, barrier, exited;
+};
+void cep_rcu_get_stats(struct cep_rcu_stats *st);
 
 static inline void cep_rcu_callback_begin(void *obj)
 {
@@ -90,18 +116,22 @@ static inline void cep_rcu_callback_end(void)
 	cep_tsan_release(&cep_tsan_callbacks_done);
 }
 
-/* Wait for all pending RCU callbacks (not from a read side or callback). */
+/* Wait for all pending RCU callbacks, those of every object given to
+ * cep_call_rcu before this call included (not from a read side or
+ * callback). */
 void cep_rcu_barrier(void);
 
 /* The liburcu flavour libcep's indexes use (rculfhash needs it). */
 const struct rcu_flavor_struct *cep_rcu_flavor(void);
 
 /*
- * Dispatcher workers (dispatch.c), both flavours; no-ops with urcu-memb.
- * begin: on the worker thread before its loop (registers; QSBR: online for
- * good). quiescent: between MADs, holding no pointer found under RCU
- * without a reference. idle_begin/idle_end: around a sleep (QSBR: offline,
- * so grace periods do not wait for a sleeping worker). end: before exit.
+ * Dispatcher workers (dispatch.c), both flavours. begin: on the worker
+ * thread before its loop (registers; QSBR: online for good). quiescent:
+ * between MADs, holding no pointer found under RCU without a reference.
+ * idle_begin/idle_end: around a sleep (QSBR: offline, so grace periods do
+ * not wait for a sleeping worker). end: before exit, hands its batch of
+ * frees over. quiescent and idle_begin are cep_rcu_quiescent() too; the
+ * rest is a no-op with urcu-memb.
  */
 void cep_rcu_worker_begin(void);
 void cep_rcu_worker_quiescent(void);
