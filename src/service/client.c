@@ -220,6 +220,15 @@ static int do_hello(struct client *c, const uint8_t *buf, size_t len,
 			close(passed_fd);
 		return -EPROTO;
 	}
+	/* another protocol or ABI first: it says what it is, whoever asks */
+	if (h->version != CEPD_VERSION || h->sizes[0] != sizeof(struct cep_msg) ||
+	    h->sizes[1] != sizeof(struct cep_path) || h->sizes[2] != sizeof(struct cep_mad_addr) ||
+	    h->sizes[3] != sizeof(struct cep_cm_stats)) {
+		if (passed_fd >= 0)
+			close(passed_fd);
+		(void)reply(c, seq, -EPROTONOSUPPORT, NULL, 0);
+		return -EPROTONOSUPPORT;
+	}
 	if (h->flags & CEPD_HELLO_STATS) {
 		/* a statistics reader is known by its uid only */
 		ret = cred && cred->uid == c->id.uid ? 0 : -EPERM;
@@ -231,12 +240,6 @@ static int do_hello(struct client *c, const uint8_t *buf, size_t len,
 	if (ret) {
 		(void)reply(c, seq, ret, NULL, 0);
 		return ret;
-	}
-	if (h->version != CEPD_VERSION || h->sizes[0] != sizeof(struct cep_msg) ||
-	    h->sizes[1] != sizeof(struct cep_path) || h->sizes[2] != sizeof(struct cep_mad_addr) ||
-	    h->sizes[3] != sizeof(struct cep_cm_stats)) {
-		(void)reply(c, seq, -EPROTONOSUPPORT, NULL, 0);
-		return -EPROTONOSUPPORT;
 	}
 	memset(&rep, 0, sizeof(rep));
 	rep.version = CEPD_VERSION;

@@ -98,7 +98,7 @@ static int queue_event(struct client *c, const struct cepd_ev *e, const struct c
 	memset(k->buf + k->len, 0, rec);
 	memcpy(k->buf + k->len, e, sizeof(*e));
 	((struct cepd_ev *)(k->buf + k->len))->len = (uint32_t)rec;
-	if (e->has_msg)
+	if (e->has_msg && msg) /* has_msg implies msg; the test is for the compiler */
 		memcpy(k->buf + k->len + sizeof(*e), msg, sizeof(*msg));
 	k->len += rec;
 	k->count++;

@@ -49,6 +49,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "service/proto.h"
+#include "service/remote.h" /* cmr_hello_send */
 
 static double now_ms(void)
 {
@@ -341,14 +342,14 @@ static void fill_hello(struct cepd_hello *h, const char *dev, unsigned num)
 	snprintf(h->device, sizeof(h->device), "%s", dev);
 }
 
-/* Send @len bytes; the reply's ret (events skipped), 1 on EOF, 2 on no
- * answer in 10 s. */
+/* Send @len bytes (none: the caller sent them); the reply's ret (events
+ * skipped), 1 on EOF, 2 on no answer in 10 s. */
 static int raw_call(int fd, const void *msg, size_t len, void *out, size_t outlen)
 {
 	static uint8_t buf[CEPD_MSG_MAX];
 	ssize_t n;
 
-	if (send(fd, msg, len, MSG_NOSIGNAL) < 0)
+	if (len && send(fd, msg, len, MSG_NOSIGNAL) < 0)
 		return 1;
 	for (;;) {
 		struct pollfd pf = { .fd = fd, .events = POLLIN };
@@ -368,6 +369,16 @@ static int raw_call(int fd, const void *msg, size_t len, void *out, size_t outle
 	}
 }
 
+/* Say HELLO as libcep's client does (cmr_hello_send: its credentials and
+ * pidfd, which cepd needs on a kernel without SO_PEERPIDFD, as the
+ * guests' 6.1 is); the answer's ret, 1 on EOF, 2 on no answer in 10 s. */
+static int hello_call(int fd, const struct cepd_hello *h)
+{
+	if (cmr_hello_send(fd, h))
+		return 1;
+	return raw_call(fd, NULL, 0, NULL, 0);
+}
+
 /* A client of DEVICE:PORT_NUM: its socket, or -1 with *err the HELLO's answer. */
 static int raw_client(const char *dev, unsigned num, int *err)
 {
@@ -375,7 +386,7 @@ static int raw_client(const char *dev, unsigned num, int *err)
 	int fd = raw_connect(), ret;
 
 	fill_hello(&h, dev, num);
-	ret = raw_call(fd, &h, sizeof(h), NULL, 0);
+	ret = hello_call(fd, &h);
 	if (err)
 		*err = ret;
 	if (ret) {
@@ -502,7 +513,7 @@ static int service_stats(char *out, size_t len)
 
 	fill_hello(&h, "", 0);
 	h.flags = CEPD_HELLO_STATS;
-	ret = raw_call(fd, &h, sizeof(h), NULL, 0);
+	ret = hello_call(fd, &h);
 	memset(out, 0, len);
 	if (!ret) {
 		req_init(&q, CEPD_SERVICE_STATS, 0);
@@ -556,12 +567,12 @@ static int hostile(const char *sock, const char *dev, unsigned num, uint64_t bus
 
 		fill_hello(&h, dev, num);
 		h.magic = 0x12345678;
-		EXPECT("HELLO with a bad magic: dropped", raw_call(fd, &h, sizeof(h), NULL, 0), 1);
+		EXPECT("HELLO with a bad magic: dropped", hello_call(fd, &h), 1);
 		close(fd);
 		fd = raw_connect();
 		fill_hello(&h, dev, num);
 		h.sizes[0] += 8;
-		EXPECT("HELLO of another ABI", raw_call(fd, &h, sizeof(h), NULL, 0), -EPROTONOSUPPORT);
+		EXPECT("HELLO of another ABI", hello_call(fd, &h), -EPROTONOSUPPORT);
 		close(fd);
 	}
 
