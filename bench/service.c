@@ -87,6 +87,16 @@ static int connect_one(uint32_t i)
 	p.service_id = SERVICE_ID;
 	p.primary.local_lid = 1;
 	p.primary.remote_lid = 2;
+	/* the port's own GID (fe80::GUID, as a path record gives it): cepd
+	 * sends only from its ports' GIDs (cepd(8), ACCESS) */
+	{
+		uint64_t guid = cep_cm_ca_guid(g.cm);
+
+		p.primary.local_gid[0] = 0xfe;
+		p.primary.local_gid[1] = 0x80;
+		for (int b = 0; b < 8; b++)
+			p.primary.local_gid[8 + b] = (uint8_t)(guid >> (56 - 8 * b));
+	}
 	p.primary.subnet_local = 1;
 	p.primary.packet_rate = 3;
 	p.primary.local_ack_timeout = 14;
