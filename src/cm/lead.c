@@ -16,6 +16,12 @@
  * turn) leaves the followers; if it was woken for its turn as well, it
  * passes the turn on (wake_next) before it returns.
  *
+ * A drain may step aside (cep_lead_step_aside): its wait gives its leads
+ * back as leave_locked does (the next turn, the lease) and follows them
+ * again, so a drain that blocks never keeps the queue from being read.
+ * The wait marks them W_FOLLOW itself; its loop drains only leads it
+ * still holds.
+ *
  * Waiters are never freed: a thread's waiter (its eventfd) goes to a free
  * list at the thread's exit and is reused by a later thread, so a late
  * wake from a producer that still holds the pointer is a spurious wake-up
@@ -59,6 +65,7 @@ struct cep_lead {
 	unsigned users;                 /* mtx: waits that may still touch it */
 	/* statistics: relaxed, no order with anything */
 	_Atomic uint64_t st_app_leads, st_app_drains, st_backstop_drains, st_kicks, st_handovers;
+	_Atomic uint64_t st_asides;
 };
 
 static uint64_t now_ms(void)
@@ -228,6 +235,10 @@ struct wait_state {
 	struct follower *fol;     /* [n]: our place among its followers */
 };
 
+/* The wait whose source's drain runs on this thread now (set around each
+ * drain: cep_lead_step_aside's), or NULL. */
+static _Thread_local struct wait_state *drain_wait;
+
 /* mtx held: we stop touching @l (it is closed, or the wait ends): give it
  * back or leave its followers, drop our use. The waiter to wake (the next
  * turn), or NULL. */
@@ -311,6 +322,7 @@ static int wait_loop(struct wait_state *s, struct cep_lead_waiter *me, int extra
 {
 	struct cep_lead *const *leads = s->leads;
 	unsigned char *st = s->st;
+	unsigned char polled[WAIT_LEADS_MAX];
 	struct pollfd pf[WAIT_LEADS_MAX + 2];
 
 	for (;;) {
@@ -331,11 +343,15 @@ static int wait_loop(struct wait_state *s, struct cep_lead_waiter *me, int extra
 			pf[np].fd = extra_fd;
 			pf[np++].events = POLLIN;
 		}
-		for (unsigned i = 0; i < s->n; i++)
-			if (st[i] == W_LEAD) {
+		for (unsigned i = 0; i < s->n; i++) {
+			/* the leads this poll watches: a drain may step aside
+			 * from the others before their turn below */
+			polled[i] = st[i] == W_LEAD;
+			if (polled[i]) {
 				pf[np].fd = leads[i]->src.fd;
 				pf[np++].events = POLLIN;
 			}
+		}
 		t = now_ms();
 		if (t >= end)
 			return -ETIMEDOUT;
@@ -362,15 +378,20 @@ static int wait_loop(struct wait_state *s, struct cep_lead_waiter *me, int extra
 			struct cep_lead *l = leads[i];
 			struct cep_lead_waiter *wake = NULL;
 
-			if (st[i] != W_LEAD)
+			if (!polled[i])
 				continue;
-			if (pf[k++].revents & (POLLIN | POLLERR | POLLHUP)) {
+			/* st[i] may have left W_LEAD: an earlier drain stepped
+			 * aside (its new holder reads it now) */
+			if ((pf[k++].revents & (POLLIN | POLLERR | POLLHUP)) && st[i] == W_LEAD) {
+				struct wait_state *outer = drain_wait;
 				int cs;
 
 				/* not cancelled in the middle of the engine's
 				 * work (it holds id locks) */
 				pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+				drain_wait = s;
 				l->src.drain(l->src.ctx);
+				drain_wait = outer;
 				pthread_setcancelstate(cs, NULL);
 				atomic_fetch_add_explicit(&l->st_app_drains, 1, memory_order_relaxed);
 			}
@@ -412,6 +433,32 @@ int cep_lead_wait(struct cep_lead *const *leads, unsigned n, int extra_fd,
 	ret = wait_loop(&s, me, extra_fd, ready, arg, end);
 	pthread_cleanup_pop(1); /* give_back */
 	return ret;
+}
+
+void cep_lead_step_aside(void)
+{
+	struct wait_state *s = drain_wait;
+
+	if (!s)
+		return;
+	for (unsigned i = 0; i < s->n; i++) {
+		struct cep_lead *l = s->leads[i];
+		struct cep_lead_waiter *wake;
+
+		if (s->st[i] != W_LEAD)
+			continue;
+		pthread_mutex_lock(&l->mtx);
+		/* as leave_locked, but the wait goes on: it follows again
+		 * (not queued; try_take queues it when it finds a holder) */
+		l->holder = H_NONE;
+		l->app_w = NULL;
+		l->app_left_ms = now_ms();
+		s->st[i] = W_FOLLOW;
+		wake = next_turn(l);
+		pthread_mutex_unlock(&l->mtx);
+		atomic_fetch_add_explicit(&l->st_asides, 1, memory_order_relaxed);
+		cep_lead_wake(wake);
+	}
 }
 
 /* ---- the backstop ----------------------------------------------------------------- */
@@ -475,4 +522,5 @@ void cep_lead_stats(struct cep_lead *l, struct cep_lead_stats *st)
 	st->backstop_drains = atomic_load_explicit(&l->st_backstop_drains, memory_order_relaxed);
 	st->kicks = atomic_load_explicit(&l->st_kicks, memory_order_relaxed);
 	st->handovers = atomic_load_explicit(&l->st_handovers, memory_order_relaxed);
+	st->asides = atomic_load_explicit(&l->st_asides, memory_order_relaxed);
 }

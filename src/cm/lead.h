@@ -29,6 +29,12 @@
  * of this module held. A thread leads at most the leads of one wait at a
  * time. Cancellation: a thread cancelled in cep_lead_wait (poll is a
  * cancellation point) gives its leads back (cleanup handlers).
+ *
+ * A drain that is about to run code which may wait for another thread
+ * (a callback that takes an application's lock, whose holder may be
+ * waiting on one of these leads for a reply only a reader brings) steps
+ * aside first (cep_lead_step_aside): nobody is kept from reading while it
+ * waits.
  */
 #ifndef CEP_CM_LEAD_H
 #define CEP_CM_LEAD_H
@@ -86,6 +92,16 @@ void cep_lead_wake(struct cep_lead_waiter *w);
 int cep_lead_wait(struct cep_lead *const *leads, unsigned n, int extra_fd,
 		  int (*ready)(void *arg), void *arg, int timeout_ms);
 
+/* Inside a drain that cep_lead_wait runs (on an application leader): the
+ * calling thread stops leading every lead of that wait, at once, as if it
+ * had returned (the first follower of each takes its turn; with none the
+ * lead is free, and the lease keeps the backstop off). The wait goes on
+ * after the drain, following them again (it takes them back when free).
+ * For a drain that will run code that may block on another thread (see
+ * above). A no-op anywhere else (the backstop's drain: it gives the lead
+ * back with cep_lead_backstop_put). Nothing of the source is touched. */
+void cep_lead_step_aside(void);
+
 /* ---- the backstop --------------------------------------------------------------- */
 
 /* The backstop's side (a worker about to sleep, the reader thread): 1 if
@@ -107,6 +123,7 @@ struct cep_lead_stats {
 	uint64_t backstop_drains;/* drains by the backstop */
 	uint64_t kicks;          /* backstops asked to let go */
 	uint64_t handovers;      /* leaders that woke a follower */
+	uint64_t asides;         /* leads given up inside a drain (step aside) */
 };
 void cep_lead_stats(struct cep_lead *l, struct cep_lead_stats *st);
 

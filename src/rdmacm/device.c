@@ -28,6 +28,7 @@
 #include "ib.h"
 #include "rdmacm.h"
 #include "cm/cm_internal.h" /* cm_port: the port a cepd context serves */
+#include "service/remote.h" /* cmr_callbacks_inline */
 
 struct rcm_global rcm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -433,6 +434,10 @@ int rcm_port_cm(struct rcm_port *p, struct cep_cm **out)
 
 		ret = cep_cm_attach(&aa, &cm);
 		if (!ret) {
+			/* rcm_cep_handler only pushes to our channels: it runs
+			 * on the thread that reads its event (the one waiting in
+			 * rdma_get_cm_event), not on a callback thread */
+			(void)cmr_callbacks_inline(cm);
 			p->info = *cm_port(cm);
 			atomic_store_explicit(&p->cm, cm, memory_order_release);
 			*out = cm;

@@ -6,26 +6,45 @@
  * a request to cepd over one Unix SOCK_SEQPACKET connection in the
  * protocol of proto.h, after the checks the public function makes for
  * both kinds. It lives beside the service it speaks to; it uses the
- * engine's channels and context list (cm/cm_internal.h), an arrow down.
+ * engine's channels, context list and leads (cm/cm_internal.h,
+ * cm/lead.h), an arrow down.
  *
  * Guarantees (the local context's contracts, cep/cm.h):
  * - Each call is one request and its reply; any number of threads may
  *   have calls in flight (the reply names its request's sequence number).
  *   A call returns the engine's answer, or -ECONNRESET once the service has
  *   gone (socket closed: cepd exited, was killed, restarted): never a hang.
- * - Events: one library thread (the reader) receives every message: it
- *   wakes the call a reply answers, puts channel ids' events on their
- *   channel (fd readable, get/ack as local) and queues handler ids' events
- *   for a second thread (the callback thread), which runs the callbacks one
- *   at a time in the order the service sent them. The reader takes no
- *   application lock, so a reply always gets through: a callback may call
- *   any function, and wait for a lock an application thread holds across a
- *   call, as on a local context.
+ * - Who reads the socket (issue 27, "one wake-up per MAD"): the socket is
+ *   the context's lead (cm->lead, cm/lead.h), read by a thread that waits,
+ *   which handles every message waiting there on its own thread: a thread
+ *   that waits for its call's reply, a thread in cep_cm_channel_wait or the
+ *   drop-in's rdma_get_cm_event, the callback thread while it waits for
+ *   work (while the context has ids with handlers: their events are then
+ *   read where they run). Waiting threads take turns (followers): a reply
+ *   read by its caller wakes nobody, one read by another waiting thread
+ *   wakes its caller; a channel event goes to its channel, which wakes its
+ *   waiter unless that thread read it; a handler id's event is queued for
+ *   its callback. When none waits, the reader thread is the backstop, as a
+ *   CM worker is for the local engine: it takes the socket after the lease
+ *   and lets go at once when a waiting thread wants it.
+ * - Callbacks run one at a time per context, in the order the service sent
+ *   them, and never inside an application's own call that waits for a
+ *   reply (it may hold a lock the callback takes): on the callback thread;
+ *   or, for a context of the librdmacm drop-in (cmr_callbacks_inline: its
+ *   handler only pushes to its own channels), on the thread that read them
+ *   (a thread in rdma_get_cm_event, at the end of its drain, or the
+ *   backstop), so that an event reaches the waiting thread with no other
+ *   thread running. Such a thread first steps aside from the socket
+ *   (cep_lead_step_aside): a callback that waits for a lock never keeps a
+ *   caller's reply unread. A callback may make a call: its wait reads
+ *   replies, and the events it reads wait for the outer level. Events read
+ *   by a call's wait are signalled to whoever reads next (the lead's fd is
+ *   an epoll set of the socket and an eventfd), never lost.
  * - After cep_cm_destroy_id() no event of the id but DESTROYED reaches the
- *   user; from a thread that is not the callback thread it first waits for a running
- *   callback of the id. DESTROYED is an id's last event; the id's memory
- *   stays until DESTROYED was handled (or acked) and no queued event and no
- *   call in flight names it.
+ *   user; from a thread that is not running the context's callbacks it
+ *   first waits for a running callback of the id. DESTROYED is an id's
+ *   last event; the id's memory stays until DESTROYED was handled (or
+ *   acked) and no queued event and no call in flight names it.
  * - When the service goes: every call then fails with -ECONNRESET, every
  *   id in a connection's course gets its error event with status
  *   -ECONNRESET (REQ_ERROR before a REP of ours, REP_ERROR after it,
@@ -37,17 +56,22 @@
  * - cep_cm_destroy() closes the connection: the service ends this
  *   client's ids as it does a dead client's (REJ, DREQ, listeners gone)
  *   and frees its QPs; no event reaches the user once it has decided
- *   (a callback already running finishes first), and the memory is
- *   freed. Of racing calls on one context exactly one does it; the
- *   others get -EINVAL (not live), as on a local context.
+ *   (a callback already running finishes first; a call a callback makes
+ *   meanwhile fails with -ECONNRESET), threads waiting on the context let
+ *   go of it (cep_lead_close), and the memory is freed. Of racing calls on
+ *   one context exactly one does it; the others get -EINVAL (not live), as
+ *   on a local context.
  * - cep_cm_attach() waits at most its timeout (default 10 s) for the
  *   service: its connect (a full accept backlog) and the HELLO's answer.
  *   The HELLO tells cepd who we are by credentials it cannot be fooled by
  *   and a pidfd that cannot be recycled (cmr_hello_send, proto.h).
  *
- * Locks: r->lk (calls, the handle map, the pending-event queue, each rid's
- * delivering/done/phase) nests outside a channel's mutex; id.lock is taken
- * only by cm_event.c's ack (cm_channel_leave) and the context getters.
+ * Locks: r->lk (calls, the handle map, the pending-event queue and who
+ * runs it, each rid's delivering/done/phase) nests outside a channel's
+ * mutex; no lead's mutex is taken under it (cm/lead.h takes its own, and
+ * a drain takes r->lk with none of them held); id.lock is taken only by
+ * cm_event.c's ack (cm_channel_leave), the context getters and, briefly,
+ * under r->lk to read an id's context.
  */
 #include <errno.h>
 #include <poll.h>
@@ -57,6 +81,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -65,6 +91,7 @@
 #include <unistd.h>
 
 #include "cm/cm_internal.h"
+#include "cm/lead.h"
 #include "service/proto.h"
 #include "service/remote.h"
 
@@ -74,6 +101,12 @@ enum {
 	PH_IDLE, PH_LISTEN, PH_REQ_SENT, PH_REQ_RCVD, PH_REP_SENT, PH_REP_RCVD,
 	PH_EST, PH_SIDR_SENT, PH_SIDR_RCVD,
 };
+
+/* A drain reads at most CMR_BATCH messages per system call (recvmmsg),
+ * and at most CMR_ROUNDS such calls: bounded, so a service that keeps
+ * sending cannot hold a waiting thread for ever. */
+#define CMR_BATCH 8
+#define CMR_ROUNDS 4
 
 struct cmr;
 
@@ -86,38 +119,61 @@ struct rid {
 	_Atomic int refs;        /* user + queued events + calls in flight */
 	uint8_t phase;           /* r->lk */
 	uint8_t destroyed;       /* r->lk: DESTROYED received or made */
-	uint8_t delivering;      /* r->lk: the callback thread runs its callback */
+	uint8_t delivering;      /* r->lk: a thread runs its callback */
 	uint8_t done;            /* r->lk: DESTROYED handled (destroy_id_sync) */
 	uint8_t hidden;          /* r->lk: never the user's (a child of a listener
 				    destroyed before its REQ came) */
 	uint8_t gone;            /* r->lk: cep_cm_destroy_id called */
 	uint8_t creating;        /* r->lk: a request that makes it is in flight */
+	uint8_t counted;         /* r->lk: in r->nhandler (a handler, no channel) */
 	struct rid *all_next, *all_prev; /* r->lk: every id of r until freed */
 };
 
-/* An event waiting for the callback thread to run its callback. */
+/* An event waiting for its callback. */
 struct pev {
 	struct pev *next;
 	struct cep_cm_event ev;
 };
 
+/* A call in flight: on its caller's stack, in r->calls until it returns. */
 struct call {
 	struct call *next;
 	struct rid *made;        /* a CEPD_F_CREATE request's id */
 	uint64_t seq;
-	pthread_cond_t cv;
-	int done, ret;
+	struct cep_lead_waiter *w; /* its thread's (cm/lead.h): woken by the
+				      reader of its reply; NULL: it looks every
+				      millisecond */
+	/* set under r->lk; release: ret and the payload are written before
+	 * the caller, which reads it without the lock, sees it */
+	_Atomic int done;
+	int ret;
 	void *out;
 	size_t outlen;
 };
 
 struct cmr {
-	struct cep_cm cm;        /* first: cm.ops &cmr_ops, cm.tp NULL; nworkers,
-				    ca_guid, port, taken, live_next */
+	struct cep_cm cm;        /* first: cm.ops &cmr_ops, cm.tp NULL, cm.lead the
+				    socket's; nworkers, ca_guid, port, taken,
+				    live_next */
 	int fd;
-	pthread_t reader;        /* receives: replies, events (never blocks on
-				    the application: callbacks are not its) */
-	pthread_t deliverer;     /* runs handler callbacks, in order */
+	int epfd;                /* the lead's fd: epoll of fd and pend_efd */
+	int pend_efd;            /* readable: queued callbacks nobody is about
+				    to run (drop-in contexts) */
+	int bs_efd;              /* the reader thread's wake-up: its kick, stop */
+	_Atomic int stop;        /* the reader thread ends (cmr_destroy) */
+	_Atomic int inline_cb;   /* set once under lk (cmr_callbacks_inline):
+				    callbacks run on the thread that reads */
+	_Atomic int pend_set;    /* changed under lk: pend_efd is written; read
+				    without it as a hint (a stale 0 only delays
+				    the read that clears it) */
+	pthread_t reader;        /* the backstop */
+	pthread_t deliverer;     /* the callback thread (ordinary contexts) */
+	int deliverer_live;      /* lk: not yet joined */
+	struct cep_lead_waiter *cb_w; /* lk: the callback thread's waiter */
+	int cb_due;              /* lk: wake the callback thread at unlock */
+	int cb_running;          /* lk: a thread runs the queue's callbacks */
+	unsigned nhandler;       /* lk: ids with a handler (the callback thread
+				    leads while there are some) */
 	pthread_mutex_t lk;
 	pthread_cond_t cv;       /* lk: delivering ends, DESTROYED done, local work */
 	struct call *calls;      /* lk */
@@ -134,13 +190,23 @@ struct cmr {
 	int closing;             /* lk: cep_cm_destroy has decided: no event
 				    reaches the user any more, the callback
 				    thread ends */
-	uint8_t *rbuf;           /* the reader's buffer */
+	uint8_t *rbuf;           /* the lead's buffers: CMR_BATCH messages */
 };
 
 #define HIDX(h) ((h) & 0xfffffu)
 
-/* The context whose callback thread this is (its callbacks run here). */
+/* The context whose callbacks this thread runs now (its callback thread's
+ * for life; an inline runner's while it runs them): it must not wait for
+ * it (cep_cm_destroy, a channel wait: -EDEADLK). */
 static _Thread_local struct cmr *cb_self;
+/* Calls of this thread waiting for their replies (nested: from a
+ * callback): while > 0 its drains run no callback. */
+static _Thread_local unsigned tl_calls;
+/* The context whose queued callbacks this thread runs when its drain (or
+ * the backstop's put) is over: nothing to signal for them. */
+static _Thread_local struct cmr *tl_will_run;
+/* The context whose reader thread (backstop) this is. */
+static _Thread_local struct cmr *tl_backstop;
 
 #ifdef CEP_TEST_HOOKS
 void (*cmr_test_hook)(enum cmr_hook_point p, struct cep_cm *cm);
@@ -161,6 +227,34 @@ static void cmr_id_get(struct cep_cm_id *id)
 	atomic_fetch_add_explicit(&RID(id)->refs, 1, memory_order_relaxed);
 }
 
+/* Unlock r->lk, then wake the callback thread if an event or a new id
+ * asked for it (a woken thread wants r->lk at once). */
+static void r_unlock(struct cmr *r)
+{
+	struct cep_lead_waiter *w = NULL;
+
+	if (r->cb_due) {
+		r->cb_due = 0;
+		w = r->cb_w;
+	}
+	pthread_mutex_unlock(&r->lk);
+	cep_lead_wake(w); /* none for NULL, nor for the calling thread */
+}
+
+/* r->lk held: queued callbacks wait for a runner: the next thread that
+ * reads the socket finds its fd readable (pend_efd) and runs them, or
+ * passes the signal on. Once until a drain clears it. */
+static void pend_signal_locked(struct cmr *r)
+{
+	uint64_t one = 1;
+
+	if (atomic_load_explicit(&r->pend_set, memory_order_relaxed))
+		return;
+	atomic_store_explicit(&r->pend_set, 1, memory_order_relaxed);
+	/* only fails when the counter would overflow: readable already */
+	(void)!write(r->pend_efd, &one, sizeof(one));
+}
+
 /* r->lk held; the last reference is gone. */
 static void rid_free_locked(struct rid *d)
 {
@@ -170,6 +264,8 @@ static void rid_free_locked(struct rid *d)
 		d->r->all = d->all_next;
 	if (d->all_next)
 		d->all_next->all_prev = d->all_prev;
+	if (d->counted)
+		d->r->nhandler--;
 	pthread_mutex_destroy(&d->id.lock);
 	free(d);
 }
@@ -240,7 +336,7 @@ static int map_put(struct cmr *r, struct rid *d)
 	return 0;
 }
 
-/* r->lk held. */
+/* r->lk held (r_unlock: it may wake the callback thread). */
 static struct rid *rid_new(struct cmr *r, uint32_t handle, uint32_t lcid, cep_cm_handler h,
 			   struct cep_cm_channel *ch, void *ctx)
 {
@@ -264,10 +360,15 @@ static struct rid *rid_new(struct cmr *r, uint32_t handle, uint32_t lcid, cep_cm
 	if (ch) {
 		d->id.flags |= F_CHANNEL_USER;
 		atomic_fetch_add(&ch->users, 1);
+	} else if (h) {
+		/* its events are callbacks: the callback thread waits on the
+		 * socket from now (r_unlock wakes it to take it) */
+		d->counted = 1;
+		if (r->nhandler++ == 0 && !atomic_load_explicit(&r->inline_cb, memory_order_relaxed))
+			r->cb_due = 1;
 	}
 	return d;
 }
-
 /* ---- receiving ---------------------------------------------------------- */
 
 static void set_phase(struct rid *d, unsigned type)
@@ -291,13 +392,16 @@ static void set_phase(struct rid *d, unsigned type)
 	}
 }
 
-/* r->lk held. Hand @ev (about d) on: to its channel, or to the queue the
- * callback thread delivers from. A reference on d (and the listener) goes
- * with it.
+/* r->lk held (r_unlock after). Hand @ev (about d) on: to its channel, or
+ * to the queue of callbacks, whose runner is told when it was idle (the
+ * callback thread woken at unlock; a drop-in context's pend_efd signalled,
+ * unless this thread runs them next). A reference on d (and the listener)
+ * goes with it.
  * Events of an id the user destroyed are dropped, DESTROYED excepted. */
 static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event *ev)
 {
 	struct pev *p;
+	int idle;
 
 	if (ev->type == CEP_CM_EV_DESTROYED)
 		d->destroyed = 1;
@@ -338,12 +442,19 @@ static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event 
 	cmr_id_get(ev->id);
 	if (ev->listen_id)
 		cmr_id_get(ev->listen_id);
+	/* a runner that is running finds it when it looks for the next */
+	idle = !r->qhead && !r->cb_running;
 	if (r->qtail)
 		r->qtail->next = p;
 	else
 		r->qhead = p;
 	r->qtail = p;
-	pthread_cond_broadcast(&r->cv); /* the callback thread waits on it */
+	if (!idle)
+		return;
+	if (!atomic_load_explicit(&r->inline_cb, memory_order_relaxed))
+		r->cb_due = 1;
+	else if (tl_will_run != r)
+		pend_signal_locked(r);
 }
 
 static void send_async_destroy(struct cmr *r, uint32_t handle)
@@ -357,6 +468,7 @@ static void send_async_destroy(struct cmr *r, uint32_t handle)
 	q.handle = handle;
 	(void)send(r->fd, &q, sizeof(q), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
+
 
 /* An event record kept until the id it names is known (see take_one). */
 struct park {
@@ -485,8 +597,9 @@ static void unpark(struct cmr *r, uint32_t handle)
 		}
 }
 
-/* One EVENTS message from the service (trusted, but checked: a record
- * that does not fit, names no id of ours or a bad type is skipped). */
+/* r->lk held. One EVENTS message from the service (trusted, but checked:
+ * a record that does not fit, names no id of ours or a bad type is
+ * skipped). */
 static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 {
 	const struct cepd_events *m = (const struct cepd_events *)buf;
@@ -494,7 +607,6 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 
 	if (len < sizeof(*m))
 		return;
-	pthread_mutex_lock(&r->lk);
 	for (uint32_t i = 0; i < m->count; i++) {
 		struct cepd_ev e;
 		struct cep_msg msg;
@@ -514,18 +626,44 @@ static void take_events(struct cmr *r, const uint8_t *buf, size_t len)
 			continue;
 		take_one(r, &e, &msg);
 	}
-	pthread_mutex_unlock(&r->lk);
 }
 
-/* r->lk held. The answer to a call; a creating request's names its id. */
-static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
+/* Callers to wake once r->lk is dropped (their replies came). */
+struct wakes {
+	struct cep_lead_waiter *w[CMR_BATCH];
+	unsigned n;
+};
+
+static void wakes_add(struct wakes *k, struct cep_lead_waiter *w)
+{
+	if (!w)
+		return;
+	for (unsigned i = 0; i < k->n; i++)
+		if (k->w[i] == w)
+			return;
+	if (k->n < CMR_BATCH)
+		k->w[k->n++] = w;
+	else
+		cep_lead_wake(w); /* never: one reply per message */
+}
+
+static void wakes_flush(struct wakes *k)
+{
+	for (unsigned i = 0; i < k->n; i++)
+		cep_lead_wake(k->w[i]); /* none for the calling thread's own */
+	k->n = 0;
+}
+
+/* r->lk held. The answer to a call; a creating request's names its id.
+ * Its caller is woken through @k, after the lock. */
+static void take_reply(struct cmr *r, const uint8_t *buf, size_t len, struct wakes *k)
 {
 	const struct cepd_rep *m = (const struct cepd_rep *)buf;
 
 	if (len < sizeof(*m) || !m->h.seq)
 		return;
 	for (struct call *c = r->calls; c; c = c->next)
-		if (c->seq == m->h.seq && !c->done) {
+		if (c->seq == m->h.seq && !atomic_load_explicit(&c->done, memory_order_relaxed)) {
 			size_t n = len - sizeof(*m);
 
 			if (c->made) {
@@ -549,8 +687,13 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 			}
 			c->outlen = n;
 			c->ret = m->ret;
-			c->done = 1;
-			pthread_cond_signal(&c->cv);
+			/* the call stays in r->calls (its caller unlinks it under
+			 * r->lk, after this unlock), so c->w is read safely; the
+			 * waiter outlives it (lead.h) */
+			wakes_add(k, c->w);
+			/* release: ret, outlen, the payload before the caller's
+			 * acquire in call_ready */
+			atomic_store_explicit(&c->done, 1, memory_order_release);
 			return;
 		}
 }
@@ -558,21 +701,25 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len)
 static void destroyed_here(struct cmr *r, struct rid *d);
 static int cmr_destroy_id(struct cep_cm_id *id);
 
-/* r->lk held: the service has gone. Fail every call; give each id in a
- * connection's course its error event, and each id the user destroyed
- * (or a hidden one) the DESTROYED the service will no longer send. */
+/* r->lk held (r_unlock after): the service has gone. Fail every call;
+ * give each id in a connection's course its error event, and each id the
+ * user destroyed (or a hidden one) the DESTROYED the service will no
+ * longer send. The socket leaves the lead's fd: a closed socket would keep
+ * it readable. */
 static void die_locked(struct cmr *r)
 {
 	if (r->dead)
 		return;
 	r->dead = 1;
+	(void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
 	for (struct call *c = r->calls; c; c = c->next)
-		if (!c->done) {
-			c->done = 1;
+		if (!atomic_load_explicit(&c->done, memory_order_relaxed)) {
 			c->ret = CMR_GONE;
 			if (c->made)
 				r->creating--;
-			pthread_cond_signal(&c->cv);
+			/* release: ret before the caller sees done */
+			atomic_store_explicit(&c->done, 1, memory_order_release);
+			cep_lead_wake(c->w); /* rare: under the lock */
 		}
 	for (uint32_t i = 0; i < r->mapcap; i++) {
 		struct rid *d = r->map[i];
@@ -615,41 +762,36 @@ static void die_locked(struct cmr *r)
 	pthread_cond_broadcast(&r->cv);
 }
 
-/* Receive and take one message. Only the reader thread receives. 0, or -1 when the socket has ended. */
-static int pump(struct cmr *r)
+/* r->lk held. One message from the service. */
+static void take_msg(struct cmr *r, const uint8_t *buf, size_t len, struct wakes *k)
 {
-	ssize_t n;
-
-	do
-		n = recv(r->fd, r->rbuf, CEPD_MSG_MAX, 0);
-	while (n < 0 && errno == EINTR);
-	if (n <= 0) {
-		pthread_mutex_lock(&r->lk);
-		die_locked(r);
-		pthread_mutex_unlock(&r->lk);
-		return -1;
-	}
-	if ((size_t)n < sizeof(struct cepd_hdr))
-		return 0;
-	switch (((struct cepd_hdr *)r->rbuf)->op) {
+	if (len < sizeof(struct cepd_hdr))
+		return;
+	switch (((const struct cepd_hdr *)buf)->op) {
 	case CEPD_REPLY:
-		pthread_mutex_lock(&r->lk);
-		take_reply(r, r->rbuf, (size_t)n);
-		pthread_mutex_unlock(&r->lk);
+		take_reply(r, buf, len, k);
 		break;
 	case CEPD_EVENTS:
-		take_events(r, r->rbuf, (size_t)n);
+		take_events(r, buf, len);
 		break;
 	default:
 		break;
 	}
-	return 0;
 }
 
-/* The callback thread: run the callbacks of queued events, one at a time,
- * in order. */
+/* ---- callbacks ------------------------------------------------------------ */
+
+/* Run the queue's callbacks, one at a time, in order, until it is empty
+ * or the context closes; the caller has set r->cb_running (it is the
+ * runner, and clears it here under the same lock that finds the queue
+ * empty, so an event queued meanwhile is either run here or finds no
+ * runner and signals one). Any thread without an application's lock
+ * (the callback thread, an inline runner); cb_self is @r meanwhile. */
 static void deliver(struct cmr *r)
 {
+	struct cmr *outer = cb_self;
+
+	cb_self = r;
 	for (;;) {
 		struct pev *p;
 		struct rid *d, *l;
@@ -658,8 +800,9 @@ static void deliver(struct cmr *r)
 		pthread_mutex_lock(&r->lk);
 		p = r->qhead;
 		if (!p || r->closing) { /* closing: cmr_destroy drops the rest */
+			r->cb_running = 0;
 			pthread_mutex_unlock(&r->lk);
-			return;
+			break;
 		}
 		r->qhead = p->next;
 		if (!r->qhead)
@@ -687,52 +830,235 @@ static void deliver(struct cmr *r)
 			cmr_id_put(&l->id);
 		free(p);
 	}
+	cb_self = outer;
 }
 
-/* The reader: every message from the service, until the socket ends.
- * It takes no lock but r->lk (and a channel's, in it), never the
- * application's, so a call's reply always gets through, whatever a
- * callback waits for. */
+/* A drop-in context's callbacks on this thread, unless another thread
+ * runs them now (it takes ours too, in order). @aside: this thread leads
+ * the socket in cep_lead_wait (it gives it up first, cm/lead.h: the
+ * handler takes the drop-in's locks, whose holder may wait for a reply). */
+static void run_inline(struct cmr *r, int aside)
+{
+	pthread_mutex_lock(&r->lk);
+	if (!r->qhead || r->cb_running || r->closing) {
+		pthread_mutex_unlock(&r->lk);
+		return;
+	}
+	r->cb_running = 1;
+	pthread_mutex_unlock(&r->lk);
+	if (aside)
+		cep_lead_step_aside();
+	deliver(r);
+}
+
+/* ---- the lead: the socket, read by whoever waits ---------------------------- */
+
+/* The lead's drain (cm/lead.h): on whichever thread leads - a caller
+ * waiting for its reply, a thread in a channel wait or rdma_get_cm_event,
+ * the callback thread waiting for work, the backstop - with none of the
+ * lead's locks held. Reads what waits on the socket, at most
+ * CMR_BATCH x CMR_ROUNDS messages, without blocking, and takes each:
+ * replies wake their callers (none if the caller is this thread), channel
+ * events go to their channels, callbacks to the queue. A drop-in context's
+ * callbacks then run here, unless this thread is in a call (they wait for
+ * the outer level, or for the next reader: the call's end signals them)
+ * or is the backstop (it runs them once it has let go of the socket).
+ * > 0 if a message was read. */
+static int cmr_drain(void *arg)
+{
+	struct cmr *r = arg;
+	struct mmsghdr mm[CMR_BATCH];
+	struct iovec iov[CMR_BATCH];
+	struct wakes k = { .n = 0 };
+	struct cmr *outer = tl_will_run;
+	int will_run = atomic_load_explicit(&r->inline_cb, memory_order_relaxed) && !tl_calls;
+	int got = 0, dead = 0, died = 0;
+
+	if (atomic_load_explicit(&r->pend_set, memory_order_relaxed)) {
+		uint64_t v;
+
+		/* the signal is ours now: we run them, or our call's end
+		 * signals them again */
+		pthread_mutex_lock(&r->lk);
+		if (atomic_load_explicit(&r->pend_set, memory_order_relaxed))
+			(void)!read(r->pend_efd, &v, sizeof(v));
+		atomic_store_explicit(&r->pend_set, 0, memory_order_relaxed);
+		pthread_mutex_unlock(&r->lk);
+	}
+	if (will_run)
+		tl_will_run = r;
+	for (unsigned round = 0; round < CMR_ROUNDS && !dead; round++) {
+		int n;
+
+		for (unsigned i = 0; i < CMR_BATCH; i++) {
+			iov[i].iov_base = r->rbuf + (size_t)i * CEPD_MSG_MAX;
+			iov[i].iov_len = CEPD_MSG_MAX;
+			memset(&mm[i], 0, sizeof(mm[i]));
+			mm[i].msg_hdr.msg_iov = &iov[i];
+			mm[i].msg_hdr.msg_iovlen = 1;
+		}
+		n = recvmmsg(r->fd, mm, CMR_BATCH, MSG_DONTWAIT, NULL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			/* EAGAIN: all read; ENOMEM, ENOBUFS: the next reader
+			 * tries again; anything else is the socket's end */
+			dead = errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOMEM &&
+			       errno != ENOBUFS;
+			break;
+		}
+		pthread_mutex_lock(&r->lk);
+		for (int i = 0; i < n; i++) {
+			if (!mm[i].msg_len) { /* SOCK_SEQPACKET: end of the stream */
+				dead = 1;
+				break;
+			}
+			take_msg(r, r->rbuf + (size_t)i * CEPD_MSG_MAX, mm[i].msg_len, &k);
+			got++;
+		}
+		if (dead) {
+			die_locked(r);
+			died = 1;
+		}
+		r_unlock(r);
+		wakes_flush(&k);
+		if (n < CMR_BATCH)
+			break;
+	}
+	if (dead && !died) {
+		pthread_mutex_lock(&r->lk);
+		die_locked(r);
+		r_unlock(r);
+	}
+	tl_will_run = outer;
+	if (will_run && tl_backstop != r)
+		run_inline(r, 1);
+	return got > 0 || dead;
+}
+
+/* The backstop's kick (cm/lead.h): a waiting thread wants the socket. */
+static void bs_kick(void *arg)
+{
+	struct cmr *r = arg;
+	uint64_t one = 1;
+
+	(void)!write(r->bs_efd, &one, sizeof(one)); /* fails only when woken already */
+}
+
+/* The reader thread: the backstop. Sleeps on its eventfd and, while it
+ * holds the lead (no thread waits, the lease is over), on the socket;
+ * drains it, lets go, then runs a drop-in context's callbacks (without the
+ * socket: a callback may wait for a thread that wants it). Until
+ * cmr_destroy stops it. */
 static void *reader_main(void *arg)
 {
 	struct cmr *r = arg;
+	struct cep_lead *l = r->cm.lead;
 
-	while (pump(r) == 0)
-		;
+	tl_backstop = r;
+	while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
+		struct pollfd pf[2] = { { .fd = r->bs_efd, .events = POLLIN },
+					{ .fd = r->epfd, .events = POLLIN } };
+		int ms = -1, leading, n;
+
+		leading = cep_lead_backstop_take(l, &ms, bs_kick, r);
+		n = poll(pf, leading ? 2 : 1, ms);
+		if (n > 0 && (pf[0].revents & POLLIN)) {
+			uint64_t v;
+
+			(void)!read(r->bs_efd, &v, sizeof(v));
+		}
+		if (leading) {
+			if (n > 0 && (pf[1].revents & (POLLIN | POLLERR | POLLHUP)))
+				(void)cep_lead_backstop_drain(l);
+			cep_lead_backstop_put(l);
+		}
+		if (atomic_load_explicit(&r->inline_cb, memory_order_relaxed))
+			run_inline(r, 0);
+	}
 	return NULL;
 }
 
-/* The callback thread: the queued events' callbacks, one at a time, in the
- * order they came; after the service has gone, the events made here. */
+/* What the callback thread waits for: callbacks to run, the context's end
+ * or its becoming a drop-in one, or a change of whether it should lead. */
+struct cb_wait {
+	struct cmr *r;
+	int leads;               /* it waits leading the socket */
+};
+
+static int cb_ready(void *arg)
+{
+	struct cb_wait *w = arg;
+	struct cmr *r = w->r;
+	int ready;
+
+	pthread_mutex_lock(&r->lk);
+	ready = r->closing || atomic_load_explicit(&r->inline_cb, memory_order_relaxed) ||
+		(r->qhead && !r->cb_running) || w->leads != (r->nhandler > 0);
+	pthread_mutex_unlock(&r->lk);
+	return ready;
+}
+
+/* The callback thread of an ordinary context: the queued callbacks, one at
+ * a time, in the order they came; after the service has gone, the events
+ * made here. It waits for them on the socket while the context has ids
+ * with handlers (it reads their events itself: no hop from another
+ * thread), else on its eventfd. Ends with the context, or when it becomes
+ * a drop-in one (cmr_callbacks_inline). */
 static void *deliverer_main(void *arg)
 {
-	struct cmr *r = arg;
+	struct cb_wait w = { .r = arg };
+	struct cmr *r = w.r;
+	struct cep_lead *l = r->cm.lead;
+	struct cep_lead_waiter *me = cep_lead_self();
 
 	cb_self = r;
+	pthread_mutex_lock(&r->lk);
+	r->cb_w = me;
+	pthread_mutex_unlock(&r->lk);
 	for (;;) {
-		deliver(r);
 		pthread_mutex_lock(&r->lk);
-		if (r->closing) {
+		if (r->closing || atomic_load_explicit(&r->inline_cb, memory_order_relaxed)) {
 			pthread_mutex_unlock(&r->lk);
 			break;
 		}
-		if (!r->qhead)
-			pthread_cond_wait(&r->cv, &r->lk);
+		if (r->qhead && !r->cb_running) {
+			r->cb_running = 1;
+			pthread_mutex_unlock(&r->lk);
+			deliver(r);
+			continue;
+		}
+		w.leads = r->nhandler > 0;
 		pthread_mutex_unlock(&r->lk);
+		(void)cep_lead_wait(&l, w.leads ? 1 : 0, -1, cb_ready, &w, -1);
 	}
+	cb_self = NULL;
 	return NULL;
 }
 
 /* ---- calls --------------------------------------------------------------- */
 
+static int call_ready(void *arg)
+{
+	struct call *c = arg;
+
+	/* acquire: pairs with the reader's release (ret, payload) */
+	return atomic_load_explicit(&c->done, memory_order_acquire);
+}
+
 /* Send @q (h.len set) and wait for its reply: the service's answer, or
- * -ECONNRESET. @out receives up to @outlen bytes of the reply's payload. */
+ * -ECONNRESET. @out receives up to @outlen bytes of the reply's payload.
+ * The calling thread leads the socket while it waits (it reads its reply
+ * itself, and whatever else comes meanwhile), or follows whoever leads it
+ * and is woken by its reply's reader. Any thread, from a callback too. */
 static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen, size_t *got,
 		    struct rid *made)
 {
 	struct call c = { .out = out, .outlen = outlen, .made = made };
+	struct cep_lead *l = r->cm.lead;
 	ssize_t n;
 
+	c.w = cep_lead_self();
 	pthread_mutex_lock(&r->lk);
 	if (r->dead) {
 		pthread_mutex_unlock(&r->lk);
@@ -742,33 +1068,44 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 	q->h.seq = c.seq;
 	if (made)
 		r->creating++; /* its reply's take_reply counts it down */
-	pthread_cond_init(&c.cv, NULL);
 	c.next = r->calls;
 	r->calls = &c;
 	pthread_mutex_unlock(&r->lk);
 	do
 		n = send(r->fd, q, q->h.len, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	pthread_mutex_lock(&r->lk);
-	if (n < 0 && !c.done) {
-		c.done = 1;
-		c.ret = errno == EMSGSIZE ? -EMSGSIZE : CMR_GONE;
-		if (made)
-			r->creating--;
+	if (n < 0) {
+		int e = errno;
+
+		pthread_mutex_lock(&r->lk);
+		if (!atomic_load_explicit(&c.done, memory_order_relaxed)) {
+			c.ret = e == EMSGSIZE ? -EMSGSIZE : CMR_GONE;
+			if (made)
+				r->creating--;
+			atomic_store_explicit(&c.done, 1, memory_order_relaxed);
+		}
+		pthread_mutex_unlock(&r->lk);
 	}
-	/* the reader signals (or die_locked fails) it; from a callback too:
-	 * the reader is another thread */
-	while (!c.done)
-		pthread_cond_wait(&c.cv, &r->lk);
+	/* Reads what comes, its reply among it; a callback's call too (its
+	 * events wait for the outer level: tl_calls). A signal does not end
+	 * the wait: the call has been sent. */
+	tl_calls++;
+	while (cep_lead_wait(&l, 1, -1, call_ready, &c, -1) == -EINTR)
+		;
+	tl_calls--;
+	pthread_mutex_lock(&r->lk);
 	for (struct call **pp = &r->calls; *pp; pp = &(*pp)->next)
 		if (*pp == &c) {
 			*pp = c.next;
 			break;
 		}
+	/* callbacks this wait read and could not run: whoever reads next */
+	if (r->qhead && !r->cb_running && !r->closing &&
+	    atomic_load_explicit(&r->inline_cb, memory_order_relaxed))
+		pend_signal_locked(r);
 	pthread_mutex_unlock(&r->lk);
-	pthread_cond_destroy(&c.cv);
 	if (got)
-		*got = c.done && c.ret != CMR_GONE ? c.outlen : 0;
+		*got = c.ret != CMR_GONE ? c.outlen : 0;
 	return c.ret;
 }
 
@@ -1091,6 +1428,48 @@ static ssize_t hello(int fd, const struct sockaddr_un *sa, const struct cepd_hel
 		return n < 0 ? -ECONNREFUSED : n;
 	}
 }
+/* The socket as the context's lead (cm->lead, cm/lead.h): the lead's fd
+ * is an epoll set of the socket and pend_efd (queued callbacks that wait
+ * for a runner: a reader finds them as it finds a message), its drain
+ * cmr_drain; and the backstop's eventfd. 0 or -errno. */
+static int lead_open(struct cmr *r)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct cep_lead_source src = { .drain = cmr_drain, .ctx = r };
+
+	r->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (r->epfd < 0)
+		return -errno;
+	r->pend_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (r->pend_efd < 0)
+		return -errno;
+	r->bs_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (r->bs_efd < 0)
+		return -errno;
+	ev.data.fd = r->fd;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev))
+		return -errno;
+	ev.data.fd = r->pend_efd;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->pend_efd, &ev))
+		return -errno;
+	src.fd = r->epfd;
+	return cep_lead_create(&src, &r->cm.lead);
+}
+
+/* The lead and its descriptors, once no thread can touch them (or none
+ * was started). */
+static void lead_shut(struct cmr *r)
+{
+	cep_lead_destroy(r->cm.lead);
+	r->cm.lead = NULL;
+	if (r->epfd >= 0)
+		close(r->epfd);
+	if (r->pend_efd >= 0)
+		close(r->pend_efd);
+	if (r->bs_efd >= 0)
+		close(r->bs_efd);
+	r->epfd = r->pend_efd = r->bs_efd = -1;
+}
 
 int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 {
@@ -1136,7 +1515,8 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	r->rbuf = malloc(CEPD_MSG_MAX);
+	r->epfd = r->pend_efd = r->bs_efd = -1;
+	r->rbuf = malloc((size_t)CMR_BATCH * CEPD_MSG_MAX);
 	r->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (!r->rbuf || r->fd < 0) {
 		ret = r->fd < 0 ? -errno : -ENOMEM;
@@ -1169,16 +1549,20 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	r->cm.ca_guid = rep.ca_guid;
 	r->cm.port = rep.port;
 	atomic_init(&r->cm.taken, 0);
+	ret = lead_open(r);
+	if (ret)
+		goto fail;
 	pthread_mutex_init(&r->lk, NULL);
 	pthread_cond_init(&r->cv, NULL);
 	ret = -pthread_create(&r->deliverer, NULL, deliverer_main, r);
 	if (!ret) {
+		r->deliverer_live = 1;
 		ret = -pthread_create(&r->reader, NULL, reader_main, r);
 		if (ret) {
 			pthread_mutex_lock(&r->lk);
 			r->closing = 1;
-			pthread_cond_broadcast(&r->cv);
 			pthread_mutex_unlock(&r->lk);
+			cep_lead_close(r->cm.lead); /* the callback thread lets go */
 			pthread_join(r->deliverer, NULL);
 		}
 	}
@@ -1191,6 +1575,7 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	*out = &r->cm;
 	return 0;
 fail:
+	lead_shut(r);
 	if (r->fd >= 0)
 		close(r->fd);
 	free(r->rbuf);
@@ -1198,7 +1583,39 @@ fail:
 	return ret;
 }
 
-/* 1 on the callback thread of @cm (its callbacks run there). */
+int cmr_callbacks_inline(struct cep_cm *cm)
+{
+	struct cmr *r;
+	struct cep_lead_waiter *w;
+	int join;
+
+	if (!cm || cm->ops != &cmr_ops)
+		return -EINVAL;
+	r = R(cm);
+	pthread_mutex_lock(&r->lk);
+	if (atomic_load_explicit(&r->inline_cb, memory_order_relaxed)) {
+		pthread_mutex_unlock(&r->lk);
+		return 0;
+	}
+	atomic_store_explicit(&r->inline_cb, 1, memory_order_relaxed);
+	w = r->cb_w;
+	join = r->deliverer_live;
+	r->deliverer_live = 0;
+	pthread_mutex_unlock(&r->lk);
+	/* the callback thread sees it (cb_ready) and ends: no thread idles
+	 * for a context whose callbacks run where they are read */
+	cep_lead_wake(w);
+	if (join)
+		pthread_join(r->deliverer, NULL);
+	pthread_mutex_lock(&r->lk);
+	if (r->qhead && !r->cb_running) /* queued before: the next reader's */
+		pend_signal_locked(r);
+	pthread_mutex_unlock(&r->lk);
+	return 0;
+}
+
+/* 1 on a thread that runs @cm's callbacks now (its callback thread, a
+ * reader running a drop-in context's): it must not wait for @cm. */
 static int cmr_on_callback_thread(const struct cep_cm *cm)
 {
 	return cb_self == (const struct cmr *)cm;
@@ -1206,27 +1623,40 @@ static int cmr_on_callback_thread(const struct cep_cm *cm)
 
 /* cep_cm_destroy of a context cm.c found live: it may have been destroyed
  * since by a racing call, so nothing of it is read before cm_live_close
- * says it is ours (-EDEADLK on its callback thread, -EBUSY while an
- * event is taken and not acked). */
+ * says it is ours (-EDEADLK on a thread running its callbacks, -EBUSY
+ * while an event is taken and not acked). */
 static int cmr_destroy(struct cep_cm *cm)
 {
 	struct cmr *r = R(cm);
-	int ret;
+	struct cep_lead_waiter *w;
+	int ret, join;
 
 	CMR_HOOK(CMR_HOOK_DESTROY, cm);
 	ret = cm_live_close(cm);
 	if (ret)
 		return ret;
-	/* Before the socket ends: the reader's death events (die_locked) and
-	 * whatever is queued reach nobody; a callback running now finishes. */
+	/* Decided: whatever is queued, or comes, reaches nobody (route_event
+	 * drops it, a runner stops at its next event); a call in flight - a
+	 * running callback's - fails now (nobody may read its reply), as one
+	 * made from here on. A callback running now finishes. */
 	pthread_mutex_lock(&r->lk);
 	r->closing = 1;
-	pthread_cond_broadcast(&r->cv);
+	die_locked(r);
+	w = r->cb_w;
+	join = r->deliverer_live;
+	r->deliverer_live = 0;
 	pthread_mutex_unlock(&r->lk);
-	/* the service sees EOF and ends our ids; the reader sees it too */
+	/* the service sees EOF and ends our ids */
 	shutdown(r->fd, SHUT_RDWR);
-	pthread_join(r->reader, NULL); /* it ends on the shut socket */
-	pthread_join(r->deliverer, NULL);
+	/* threads waiting on the socket let go of it (a drain in progress,
+	 * with the callbacks it runs, ends first) */
+	cep_lead_close(r->cm.lead);
+	atomic_store_explicit(&r->stop, 1, memory_order_release);
+	bs_kick(r);
+	pthread_join(r->reader, NULL);
+	cep_lead_wake(w);
+	if (join)
+		pthread_join(r->deliverer, NULL);
 	/* nothing delivers now: drop what is queued and free every id (an
 	 * extra reference on each keeps them while their channel events go) */
 	while (r->qhead) {
@@ -1258,6 +1688,7 @@ static int cmr_destroy(struct cep_cm *cm)
 		free(p);
 	}
 	free(r->map);
+	lead_shut(r);
 	close(r->fd);
 	free(r->rbuf);
 	pthread_mutex_destroy(&r->lk);
@@ -1273,8 +1704,9 @@ static int cmr_qp_register(struct cep_cm *cm, uint32_t qpn)
 
 static int cmr_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 {
-	/* Also from a callback, as the local one: the reader thread takes
-	 * the answer, and cepd's teardown waits for no callback of ours. */
+	/* Also from a callback, as the local one: the calling thread reads
+	 * its answer (or whoever leads the socket does), and cepd's teardown
+	 * waits for no callback of ours. */
 	return call_pd(R(cm), CEPD_QP_DESTROY, 0, qpn, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
 
@@ -1323,15 +1755,16 @@ static int cmr_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, u
 		return CMR_GONE;
 	}
 	d = rid_new(r, 0, 0, attr->handler, attr->channel, attr->context);
-	pthread_mutex_unlock(&r->lk);
+	r_unlock(r);
 	if (!d)
 		return -ENOMEM;
 	*out = &d->id;
 	return 0;
 }
 
-/* r->lk held: @d ends here (the service has gone, or it was never made
- * there): its DESTROYED is made here, delivered by the callback thread. */
+/* r->lk held (r_unlock after): @d ends here (the service has gone, or it
+ * was never made there): its DESTROYED is made here, delivered as one from
+ * the service (its channel, or the queue of callbacks). */
 static void destroyed_here(struct cmr *r, struct rid *d)
 {
 	struct cep_cm_event ev;
@@ -1360,7 +1793,8 @@ static int cmr_destroy_id(struct cep_cm_id *id)
 	}
 	d->gone = 1;
 	cmr_id_get(id); /* the call's: DESTROYED may come before its reply */
-	/* not from a callback: wait for one of this id running */
+	/* not from the context's callbacks: wait for one of this id running
+	 * (on the callback thread or an inline runner) */
 	while (cb_self != r && d->delivering)
 		pthread_cond_wait(&r->cv, &r->lk);
 	wait_created(r, d);
@@ -1372,7 +1806,7 @@ static int cmr_destroy_id(struct cep_cm_id *id)
 		/* never made in cepd: it ends here (DESTROYED made here) */
 		pthread_mutex_lock(&r->lk);
 		destroyed_here(r, d);
-		pthread_mutex_unlock(&r->lk);
+		r_unlock(r);
 		ret = 0;
 	} else {
 		ret = id_req(id, CEPD_DESTROY_ID, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
@@ -1381,7 +1815,7 @@ static int cmr_destroy_id(struct cep_cm_id *id)
 		/* the service is gone: the id ends here, DESTROYED made here */
 		pthread_mutex_lock(&r->lk);
 		destroyed_here(r, d);
-		pthread_mutex_unlock(&r->lk);
+		r_unlock(r);
 		ret = 0;
 	}
 	cmr_id_put(id);

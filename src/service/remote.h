@@ -55,6 +55,18 @@ extern void (*cmr_test_hook)(enum cmr_hook_point p, struct cep_cm *cm);
 #define CMR_HOOK(p, cm) CEP_YIELD()
 #endif
 
+/* The librdmacm drop-in's contexts (src/rdmacm/device.c, right after
+ * cep_cm_attach, before any id): callbacks run on the thread that reads
+ * their events from the socket - a thread waiting in rdma_get_cm_event,
+ * at the end of its read, or the backstop - instead of the callback
+ * thread, still one at a time and in the order the service sent them,
+ * never inside a call that waits for its reply, and with the socket
+ * given up meanwhile (cm/lead.h, cep_lead_step_aside). For handlers that
+ * may run on any thread holding no lock of the application: the
+ * drop-in's only pushes to its own channels. 0, or -EINVAL (not an
+ * attached context). */
+int cmr_callbacks_inline(struct cep_cm *cm);
+
 /* cep/verbs.h on an attached context (remote_verbs.c, with libibverbs):
  * cmr_ops' init_qp_attr and qp_event (cm_ops.h says what they get). */
 struct ibv_qp_attr;
