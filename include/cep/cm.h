@@ -544,7 +544,11 @@ struct cep_cm_conn_param {
 };
 
 /* Active side: bind @p->qpn to this id, send REQ (IDLE -> REQ_SENT), arm
- * the retry timer. 0; -EINVAL (NULL, bad parameters, or the id is not
+ * the retry timer. The REQ leaves now, or, while this context has a
+ * window's worth of REQs to the same peer port unanswered, once earlier
+ * ones are answered (requester pacing, libcep's own: the REQ's timer
+ * starts when it leaves, and the connect still ends in REQ_ERROR no later
+ * than the spec's requester would; docs/protocol.md). 0; -EINVAL (NULL, bad parameters, or the id is not
  * IDLE: connecting or connected already, a listener, being destroyed);
  * -EMSGSIZE (private data); -ERANGE (a path field wider than its wire
  * field); -ENOMEM; cep_bind()'s -ENOENT (QPN not registered), -ESHUTDOWN

@@ -148,6 +148,7 @@ int cep_cm_create(const struct cep_cm_attr *attr, struct cep_cm **out)
 		return -ENOMEM;
 	cm->ops = &cm_local_ops;
 	cm->tp = attr->transport;
+	cm_pace_init(cm);
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	cm->nworkers = attr->workers ? attr->workers : (unsigned)(ncpu > 0 ? ncpu : 1);
 	cm->mra_timeout = attr->mra_service_timeout ? attr->mra_service_timeout : 20;
@@ -225,6 +226,7 @@ fail_lead:
 fail_table:
 	cep_table_destroy(cm->table);
 fail:
+	cm_pace_fini(cm);
 	free(cm->idl);
 	free(cm->ws);
 	free(cm);
@@ -327,6 +329,7 @@ static int cm_local_destroy(struct cep_cm *cm)
 	}
 	for (unsigned i = 0; i < cm->nworkers; i++)
 		pthread_mutex_destroy(&cm->idl[i].mtx);
+	cm_pace_fini(cm); /* the windows of REQs its ids left waiting */
 	free(cm->idl);
 	free(cm->ws);
 	free(cm);

@@ -414,6 +414,8 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_id_put(id);
 		return;
 	}
+	if (id->dest) /* the REQ's answer: its window learns how soon */
+		cm_pace_answer(id);
 	id->remote_id = rp->local_comm_id;
 	id->remote_qpn = rp->local_qpn;
 	id->remote_ca_guid = rp->local_ca_guid;
@@ -570,6 +572,8 @@ void cm_handle_mra(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		again = 0;
 	}
 	if (ok || again) {
+		if (id->dest && ma->message_mraed == CEP_MSG_CODE_REQ)
+			cm_pace_mra(id, ext);
 		id->flags |= F_MRA_WAIT;
 		cm_set_timer(id, TK_RETRY, ext);
 	}
@@ -632,6 +636,9 @@ void cm_handle_rej(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	switch (id->state) {
 	case CEP_CM_REQ_SENT:
 	case CEP_CM_MRA_REQ_RCVD:
+		if (id->dest) /* an answer to the REQ, as a REP */
+			cm_pace_answer(id);
+		/* fall through */
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
 	case CEP_CM_REQ_RCVD:
@@ -988,16 +995,20 @@ int cm_local_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	 * address vector's timeout is packet life + 1) */
 	id->path_timeout = (uint8_t)(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);
 	id->max_retries = id->retries_left = p->max_cm_retries;
-	id->flags = (uint16_t)((id->flags & ~(F_MANUAL_RTU | F_MANUAL_DREP)) |
+	id->flags = (uint16_t)((id->flags & ~(F_MANUAL_RTU | F_MANUAL_DREP | F_REQ_WIRE)) |
 			      (p->manual_rtu ? F_MANUAL_RTU : 0) |
 			      (p->manual_drep ? F_MANUAL_DREP : 0));
-	ret = cm_send_msg(id, &m, 1);
+	ret = cm_keep_msg(id, &m);
 	if (ret) {
 		cep_unbind(id->cep);
 		goto out;
 	}
 	cm_set_state(id, CEP_CM_REQ_SENT);
-	cm_set_timer(id, TK_RETRY, id->timeout_ms);
+	/* Its destination's window decides when it leaves (cm_pace.c): now,
+	 * or once earlier REQs to that peer are answered; its timer starts
+	 * then. */
+	if (cm_pace_join(id))
+		cm_send_req(id);
 out:
 	pthread_mutex_unlock(&id->lock);
 	return ret;

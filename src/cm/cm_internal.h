@@ -43,6 +43,9 @@ struct cm_idlist {
 	struct cep_cm_id *head;        /* mtx */
 } __attribute__((aligned(64)));
 
+struct cm_dest;                  /* a peer's REQ window (cm_pace.c) */
+#define CM_PACE_BUCKETS 64
+
 struct cep_cm {
 	const struct cm_ops *ops;      /* const: its kind's table (cm_ops.h) */
 	struct cep_transport *tp;      /* const (NULL: attached, no engine here) */
@@ -70,6 +73,11 @@ struct cep_cm {
 	/* const: the receive queue its waiting threads read (cm/lead.h), or
 	 * NULL (a transport that delivers on its own threads) */
 	struct cep_lead *lead;
+	/* Requester pacing (cm_pace.c): a window of REQs per destination. */
+	struct {
+		pthread_mutex_t mtx;
+		struct cm_dest *tab[CM_PACE_BUCKETS]; /* mtx: chains by address */
+	} pace;
 };
 
 #define CM_CLOSED (1u << 31)
@@ -132,6 +140,7 @@ enum {
 	W_DESTROYED = 1u << 1, /* deliver DESTROYED, drop the user's reference */
 	W_QP_GONE = 1u << 2,   /* deliver QP_DESTROYED */
 	W_ESTABLISHED = 1u << 3, /* deliver ESTABLISHED (cep_cm_notify_established) */
+	W_PACE = 1u << 4,      /* send the REQ its window let out (cm_pace.c) */
 };
 
 /* id->flags (lock) */
@@ -156,12 +165,15 @@ enum {
 				     the application's cep_cm_mra replaces it */
 	F_LINGER = 1u << 12,     /* CEP_CM_ID_LINGER: DESTROYED waits for the
 				     core CEP's destruction too */
+	F_REQ_WIRE = 1u << 13,   /* our REQ has been sent (not only queued by
+				     its window): the peer may know the id */
 };
 
 /* id->timer_kind (lock) */
 enum {
 	TK_RETRY = 1, TK_AUTO_MRA = 2, TK_TIMEWAIT = 3,
 	TK_EXPIRE = 4,  /* a half-open passive id whose requester has given up */
+	TK_PACE = 5,    /* a REQ waiting for its window has spent its tries */
 };
 
 struct cm_waiter {
@@ -238,6 +250,17 @@ struct cep_cm_id {
 					  messages must come from there (or alt) */
 	struct cep_qp_params qpp;      /* lock: QP attributes negotiated so far */
 	struct cep_cm_id *all_next, *all_prev; /* cm->idl[worker].mtx */
+	/* Requester pacing (cm_pace.c), from connect until the REQ is
+	 * answered or given up: */
+	struct cm_dest *dest;          /* lock: its destination's window, or NULL */
+	struct cep_cm_id *pace_next, *pace_prev; /* dest->mtx: its queue */
+	uint8_t pace_st, pace_q;       /* dest->mtx: waiting, sending, in flight */
+	uint32_t pace_allow;           /* lock: ms the try in flight may wait */
+	uint32_t pace_done;            /* lock: REQ periods of its wait charged */
+	uint32_t pace_alive;           /* lock: of those, while its peer answered,
+					  not yet a whole try */
+	uint64_t pace_sent, pace_since; /* lock: ms the try left / began to wait */
+	uint64_t pace_seq;             /* dest->mtx: its send's number (cut) */
 };
 
 /* Event channel (cm_event.c). */
@@ -428,6 +451,7 @@ void cm_clear_timer(struct cep_cm_id *id);
 int cm_send_raw(struct cep_cm *cm, unsigned w, struct cep_msg *m,
 		const struct cep_mad_addr *to, uint8_t *keep);
 int cm_send_msg(struct cep_cm_id *id, struct cep_msg *m, int retain);
+int cm_keep_msg(struct cep_cm_id *id, struct cep_msg *m);
 void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 		 const void *ari, size_t ari_len, const void *pdata, size_t len);
 void cm_send_mra(struct cep_cm_id *id, unsigned msg_code, uint8_t service_timeout,
@@ -509,5 +533,37 @@ CM_HANDLER_(apr); CM_HANDLER_(sidr_req); CM_HANDLER_(sidr_rep);
 
 /* The table's teardown callback (QP destruction; caller's thread). */
 void cm_id_teardown(struct cep *cep, void *ctx);
+
+/* Requester pacing (cm_pace.c; docs/protocol.md, "Requester pacing").
+ * All locked (@id's lock held), a paced id (id->dest set) unless said. */
+void cm_pace_init(struct cep_cm *cm);
+void cm_pace_fini(struct cep_cm *cm); /* cep_cm_destroy, ids gone */
+/* Connect, the REQ kept in id->retry, id->peer set: join the window of
+ * its destination. 1: send it now (a slot taken; also when there is no
+ * memory for a window: not paced); 0: it waits (TK_PACE armed). */
+int cm_pace_join(struct cep_cm_id *id);
+/* The REQ of @id has just been sent (a first try or a retry). */
+void cm_pace_sent(struct cep_cm_id *id);
+/* The REQ was answered: an MRA extending the try by @ext ms, or the REP
+ * or REJ that ends it (the state change that follows leaves the window). */
+void cm_pace_mra(struct cep_cm_id *id, uint32_t ext);
+void cm_pace_answer(struct cep_cm_id *id);
+/* TK_RETRY of the REQ, a try left (retries_left spent): 0, resend now;
+ * 1, it waits for the window (TK_PACE armed). */
+int cm_pace_retry(struct cep_cm_id *id);
+/* TK_RETRY of the REQ's last try: the give-up follows. */
+void cm_pace_timeout(struct cep_cm_id *id);
+/* cm_set_state: the id leaves REQ_SENT / MRA_REQ_RCVD. */
+void cm_pace_leave(struct cep_cm_id *id);
+/* Worker: W_PACE (send the REQ the window let out, or give up if its
+ * tries were spent waiting); TK_PACE (give up if it still waits). Any id. */
+void cm_pace_go(struct cep_cm_id *id);
+void cm_pace_expire(struct cep_cm_id *id);
+/* Locked: send the REQ kept in id->retry (a retry if it went out before)
+ * and arm its timer. */
+void cm_send_req(struct cep_cm_id *id);
+/* Worker, locked, REQ_SENT / MRA_REQ_RCVD: the requester gives up: REJ
+ * "timeout" if the REQ ever left, IDLE, REQ_ERROR (-ETIMEDOUT). */
+void cm_req_give_up(struct cep_cm_id *id);
 
 #endif /* CEP_CM_INTERNAL_H */

@@ -2,8 +2,9 @@
 /*
  * CM engine: sending. Every MAD of an id is encoded and sent under the
  * id's lock, so one id's MADs leave in the order of its states; a MAD that
- * may be retried is kept (id->retry) for the timer to resend. REJ, MRA and
- * the simple messages (RTU, DREQ, DREP) have their builders here.
+ * may be retried is kept (id->retry) for the timer to resend - a REQ also
+ * for its window to send (cm_pace.c). REJ, MRA and the simple messages
+ * (RTU, DREQ, DREP) have their builders here.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -36,6 +37,18 @@ int cm_send_raw(struct cep_cm *cm, unsigned w, struct cep_msg *m,
 	return 0; /* a failed send is a lost MAD: retries cover it */
 }
 
+/* Lock held: encode @m into id->retry without sending it (a REQ its
+ * window holds back). 0, -ENOMEM, or the encoder's error. */
+int cm_keep_msg(struct cep_cm_id *id, struct cep_msg *m)
+{
+	if (!id->retry) {
+		id->retry = malloc(CEP_MAD_SIZE);
+		if (!id->retry)
+			return -ENOMEM;
+	}
+	return cep_msg_encode(m, id->retry);
+}
+
 /* Lock held. @retain: keep the encoded MAD for retries. */
 int cm_send_msg(struct cep_cm_id *id, struct cep_msg *m, int retain)
 {
@@ -64,6 +77,22 @@ void cm_resend_retry(struct cep_cm_id *id)
 		STAT_ADD(cm, id->worker, send_errors);
 }
 
+void cm_send_req(struct cep_cm_id *id)
+{
+	struct cep_cm *cm = id->cm;
+
+	/* a REQ that left before and went back to its window is a retry */
+	if (id->flags & F_REQ_WIRE)
+		STAT_ADD(cm, id->worker, retries);
+	STAT_ADD(cm, id->worker, sent[CEP_MSG_REQ]);
+	if (cm->tp->ops->send(cm->tp, id->retry, CEP_MAD_SIZE, &id->peer))
+		STAT_ADD(cm, id->worker, send_errors);
+	id->flags = (uint16_t)((id->flags | F_REQ_WIRE) & ~F_MRA_WAIT);
+	if (id->dest)
+		cm_pace_sent(id);
+	cm_set_timer(id, TK_RETRY, id->timeout_ms);
+}
+
 void cm_copy_pdata(uint8_t *dst, const void *src, size_t len)
 {
 	if (len)
@@ -78,12 +107,15 @@ void cm_copy_pdata(uint8_t *dst, const void *src, size_t len)
  * the caller gave; its private data is kept. From REQ_RCVD the REJ names
  * no local comm ID (0): the requester never heard ours, as the kernel's
  * cm_format_rej writes it for that state; from MRA_REQ_SENT our MRA gave
- * it, and the REJ names it as the kernel's does. */
+ * it, and the REJ names it as the kernel's does. A REQ that never left
+ * (its window held it, cm_pace.c) gets no REJ: nobody knows of it. */
 void cm_send_rej(struct cep_cm_id *id, unsigned reason, unsigned msg_code,
 		     const void *ari, size_t ari_len, const void *pdata, size_t len)
 {
 	struct cep_msg m;
 
+	if (id->state == CEP_CM_REQ_SENT && !(id->flags & F_REQ_WIRE))
+		return; /* its window held the REQ back: the peer never heard of it */
 	if (id->state == CEP_CM_REQ_SENT || id->state == CEP_CM_MRA_REQ_RCVD) {
 		reason = CEP_REJ_TIMEOUT;
 		msg_code = CEP_MSG_CODE_OTHER;

@@ -95,6 +95,9 @@ void cm_set_state(struct cep_cm_id *id, unsigned s)
 
 	if (id->listener && !cm_unanswered(s))
 		cm_half_open_end(id);
+	/* a REQ answered, given up or abandoned leaves its window */
+	if (id->dest && s != CEP_CM_REQ_SENT && s != CEP_CM_MRA_REQ_RCVD)
+		cm_pace_leave(id);
 
 	atomic_fetch_sub_explicit(&w->states[id->state], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&w->states[s], 1, memory_order_relaxed);

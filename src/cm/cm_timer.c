@@ -4,7 +4,7 @@
  * owning worker: W_* bits posted by any thread (cm_post_bits) become one
  * work item per id; one wheel timer per id, re-armed under the id's lock
  * to the earliest of its deadlines (retry, MRA extension, timewait,
- * half-open expiry). Each armed timer and queued work item holds a
+ * half-open expiry, a paced REQ's give-up). Each armed timer and queued work item holds a
  * reference on the id's CEP.
  */
 #include <errno.h>
@@ -111,6 +111,18 @@ void cm_clear_timer(struct cep_cm_id *id)
 
 /* ---- timers ---------------------------------------------------------------- */
 
+void cm_req_give_up(struct cep_cm_id *id)
+{
+	struct cep_cm_event ev;
+
+	STAT_ADD(id->cm, id->worker, timeouts);
+	cm_ev_init(&ev, id, CEP_CM_EV_REQ_ERROR);
+	ev.status = -ETIMEDOUT;
+	cm_send_rej(id, CEP_REJ_TIMEOUT, CEP_MSG_CODE_REP, NULL, 0, NULL, 0);
+	cm_reset_to_idle(id);
+	cm_emit(id, &ev);
+}
+
 /* Worker, lock held: the id's timer is due. */
 static void on_timeout(struct cep_cm_id *id)
 {
@@ -151,6 +163,10 @@ static void on_timeout(struct cep_cm_id *id)
 		}
 		return;
 	}
+	if (id->timer_kind == TK_PACE) {
+		cm_pace_expire(id);
+		return;
+	}
 	if (id->timer_kind == TK_AUTO_MRA) {
 		if (id->state == CEP_CM_REQ_RCVD) {
 			cm_send_auto_mra(id, CEP_MSG_CODE_REQ);
@@ -173,24 +189,32 @@ static void on_timeout(struct cep_cm_id *id)
 		       (id->lap_state == CEP_CM_LAP_SENT || id->lap_state == CEP_CM_MRA_LAP_RCVD));
 	if (!waiting)
 		return;
+	int req = id->state == CEP_CM_REQ_SENT || id->state == CEP_CM_MRA_REQ_RCVD;
+
 	if (id->retries_left > 0) {
 		id->retries_left--;
 		id->flags &= (uint16_t)~F_MRA_WAIT; /* a new try: an MRA may extend it */
+		/* a REQ's retry waits for its window when that is full */
+		if (req && id->dest && cm_pace_retry(id))
+			return;
 		cm_resend_retry(id);
+		if (req && id->dest)
+			cm_pace_sent(id);
 		/* ESTABLISHED retries only a LAP, at the LAP's own period */
 		cm_set_timer(id, TK_RETRY, id->state == CEP_CM_ESTABLISHED ? id->lap_timeout_ms
 									   : id->timeout_ms);
+		return;
+	}
+	if (req) {
+		if (id->dest)
+			cm_pace_timeout(id);
+		cm_req_give_up(id);
 		return;
 	}
 	STAT_ADD(cm, id->worker, timeouts);
 	cm_ev_init(&ev, id, CEP_CM_EV_REQ_ERROR);
 	ev.status = -ETIMEDOUT;
 	switch (id->state) {
-	case CEP_CM_REQ_SENT:
-	case CEP_CM_MRA_REQ_RCVD:
-		cm_send_rej(id, CEP_REJ_TIMEOUT, CEP_MSG_CODE_REP, NULL, 0, NULL, 0);
-		cm_reset_to_idle(id);
-		break;
 	case CEP_CM_REP_SENT:
 	case CEP_CM_MRA_REP_RCVD:
 		ev.type = CEP_CM_EV_REP_ERROR;
@@ -257,6 +281,12 @@ void cm_id_work_fn(struct cep_work *w)
 		pthread_mutex_lock(&id->lock);
 		if (!stopping && cep_dispatch_self(id->cm->d) == (int)id->worker)
 			timer_sync_locked(id);
+		pthread_mutex_unlock(&id->lock);
+	}
+	if (bits & W_PACE) {
+		pthread_mutex_lock(&id->lock);
+		if (!stopping)
+			cm_pace_go(id);
 		pthread_mutex_unlock(&id->lock);
 	}
 	if (bits & W_QP_GONE) {
