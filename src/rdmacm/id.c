@@ -674,6 +674,27 @@ static struct rcm_service *service_get(struct rcm_port *p, uint64_t sid)
 	return s;
 }
 
+int rcm_service_listen(struct rcm_service *s, struct cep_cm *cm)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = rcm_cep_handler,
+				     .context = &s->hdr };
+	int ret = cep_cm_create_id(cm, &ia, &s->cep);
+
+	if (ret)
+		return ret;
+	/* Past the rdma_cm listener's backlog a request waits in its deferred
+	 * list (rcm_push_request), MRAed at once: the CM holds it rather than
+	 * drop it. With the CM's default backlog, 1024 as rdma_listen's, the
+	 * list was never used: an application that fell 1,024 requests
+	 * behind lost every later REQ for its requester to retry. */
+	ret = cep_cm_listen_backlog(s->cep, s->sid, ~0ull, RCM_HOLD_MAX);
+	if (ret) {
+		cep_cm_destroy_id(s->cep);
+		s->cep = NULL;
+	}
+	return ret;
+}
+
 /* Add listener @r to @s, starting libcep's listener if it is the first. */
 static int service_add(struct rcm_service *s, struct cep_cm *cm, struct rcm_id *r)
 {
@@ -692,18 +713,9 @@ static int service_add(struct rcm_service *s, struct cep_cm *cm, struct rcm_id *
 		s->cap = cap;
 	}
 	if (!s->cep) {
-		struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = rcm_cep_handler,
-					     .context = &s->hdr };
-
-		ret = cep_cm_create_id(cm, &ia, &s->cep);
+		ret = rcm_service_listen(s, cm);
 		if (ret)
 			goto out;
-		ret = cep_cm_listen(s->cep, s->sid, ~0ull);
-		if (ret) {
-			cep_cm_destroy_id(s->cep);
-			s->cep = NULL;
-			goto out;
-		}
 	}
 	rcm_id_get(r);
 	s->listeners[s->nlisteners++] = r;

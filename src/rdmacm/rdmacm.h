@@ -49,6 +49,11 @@ static inline int rcm_err(int e)
 #define RCM_ROCE_PACKET_LIFE    18
 #define RCM_MRA_TIMEOUT         24
 #define RCM_DEFAULT_BACKLOG     1024 /* ucma's max_backlog */
+/* Requests a service's libcep listener holds that no rdma_cm listener has
+ * taken yet: past rdma_listen's backlog they wait in the listener's
+ * deferred list, MRAed, instead of being dropped for their requesters to
+ * retry (issue 27); about 2 KiB each, so 32 MiB at most per service. */
+#define RCM_HOLD_MAX            (16 * RCM_DEFAULT_BACKLOG)
 #define RCM_PDATA_MAX           256  /* RDMA_MAX_PRIVATE_DATA */
 #define RCM_PORT_LOW            32768 /* ephemeral ports: ip_local_port_range */
 #define RCM_PORT_HIGH           60999
@@ -385,6 +390,10 @@ int rcm_addr_any(const struct sockaddr *a);
 int rcm_addr_len(const struct sockaddr *a);
 uint16_t rcm_addr_port(const struct sockaddr *a);
 void rcm_addr_gid(const struct sockaddr *a, uint8_t gid[16]);
+/* @s->mtx held (or @s not yet shared), nobody listening: start its libcep
+ * listener on @cm, holding up to RCM_HOLD_MAX requests untaken. 0 or the
+ * error of cep_cm_create_id / cep_cm_listen_backlog (s->cep NULL then). */
+int rcm_service_listen(struct rcm_service *s, struct cep_cm *cm);
 
 /* ---- conn.c -------------------------------------------------------------- */
 

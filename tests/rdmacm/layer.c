@@ -452,7 +452,78 @@ static void t_no_memory(void)
 	standin_teardown(c, &s);
 }
 
+/* Issue 27: every request that arrives is held while memory allows. The
+ * service's libcep listener (rcm_service_listen, as rdma_listen starts
+ * it) holds RCM_HOLD_MAX requests untaken; past the rdma_cm listener's
+ * backlog (4 here) they wait in its deferred list, each MRAed at once
+ * (its listener has others unanswered), and a repeat of one gets the MRA
+ * again. Before, the CM's default backlog (1024, rdma_listen's too)
+ * dropped every REQ past 1,024 untaken: 976 of these 2,000, for the
+ * requesters to retry (MRAs 1,023). The application then takes each of
+ * them. */
+static void t_hold(void)
+{
+	enum { N = 2000, BACKLOG = 4 };
+	static struct rdma_cm_id *c[N];
+	struct standin s;
+	struct cep_msg m;
+	int n;
+
+	setup(2, 1);
+	memset(&s, 0, sizeof(s));
+	standin_port(&s.dev, &s.port, B.cm, IBV_LINK_LAYER_ETHERNET);
+	s.tcp.hdr.kind = RCM_KIND_SERVICE;
+	s.tcp.sid = cep_rdma_service_id(CEP_RDMA_PS_TCP, PORT_RDMA);
+	pthread_mutex_init(&s.tcp.mtx, NULL);
+	CHECK_EQ(rcm_service_listen(&s.tcp, B.cm), 0);
+	s.lc = s.tcp.cep;
+	s.tcp.port = &s.port;
+	s.ch = rcm_channel_new();
+	CHECK(s.ch != NULL);
+	rdma_listener(&s.tcp, s.ch, RDMA_PS_TCP, IBV_QPT_RC, &s.l);
+	s.l->backlog = BACKLOG;
+	for (uint32_t i = 0; i < N; i++) {
+		raw_req(&m, 0x9800 + i, 0x1000 + i);
+		m.u.req.service_id = s.tcp.sid;
+		cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
+		raw_send(&m, LID_B);
+		if (i % 256 == 255)
+			settle();
+	}
+	settle();
+	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_BACKLOG], 0);
+	/* the first, alone when it came, waits for its half-timeout MRA */
+	CHECK_EQ(raw_count(CEP_MSG_MRA), N - 1);
+	CHECK_EQ(stats_of(&B).states[CEP_CM_MRA_REQ_SENT], N - 1);
+	CHECK_EQ(raw_count(CEP_MSG_REJ), 0);
+	raw_send(&m, LID_B); /* the last, deferred, repeated */
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_MRA), N);
+	static uint8_t seen[N];
+	int twice = 0;
+
+	for (n = 0; n < N; n++) {
+		uint32_t r;
+
+		c[n] = take_request(s.ch);
+		if (!c[n])
+			break;
+		r = cep_cm_id_remote_comm_id(rcm_id_of(c[n])->cep) - 0x9800;
+		if (r >= N || seen[r]++)
+			twice++;
+	}
+	CHECK_EQ(n, N);
+	CHECK_EQ(twice, 0); /* each request once (in order per CM worker) */
+	CHECK_EQ(poll(&(struct pollfd){ .fd = s.ch->ch.fd, .events = POLLIN }, 1, 0), 0);
+	if (check_failures)
+		exit(1); /* ids missing: no teardown */
+	for (n = 0; n + 1 < N; n++)
+		CHECK_EQ(rdma_destroy_id(c[n]), 0);
+	standin_teardown(c[n], &s);
+}
+
 static const struct named_test tests[] = {
+	{ "hold", t_hold },
 	{ "backlog-taken", t_backlog_taken },
 	{ "listener-gone", t_listener_gone },
 	{ "no-memory", t_no_memory },
