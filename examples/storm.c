@@ -11,10 +11,16 @@
  * once; the two simulated nodes take its two ends' LIDs and GIDs and every
  * REQ its path (cep_sa_path_to_conn), so the CM's timers run on the SA's
  * packet life time. The CM's MADs still cross the in-process fabric.
+ * --accept-rate K: node B's application takes K requests a second from a
+ * queue, as cmtime's server does, with the automatic MRAs of librdmacm on
+ * libcep; with --window as large as --count every REQ is sent at once
+ * (cmtime's client): what node A's window of REQs per peer (src/cm/cm_pace.c)
+ * does to the REQs per connection and the time to set all up.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -53,6 +59,20 @@ static _Atomic uint64_t fail_reason[CEP_REJ_REASON_MAX + 2]; /* last: timeout */
 static int use_sa;
 static struct cep_sa_path sa_rec;
 static _Atomic uint64_t req_seen, req_off_path;
+/* --accept-rate: node B's requests, queued for its accepting thread. Who
+ * destroys a passive id the queue holds: its st (the id's context), one
+ * exchange each, so exactly one of the accepting thread and the id's
+ * callbacks does. */
+enum { B_QUEUED, B_ACCEPTED, B_DEAD };
+struct bconn {
+	_Atomic int st;
+	uint32_t conn;
+};
+static unsigned accept_rate;
+static pthread_mutex_t acq_mtx = PTHREAD_MUTEX_INITIALIZER;
+static struct cep_cm_id **acq;
+static size_t acq_head, acq_tail, acq_cap;
+static _Atomic int acq_stop;
 
 /* Does node B's REQ carry the SA's path (cm_format_req's fields)? */
 static int req_matches_path(const struct cep_req *rq)
@@ -166,6 +186,25 @@ static int on_b(struct cep_cm_id *id, const struct cep_cm_event *ev)
 		memcpy(&i, ev->private_data, sizeof(i));
 		if (i >= count)
 			return cep_cm_reject(id, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), 1;
+		if (accept_rate) { /* the accepting thread answers it */
+			struct bconn *b = calloc(1, sizeof(*b));
+			int queued = 0;
+
+			if (b) {
+				b->conn = i;
+				cep_cm_id_set_context(id, b);
+				pthread_mutex_lock(&acq_mtx);
+				if (acq_tail < acq_cap) {
+					acq[acq_tail++] = id;
+					queued = 1;
+				}
+				pthread_mutex_unlock(&acq_mtx);
+			}
+			if (queued)
+				return 0;
+			atomic_store(&b->st, B_DEAD); /* DESTROYED frees it */
+			return cep_cm_reject(id, CEP_REJ_NO_RESOURCES, NULL, 0, NULL, 0), 1;
+		}
 		ap.qpn = QPN_BASE + i;
 		ret = cep_cm_accept(id, &ap);
 		if (ret) {
@@ -178,17 +217,67 @@ static int on_b(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	case CEP_CM_EV_RTU_RECEIVED:
 		atomic_fetch_add(&b_established, 1);
 		return 0;
+	case CEP_CM_EV_REQ_ERROR: /* --accept-rate: expired in the queue */
 	case CEP_CM_EV_REJ_RECEIVED:
+		if (accept_rate && ev->context &&
+		    atomic_exchange(&((struct bconn *)ev->context)->st, B_DEAD) != B_ACCEPTED)
+			return 0; /* the accepting thread destroys it */
 		return cep_cm_id_state(id) == CEP_CM_IDLE;
 	case CEP_CM_EV_REP_ERROR:
 	case CEP_CM_EV_TIMEWAIT_EXIT:
 		return 1;
 	case CEP_CM_EV_DESTROYED:
+		if (accept_rate) /* the listener's is NULL */
+			free(ev->context);
 		atomic_fetch_add(&b_destroyed, 1); /* passive ids and the listener */
 		return 0;
 	default:
 		return 0;
 	}
+}
+
+/* --accept-rate: node B's application, K requests a second from its queue
+ * (real time). A request that expired meanwhile (REQ_ERROR, the id IDLE)
+ * fails to accept and is destroyed here, where its queue entry was. */
+static void *acceptor(void *arg)
+{
+	uint64_t t0 = now_ns(), done = 0;
+
+	(void)arg;
+	while (!atomic_load(&acq_stop)) {
+		uint64_t due = (now_ns() - t0) / 1000000u * accept_rate / 1000u;
+
+		while (done < due) {
+			struct cep_cm_accept_param ap = { .size = sizeof(ap), .starting_psn = 7,
+							  .responder_resources = 4, .initiator_depth = 4,
+							  .rnr_retry_count = 7 };
+			struct cep_cm_id *id = NULL;
+			struct bconn *b;
+			int st = B_QUEUED;
+
+			pthread_mutex_lock(&acq_mtx);
+			if (acq_head < acq_tail)
+				id = acq[acq_head++];
+			pthread_mutex_unlock(&acq_mtx);
+			if (!id)
+				break;
+			done++;
+			b = cep_cm_id_context(id);
+			ap.qpn = QPN_BASE + b->conn;
+			if (!atomic_compare_exchange_strong(&b->st, &st, B_ACCEPTED)) {
+				cep_cm_destroy_id(id); /* expired or rejected in the queue */
+				continue;
+			}
+			st = B_ACCEPTED;
+			if (cep_cm_accept(id, &ap)) {
+				atomic_fetch_add(&accept_errors, 1);
+				if (atomic_compare_exchange_strong(&b->st, &st, B_DEAD))
+					cep_cm_destroy_id(id);
+			}
+		}
+		sleep_us(1000);
+	}
+	return NULL;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -203,6 +292,7 @@ static void usage(const char *argv0)
 	fprintf(stderr,
 		"usage: %s [--count N] [--workers W] [--window N] [--loss P] [--dup P]\n"
 		"          [--reorder P] [--seed S] [--pcap FILE] [--sa CA:PORT --sa-dest LID|GID]\n"
+		"          [--accept-rate K]\n"
 		"  A connection storm between two simulated nodes: N connections\n"
 		"  (default 100000) established, then all released; prints rates, setup\n"
 		"  latency and a leak check. --workers: per node (default: half the\n"
@@ -213,7 +303,9 @@ static void usage(const char *argv0)
 		"  empty: the default) once for the path to --sa-dest; the nodes take\n"
 		"  its LIDs and GIDs, every REQ its path, P_Key, MTU and packet life\n"
 		"  time. The CM's MADs stay on the in-process fabric (under ibsim's\n"
-		"  libumad2sim.so only the SA query goes to the simulator).\n",
+		"  libumad2sim.so only the SA query goes to the simulator).\n"
+		"  --accept-rate K: node B's application takes K requests a second\n"
+		"  from a queue, with librdmacm on libcep's automatic MRAs.\n",
 		argv0);
 }
 
@@ -272,6 +364,7 @@ int main(int argc, char **argv)
 		{ "pcap", required_argument, NULL, 'p' },
 		{ "sa", required_argument, NULL, 'a' },
 		{ "sa-dest", required_argument, NULL, 'D' },
+		{ "accept-rate", required_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -294,6 +387,7 @@ int main(int argc, char **argv)
 		case 'p': pcap = optarg; break;
 		case 'a': sa_port = optarg; break;
 		case 'D': sa_dest = optarg; break;
+		case 'k': accept_rate = (unsigned)strtoul(optarg, NULL, 0); break;
 		default: usage(argv[0]); return opt == 'h' ? 0 : 2;
 		}
 	}
@@ -342,6 +436,11 @@ int main(int argc, char **argv)
 					  .queue_depth = 1u << 15, .table_size = 1u << 17 };
 		int ret;
 
+		if (accept_rate) { /* librdmacm on libcep's MRAs (src/rdmacm/device.c) */
+			ca.auto_mra = 1;
+			ca.mra_service_timeout = 24;
+		}
+
 		if (use_sa) { /* the SA's two ends: A the source, B the destination */
 			const uint8_t *gid = k ? sa_rec.dgid : sa_rec.sgid;
 
@@ -386,6 +485,18 @@ int main(int argc, char **argv)
 	printf("cep-storm: %u connections, %u workers per node, window %u, "
 	       "loss %.2f dup %.2f reorder %.2f seed %" PRIu64 "\n",
 	       count, workers, window, loss, dup, reorder, seed);
+
+	pthread_t acceptor_thread;
+
+	if (accept_rate) {
+		acq_cap = 4 * (size_t)count; /* a request repeated after it expired */
+		acq = calloc(acq_cap, sizeof(*acq));
+		if (!acq || pthread_create(&acceptor_thread, NULL, acceptor, NULL)) {
+			fprintf(stderr, "storm: accept-rate\n");
+			return 1;
+		}
+		printf("node B accepts %u requests a second\n", accept_rate);
+	}
 
 	/* ---- setup ---- */
 	struct cep_cm_conn_param p;
@@ -443,6 +554,20 @@ int main(int argc, char **argv)
 	if (wait_until(&established, &failed, count, 120, "setup"))
 		ok = 0;
 	uint64_t t_setup = now_ns() - t_start;
+
+	if (accept_rate) {
+		atomic_store(&acq_stop, 1);
+		pthread_join(acceptor_thread, NULL);
+		/* requests left in the queue: repeats of connections that
+		 * were set up meanwhile */
+		for (size_t k = acq_head; k < acq_tail; k++) {
+			struct bconn *b = cep_cm_id_context(acq[k]);
+			int st = B_QUEUED;
+
+			if (atomic_compare_exchange_strong(&b->st, &st, B_DEAD) || st == B_DEAD)
+				cep_cm_destroy_id(acq[k]);
+		}
+	}
 
 	/* ---- teardown ---- */
 	uint64_t est = atomic_load(&established);
@@ -506,6 +631,9 @@ int main(int argc, char **argv)
 	if (nl)
 		printf("setup latency:           p50 %.3f ms, p99 %.3f ms (max %.3f ms)\n",
 		       lat[nl / 2] / 1e3, lat[(nl * 99) / 100] / 1e3, lat[nl - 1] / 1e3);
+	printf("REQs per connection:     %.3f (%" PRIu64 " REQs, %" PRIu64 " MRAs received)\n",
+	       (double)sa.sent[CEP_MSG_REQ] / count, sa.sent[CEP_MSG_REQ],
+	       sa.received[CEP_MSG_MRA]);
 	printf("MADs sent:               %" PRIu64 " (REQ %" PRIu64 " REP %" PRIu64
 	       " RTU %" PRIu64 " DREQ %" PRIu64 " DREP %" PRIu64 " REJ %" PRIu64 " MRA %" PRIu64 ")\n",
 	       mads, sa.sent[CEP_MSG_REQ], sb.sent[CEP_MSG_REP], sa.sent[CEP_MSG_RTU],
@@ -582,6 +710,7 @@ int main(int argc, char **argv)
 		cep_capture_stop();
 	free(lat);
 	free(conns);
+	free(acq);
 	printf("result: %s\n", ok ? "PASS" : "FAIL");
 	return ok ? 0 : 1;
 }
