@@ -109,6 +109,13 @@ int acct_charge(struct acct *a, enum acct_kind kind, uint64_t n)
 	return ret;
 }
 
+void acct_add(struct acct *a, enum acct_kind kind, uint64_t n)
+{
+	pthread_mutex_lock(&lk);
+	a->held[kind] += n;
+	pthread_mutex_unlock(&lk);
+}
+
 void acct_uncharge(struct acct *a, enum acct_kind kind, uint64_t n)
 {
 	pthread_mutex_lock(&lk);

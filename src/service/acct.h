@@ -50,6 +50,8 @@ void acct_client_put(struct acct *a);
 /* Charge @n of @kind to @a: 0, or -EDQUOT when that passes the uid's
  * limit (nothing charged). */
 int acct_charge(struct acct *a, enum acct_kind kind, uint64_t n);
+/* Charge @n whatever the limit (a short-lived excess the caller bounds). */
+void acct_add(struct acct *a, enum acct_kind kind, uint64_t n);
 void acct_uncharge(struct acct *a, enum acct_kind kind, uint64_t n);
 
 /* What @a holds now (statistics). */

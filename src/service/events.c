@@ -65,18 +65,27 @@ void flush_now(struct client *c)
 }
 
 /* c->lk held. Append one event record; start a new chunk when the last
- * is full. -ENOMEM, or -ENOBUFS when the client's queue or its uid's
- * queues are at their limit (the caller drops the client: it does not
- * read). A chunk's bytes are charged while it waits. */
+ * is full. -ENOMEM, or -ENOBUFS when the client does not read (its
+ * socket is full) and its queue or its uid's queues are at their limit
+ * (the caller drops the client). A chunk's bytes are charged while it
+ * waits. */
 static int queue_event(struct client *c, const struct cepd_ev *e, const struct cep_msg *msg)
 {
 	size_t rec = sizeof(*e) + (e->has_msg ? sizeof(*msg) : 0);
 	struct chunk *k = c->qtail;
 
 	rec = (rec + 7) & ~(size_t)7;
+	if (c->blocked && c->qbytes > cepd_limits.event_bytes_per_client)
+		return -ENOBUFS; /* over already (a block taken while it read) */
 	if (!k || k->len + rec > CEPD_MSG_MAX) {
-		if (c->qbytes + sizeof(*k) > cepd_limits.event_bytes_per_client ||
-		    acct_charge(c->acct, ACCT_EVENT_BYTES, sizeof(*k)))
+		/* Only a client that does not read (its socket full) is held
+		 * to the limits: events wait a moment for any client while
+		 * another worker's send runs (or an ESTABLISHED is held back to
+		 * go with its REP_RECEIVED), and that costs a block too. */
+		if (!c->blocked)
+			acct_add(c->acct, ACCT_EVENT_BYTES, sizeof(*k));
+		else if (c->qbytes + sizeof(*k) > cepd_limits.event_bytes_per_client ||
+			 acct_charge(c->acct, ACCT_EVENT_BYTES, sizeof(*k)))
 			return -ENOBUFS;
 		k = malloc(sizeof(*k));
 		if (!k) {
