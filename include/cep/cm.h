@@ -426,6 +426,14 @@ struct cep_cm_id_attr {
 	 * struct ends at @context) gets 0. CEP_CM_ID_* bits; any other bit
 	 * is -EINVAL. */
 	uint64_t flags;
+	/* Requester pacing (docs/protocol.md): the REQs a context has sent to
+	 * one peer and not yet had answered are bounded by a window shared by
+	 * the ids of one pace group; ids of different groups never share one,
+	 * so one group's unanswered REQs cannot hold back another's. 0 (and a
+	 * caller whose @size ends before it) for all of an application's
+	 * ids; a service acting for several users gives each its own (cepd:
+	 * one per client). Ignored on a context of cep_cm_attach(). */
+	uint32_t pace_group;
 };
 
 /* Create an IDLE id. 0, -EINVAL (NULL, bad attr, not exactly one of

@@ -147,13 +147,14 @@ int cm_local_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, uin
 	ret = cm_alloc_id(cm, w, attr->handler, attr->channel, attr->context, &id);
 	if (ret)
 		return ret;
-	if (flags & CEP_CM_ID_LINGER) {
-		/* Before the user has the id: nothing else reads it yet but a
-		 * MAD with a guessed comm ID, which takes this lock too. */
-		pthread_mutex_lock(&id->lock);
+	/* Before the user has the id: nothing else reads it yet but a MAD
+	 * with a guessed comm ID, which takes this lock too. */
+	pthread_mutex_lock(&id->lock);
+	if (flags & CEP_CM_ID_LINGER)
 		id->flags |= F_LINGER;
-		pthread_mutex_unlock(&id->lock);
-	}
+	if (attr->size >= offsetof(struct cep_cm_id_attr, pace_group) + sizeof(attr->pace_group))
+		id->pace_group = attr->pace_group;
+	pthread_mutex_unlock(&id->lock);
 	*out = id;
 	return 0;
 }

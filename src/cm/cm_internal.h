@@ -253,6 +253,7 @@ struct cep_cm_id {
 	/* Requester pacing (cm_pace.c), from connect until the REQ is
 	 * answered or given up: */
 	struct cm_dest *dest;          /* lock: its destination's window, or NULL */
+	uint32_t pace_group;           /* const after create: whose window (cm_pace.c) */
 	struct cep_cm_id *pace_next, *pace_prev; /* dest->mtx: its queue */
 	uint8_t pace_st, pace_q;       /* dest->mtx: waiting, sending, in flight */
 	uint32_t pace_allow;           /* lock: ms the try in flight may wait */

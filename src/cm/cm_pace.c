@@ -42,6 +42,7 @@
 #define PACE_WIN_MAX 65536u
 
 enum { PACE_NONE, PACE_QUEUED, PACE_SENDING, PACE_FLIGHT };
+#define PACE_KEY 21 /* the pace group (4 bytes), then the address (17) */
 enum { Q_RETRY, Q_FIRST };
 
 struct cm_dest {
@@ -49,7 +50,8 @@ struct cm_dest {
 	_Atomic uint32_t refs;         /* ids with pace_st != NONE; reaches 0
 					  only under cm->pace.mtx, which then
 					  removes and frees it */
-	uint8_t key[17];               /* const: a GID (key[0] 1), or a LID */
+	uint8_t key[PACE_KEY];         /* const: the id's pace group, then a GID
+					  (key[4] 1) or a LID */
 	pthread_mutex_t mtx;
 	uint32_t out;                  /* mtx: REQs in flight (SENDING, FLIGHT) */
 	uint32_t win, ssthresh, grow;  /* mtx: window; growth by one per answer
@@ -65,23 +67,30 @@ struct cm_dest {
 	struct cep_cm_id *head[2], *tail[2]; /* mtx: waiting ids (Q_RETRY first) */
 };
 
-static void pace_key(const struct cep_cm_id *id, uint8_t key[17])
+/* A destination is the peer's port within the id's pace group
+ * (cep_cm_id_attr.pace_group): ids of two groups never share a window, so
+ * one group's REQs that go unanswered cannot hold back another's (cepd:
+ * one group per client). */
+static void pace_key(const struct cep_cm_id *id, uint8_t key[PACE_KEY])
 {
-	memset(key, 0, 17);
+	uint8_t *a = key + 4;
+
+	memset(key, 0, PACE_KEY);
+	memcpy(key, &id->pace_group, 4);
 	if (id->peer.grh_present) {
-		key[0] = 1;
-		memcpy(key + 1, id->peer.gid, 16);
+		a[0] = 1;
+		memcpy(a + 1, id->peer.gid, 16);
 	} else {
-		key[1] = (uint8_t)(id->peer.lid >> 8);
-		key[2] = (uint8_t)id->peer.lid;
+		a[1] = (uint8_t)(id->peer.lid >> 8);
+		a[2] = (uint8_t)id->peer.lid;
 	}
 }
 
-static unsigned pace_bucket(const uint8_t key[17])
+static unsigned pace_bucket(const uint8_t key[PACE_KEY])
 {
 	uint32_t h = 2166136261u; /* FNV-1a: keys are addresses, not secrets */
 
-	for (int i = 0; i < 17; i++)
+	for (int i = 0; i < PACE_KEY; i++)
 		h = (h ^ key[i]) * 16777619u;
 	return h % CM_PACE_BUCKETS;
 }
@@ -108,17 +117,17 @@ void cm_pace_fini(struct cep_cm *cm)
 }
 
 /* The destination of @key with a reference, made if new; NULL: no memory. */
-static struct cm_dest *dest_get(struct cep_cm *cm, const uint8_t key[17])
+static struct cm_dest *dest_get(struct cep_cm *cm, const uint8_t key[PACE_KEY])
 {
 	unsigned b = pace_bucket(key);
 	struct cm_dest *d;
 
 	pthread_mutex_lock(&cm->pace.mtx);
 	for (d = cm->pace.tab[b]; d; d = d->next)
-		if (!memcmp(d->key, key, 17))
+		if (!memcmp(d->key, key, PACE_KEY))
 			break;
 	if (!d && (d = calloc(1, sizeof(*d))) != NULL) {
-		memcpy(d->key, key, 17);
+		memcpy(d->key, key, PACE_KEY);
 		pthread_mutex_init(&d->mtx, NULL);
 		d->win = PACE_WIN0;
 		d->ssthresh = PACE_WIN_MAX;
@@ -327,7 +336,7 @@ static void wait_armed(struct cep_cm_id *id)
 
 int cm_pace_join(struct cep_cm_id *id)
 {
-	uint8_t key[17];
+	uint8_t key[PACE_KEY];
 	struct cm_dest *d;
 	int now;
 

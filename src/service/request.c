@@ -88,6 +88,9 @@ static int do_create_id(struct client *c, struct cepd_id_rep *out)
 				     .flags = CEP_CM_ID_LINGER };
 	int ret;
 
+	/* each client its own requester window (cm.h pace_group): one that
+	 * connects to an unanswering peer holds back no other's connects */
+	ia.pace_group = c->serial;
 	pthread_mutex_lock(&c->lk);
 	s = sid_new(c, NULL);
 	ret = s ? handle_add(c, s) : -EMFILE; /* over the uid's ids (or no memory) */

@@ -14,6 +14,7 @@
  *              an MRA does not and ends slow start; a lost REQ leaves the
  *              window alone, a period of silence halves it; a REQ's timer
  *              starts when it leaves; a destroyed waiting REQ sends nothing
+ *  groups      two pace groups to one peer: each its own window
  *  storm       N ids connect at once (rdma_cm's timeouts) to a server
  *              whose application takes K requests a second: every
  *              connection established, no REJ, no REQ_ERROR, at most 1.2
@@ -237,6 +238,50 @@ static struct {
 	_Atomic int established, unreachable, rejected, mra, expired, rtu;
 	_Atomic uint64_t done_ms;
 } st = { .mtx = PTHREAD_MUTEX_INITIALIZER };
+/* Pace groups (cep_cm_id_attr.pace_group; cepd gives each client one):
+ * 129 connects of group 1 to the silent port C fill its window (128 leave,
+ * one waits); a connect of group 2 to the same port leaves at once, and
+ * one more of group 1 still waits. With one group for all (the old
+ * window: what a cepd shared by two users was) it would wait too. */
+static struct cep_cm_id *make_grouped(uint32_t group)
+{
+	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = on_event, .context = &A,
+				     .pace_group = group };
+	struct cep_cm_id *id = NULL;
+
+	CHECK_EQ(cep_cm_create_id(A.cm, &ia, &id), 0);
+	return id;
+}
+
+static void t_groups(void)
+{
+	enum { N = 129 };
+	struct cep_cm_id *a[N + 2];
+	struct cep_cm_conn_param p;
+
+	setup(2, 0);
+	register_qps(A.cm, 0x1000, N + 2);
+	for (int i = 0; i < N; i++) {
+		a[i] = make_grouped(1);
+		conn_param(&p, 0x1000 + (uint32_t)i, LID_A, LID_C);
+		CHECK_EQ(cep_cm_connect(a[i], &p), 0);
+	}
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 128);
+	a[N] = make_grouped(2);
+	conn_param(&p, 0x1000 + N, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a[N], &p), 0);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 129); /* group 2's own window */
+	a[N + 1] = make_grouped(1);
+	conn_param(&p, 0x1000 + N + 1, LID_A, LID_C);
+	CHECK_EQ(cep_cm_connect(a[N + 1], &p), 0);
+	settle();
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 129); /* group 1's is still full */
+	destroy_ids(a, N + 2);
+	teardown_all();
+}
+
 static int storm_n;
 
 static int on_client(struct cep_cm_id *id, const struct cep_cm_event *ev)
@@ -433,6 +478,7 @@ int main(int argc, char **argv)
 	static const struct named_test tests[] = {
 		{ "window", t_window },
 		{ "answers", t_answers },
+		{ "groups", t_groups },
 		{ "storm", t_storm },
 		{ "storm-lossy", t_storm_lossy },
 	};
