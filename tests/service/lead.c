@@ -13,7 +13,9 @@
  *              400 calls on P with the backstop holding the socket at the
  *              start (one kick), every reply read by the caller (at most
  *              the first by the backstop, which may wake for the kick
- *              with the reply already there)
+ *              with the reply already there, and two for each span in
+ *              which a loaded host kept the caller away past the lease;
+ *              skipped when more than 40 were)
  *   channel    a thread in cep_cm_channel_wait on P reads the REQ that
  *              brings its event (an application drain, none by the
  *              backstop), and returns with it
@@ -67,6 +69,7 @@ static char sock_path[100];
 static char dir_path[64];
 static pid_t cepd_pid;
 static struct cep_cm *P, *A;
+static int skipped; /* the scenario could not judge (exit 77) */
 
 static double now_ms(void)
 {
@@ -241,22 +244,46 @@ static void start_leading(pthread_t *t, struct waiter *w)
 static void scenario_reply(void)
 {
 	struct cep_lead_stats s0, s1;
+	static double start[400], end[400];
+	unsigned slow = 0, n = 0;
 
 	/* idle past the lease: the backstop holds the socket */
 	sleep_ms(LEAD_LEASE_MS * 3);
 	s0 = stats(P);
-	for (uint32_t i = 0; i < 200; i++)
-		CHECK_EQ(cep_cm_qp_register(P, 0x5000 + i), 0);
-	for (uint32_t i = 0; i < 200; i++)
-		CHECK_EQ(cep_cm_qp_destroy(P, 0x5000 + i), 0);
+	for (uint32_t i = 0; i < 400; i++) {
+		start[i] = now_ms();
+		if (i < 200)
+			CHECK_EQ(cep_cm_qp_register(P, 0x5000 + i), 0);
+		else
+			CHECK_EQ(cep_cm_qp_destroy(P, 0x5000 + i - 200), 0);
+		end[i] = now_ms();
+	}
 	s1 = stats(P);
-	printf("reply: 400 calls: %llu application drains, %llu backstop drains, %llu kicks\n",
+	/* The backstop may take the socket back only once no application
+	 * thread waited for a lease: between two calls that is a span, from
+	 * the start of one call to the end of the next, of at least
+	 * LEAD_LEASE_MS (the caller left somewhere in it and came back).
+	 * A quiet host has none; each one a loaded host makes (the thread
+	 * preempted) allows the backstop a drain or two (the reply it finds,
+	 * the kick's wake-up), no more. */
+	for (unsigned i = 0; i + 1 < 400; i++)
+		if (end[i + 1] - start[i] >= LEAD_LEASE_MS)
+			slow++;
+	n = 1 + 2 * slow;
+	printf("reply: 400 calls: %llu application drains, %llu backstop drains, %llu kicks, "
+	       "%u spans over the lease\n",
 	       (unsigned long long)(s1.app_drains - s0.app_drains),
 	       (unsigned long long)(s1.backstop_drains - s0.backstop_drains),
-	       (unsigned long long)(s1.kicks - s0.kicks));
-	CHECK(s1.kicks > s0.kicks);                        /* it took it from the backstop */
-	CHECK(s1.backstop_drains - s0.backstop_drains <= 1); /* the first, at most */
-	CHECK(s1.app_drains - s0.app_drains >= 399);
+	       (unsigned long long)(s1.kicks - s0.kicks), slow);
+	if (slow > 40) {
+		/* a host this loaded says nothing about who reads */
+		printf("reply: %u of 399 spans over the lease: host too loaded, not judged\n", slow);
+		skipped = 1;
+		return;
+	}
+	CHECK(s1.kicks > s0.kicks);                          /* it took it from the backstop */
+	CHECK(s1.backstop_drains - s0.backstop_drains <= n); /* the first, and the slow spans' */
+	CHECK(s1.app_drains - s0.app_drains + n >= 400);
 }
 
 /* ---- channel ----------------------------------------------------------------------------- */
@@ -596,7 +623,8 @@ int main(int argc, char **argv)
 			setup(argv[1]);
 			sc[i].fn();
 			teardown();
-			return check_done(argv[2]);
+			int rc = check_done(argv[2]);
+			return rc ? rc : skipped ? 77 : 0;
 		}
 	fprintf(stderr, "test-service-lead: unknown scenario %s\n", argv[2]);
 	return 2;
