@@ -13,8 +13,10 @@
 
 #include <cep/cm.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -23,13 +25,18 @@
 
 /* Fork and exec @path with @argv (argv[0] "cepd", NULL-terminated), then
  * poll @sock every 10 ms, at most @tries times: cepd's pid, or exit(1)
- * with "@who: cepd did not come up". */
+ * with "@who: cepd did not come up". cepd gets SIGTERM when the calling
+ * thread ends (PR_SET_PDEATHSIG), so a test that crashes, fails before its
+ * teardown or is killed at meson's timeout leaves no cepd behind. Call it
+ * from a thread that outlives the cepd (the main thread). */
 static inline pid_t cepd_spawn(const char *path, char *const argv[], const char *sock,
 			       int tries, const char *who)
 {
-	pid_t pid = fork();
+	pid_t parent = getpid(), pid = fork();
 
 	if (pid == 0) {
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+			_exit(127); /* the test is already gone */
 		execv(path, argv);
 		_exit(127);
 	}

@@ -123,6 +123,8 @@ static struct {
 	int lenient;           /* stress: a requester may be gone before the accept */
 	int reqs;              /* REQs seen */
 	uint32_t next_qpn;
+	uint32_t qpn_end;      /* stress: registered below this; the next ones on demand */
+	struct cep_cm *cm;     /* stress: the passive's context */
 	struct cep_cm_channel *ch;
 } lg = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .accept = 1 };
 
@@ -135,6 +137,10 @@ static void do_accept(struct cep_cm_id *id)
 	pthread_mutex_lock(&lg.mu);
 	p.qpn = lg.next_qpn++;
 	pthread_mutex_unlock(&lg.mu);
+	/* the stress's passive may take more requests than it registered
+	 * QPs for (four requesters for 1.5 s each): one more, on demand */
+	if (lg.qpn_end && p.qpn >= lg.qpn_end)
+		CHECK_EQ(cep_cm_qp_register(lg.cm, p.qpn), 0);
 	p.starting_psn = 1;
 	p.responder_resources = 1;
 	p.initiator_depth = 1;
@@ -789,14 +795,19 @@ static double now_ms(void)
 	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+static unsigned stress_slot; /* set by the parent before it spawns a passive */
+
 static int stress_passive(void)
 {
 	struct cep_cm *cm = attach(1);
 	struct cep_cm_id *l;
 	uint64_t sid = 0x8000 + (uint64_t)(getpid() & 1);
+	uint32_t base = 0x10000 + stress_slot * 0x40000; /* the passives' QPNs apart */
 
 	lg.lenient = 1;
-	register_qps(cm, 0x10000 + (uint32_t)(getpid() % 7) * 0x2000, 4096);
+	register_qps(cm, base, 4096);
+	lg.qpn_end = base + 4096;
+	lg.cm = cm;
 	l = new_id(cm, 0);
 	if (cep_cm_listen(l, sid, ~0ull)) /* the other passive may have it */
 		CHECK_EQ(cep_cm_listen(l, sid ^ 1, ~0ull), 0);
@@ -873,6 +884,7 @@ static void scenario_stress(void)
 	char buf[8192];
 
 	for (int i = 0; i < 2; i++) {
+		stress_slot = (unsigned)i;
 		p[i] = spawn(stress_passive);
 		CHECK_EQ(expect(&p[i]), 'r');
 	}
