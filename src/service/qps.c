@@ -11,9 +11,11 @@
  *   at registration and whenever a request names the QP (qps_named). A
  *   registration the kernel no longer backs is forgotten: when another
  *   process registers the number the kernel gave it (the holder's QP was
- *   destroyed behind cepd's back), or when the holder names it. Forgetting
- *   destroys the QPN in the engine, so a connection bound to the dead QP
- *   ends (DREQ) as the kernel's destroy would have ended it.
+ *   destroyed behind cepd's back), or when the holder names it. Another
+ *   client of the holder's own (living) process gets -EEXIST: the kernel
+ *   names a process, not a client, so nothing shows the holder's stale.
+ *   Forgetting destroys the QPN in the engine, so a connection bound to
+ *   the dead QP ends (DREQ) as the kernel's destroy would have ended it.
  * - On the fabric there is no kernel: the first registrant holds a QPN
  *   until it destroys it or goes.
  * - Charges: a registered QPN is charged to its client's uid (acct.h)
@@ -144,6 +146,13 @@ int qps_register(struct client *c, uint32_t qpn)
 	old = find(p, qpn);
 	if (old && (old->c == c || !p->dev[0])) {
 		ret = -EEXIST; /* the client's own again, or a fabric QPN taken */
+		goto out;
+	}
+	if (old && old->c->id.pid == c->id.pid && ident_alive(&old->c->id)) {
+		/* Another client of the same living process: the kernel's
+		 * answer names the process, not the client, so it proves
+		 * nothing stale. The number stays its first registrant's. */
+		ret = -EEXIST;
 		goto out;
 	}
 	if (old) {
