@@ -91,11 +91,16 @@ void cm_id_release(struct cep *cep, void *ctx)
 	(void)cm;
 	if (!id)
 		return;
-	atomic_fetch_sub_explicit(&id->cm->ws[id->worker].states[id->state], 1,
-				  memory_order_relaxed);
-	cm_uncount(id);
 	struct cm_idlist *l = &id->cm->idl[id->worker];
 
+	/* Off the context's list before anything of the id is read: a
+	 * cep_cm_destroy walking the list (release_ids, under l->mtx) still
+	 * locks and writes an id whose last reference went before it ran,
+	 * and with the grace period (and its batch, up to a second) still
+	 * to come such an id is there to be found. Taking l->mtx first puts
+	 * the walk's writes before our reads, or keeps the walk from finding
+	 * the id (TSan: the flags read by cm_uncount against release_ids'
+	 * write, cepd's shutdown in service-attack-timewait). */
 	pthread_mutex_lock(&l->mtx);
 	if (id->all_prev)
 		id->all_prev->all_next = id->all_next;
@@ -104,6 +109,9 @@ void cm_id_release(struct cep *cep, void *ctx)
 	if (id->all_next)
 		id->all_next->all_prev = id->all_prev;
 	pthread_mutex_unlock(&l->mtx);
+	atomic_fetch_sub_explicit(&id->cm->ws[id->worker].states[id->state], 1,
+				  memory_order_relaxed);
+	cm_uncount(id);
 	free(id->retry);
 	free(id->resend_pd);
 	free(id->paths);
