@@ -262,6 +262,11 @@ serve() {
 # of the runs against the kernel's server (measured). So a test whose only
 # REJ was that one, by libcep's own count (CEP_RDMACM_STATS), runs again, up
 # to 4 times; any other failure, or a kernel client (no count), stands.
+# Not at once: the server's rejected test still waits for the connection
+# that never comes until qperf's timeout (-to, 5 s by default) ends it, and
+# a client that asks sooner waits for the next test's port behind it with
+# the same 5 s and gives up ("failed to receive RDMA CM TCP IPv4 server
+# port: timed out", once in CI); 8 s covers the test's -t 1 and the timeout.
 qperf_client() {
 	for t in rc_bw rc_lat rc_rdma_read_lat rc_rdma_write_bw; do
 		try=1
@@ -275,6 +280,7 @@ qperf_client() {
 					"; REJ received reason 8 (Invalid Service ID) x1" ] || {
 				echo "qperf $t: REQ before the server's listen (REJ 8), run $try; again:"
 				sed 's/^/  (rejected run) /' $out/qperf-try.out
+				sleep 8
 				try=$((try + 1))
 				continue
 			}
