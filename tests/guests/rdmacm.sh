@@ -262,7 +262,7 @@ serve() {
 # of the runs against the kernel's server (measured). So a test whose only
 # REJ was that one, by libcep's own count (CEP_RDMACM_STATS), runs again, up
 # to 4 times; any other failure, or a kernel client (no count), stands.
-# Not at once: the server's rejected test still waits for the connection
+# Not at once: the server's rejected test, by all signs, still waits for the connection
 # that never comes until qperf's timeout (-to, 5 s by default) ends it, and
 # a client that asks sooner waits for the next test's port behind it with
 # the same 5 s and gives up ("failed to receive RDMA CM TCP IPv4 server
