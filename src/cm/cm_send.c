@@ -37,28 +37,31 @@ int cm_send_raw(struct cep_cm *cm, unsigned w, struct cep_msg *m,
 	return 0; /* a failed send is a lost MAD: retries cover it */
 }
 
+/* Lock held: id->retry, the buffer a kept MAD is encoded into (made on
+ * first use, kept for the id's life). 0 or -ENOMEM. */
+static int retry_buf(struct cep_cm_id *id)
+{
+	if (!id->retry)
+		id->retry = malloc(CEP_MAD_SIZE);
+	return id->retry ? 0 : -ENOMEM;
+}
+
 /* Lock held: encode @m into id->retry without sending it (a REQ its
  * window holds back). 0, -ENOMEM, or the encoder's error. */
 int cm_keep_msg(struct cep_cm_id *id, struct cep_msg *m)
 {
-	if (!id->retry) {
-		id->retry = malloc(CEP_MAD_SIZE);
-		if (!id->retry)
-			return -ENOMEM;
-	}
-	return cep_msg_encode(m, id->retry);
+	int ret = retry_buf(id);
+
+	return ret ? ret : cep_msg_encode(m, id->retry);
 }
 
 /* Lock held. @retain: keep the encoded MAD for retries. */
 int cm_send_msg(struct cep_cm_id *id, struct cep_msg *m, int retain)
 {
 	if (retain) {
-		if (!id->retry) {
-			id->retry = malloc(CEP_MAD_SIZE);
-			if (!id->retry)
-				return -ENOMEM;
-		}
-		return cm_send_raw(id->cm, id->worker, m, &id->peer, id->retry);
+		int ret = retry_buf(id);
+
+		return ret ? ret : cm_send_raw(id->cm, id->worker, m, &id->peer, id->retry);
 	}
 	return cm_send_raw(id->cm, id->worker, m, &id->peer, NULL);
 }

@@ -239,6 +239,16 @@ struct wait_state {
  * drain: cep_lead_step_aside's), or NULL. */
 static _Thread_local struct wait_state *drain_wait;
 
+/* mtx held: the application thread that holds @l lets it go (the lease
+ * counts from now). The waiter whose turn is next, or NULL. */
+static struct cep_lead_waiter *app_release_locked(struct cep_lead *l)
+{
+	l->holder = H_NONE;
+	l->app_w = NULL;
+	l->app_left_ms = now_ms();
+	return next_turn(l);
+}
+
 /* mtx held: we stop touching @l (it is closed, or the wait ends): give it
  * back or leave its followers, drop our use. The waiter to wake (the next
  * turn), or NULL. */
@@ -248,10 +258,7 @@ static struct cep_lead_waiter *leave_locked(struct cep_lead *l, unsigned char *s
 	struct cep_lead_waiter *wake = NULL;
 
 	if (*st == W_LEAD) {
-		l->holder = H_NONE;
-		l->app_w = NULL;
-		l->app_left_ms = now_ms();
-		wake = next_turn(l);
+		wake = app_release_locked(l);
 	} else if (*st == W_FOLLOW && unfollow(l, f) && l->holder == H_NONE) {
 		/* the turn may have been ours: the next one's */
 		wake = next_turn(l);
@@ -450,11 +457,8 @@ void cep_lead_step_aside(void)
 		pthread_mutex_lock(&l->mtx);
 		/* as leave_locked, but the wait goes on: it follows again
 		 * (not queued; try_take queues it when it finds a holder) */
-		l->holder = H_NONE;
-		l->app_w = NULL;
-		l->app_left_ms = now_ms();
 		s->st[i] = W_FOLLOW;
-		wake = next_turn(l);
+		wake = app_release_locked(l);
 		pthread_mutex_unlock(&l->mtx);
 		atomic_fetch_add_explicit(&l->st_asides, 1, memory_order_relaxed);
 		cep_lead_wake(wake);
