@@ -865,7 +865,10 @@ static struct rcm_id *pick_ib_listener(struct rcm_service *s)
 /* A new id's AF_IB addresses (the kernel's cma_save_ib_info): source our
  * GID, the REQ's P_Key, flow label and service ID, mask all ones;
  * destination the requester's GID, same P_Key and flow label. A SIDR_REQ
- * has no path: the listener's source, the destination family only. */
+ * has no path: the source the listener's; the destination the SIDR_REQ's
+ * P_Key and, when the MAD came with a GRH (always on RoCE), its source
+ * GID. Stricter than the kernel's cma_save_ib_info, which leaves a
+ * SIDR id's destination without either. */
 static void set_ib_addrs(struct rcm_id *c, const struct rcm_id *l, const struct cep_cm_event *ev,
 			 int ud)
 {
@@ -877,6 +880,9 @@ static void set_ib_addrs(struct rcm_id *c, const struct rcm_id *l, const struct 
 	src->sib_family = dst->sib_family = AF_IB;
 	if (ud) {
 		memcpy(src, &l->id.route.addr.src_storage, sizeof(*src));
+		dst->sib_pkey = htobe16(ev->msg.u.sidr_req.partition_key);
+		if (ev->from.grh_present)
+			memcpy(dst->sib_addr.sib_raw, ev->from.gid, 16);
 	} else {
 		const struct cep_req *rq = &ev->msg.u.req;
 

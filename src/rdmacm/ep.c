@@ -2,7 +2,8 @@
 /*
  * librdmacm on libcep, the address and endpoint helpers: rdma_getaddrinfo /
  * rdma_freeaddrinfo (getaddrinfo(3) with rdma_cm's port spaces and QP
- * types; no ibacm route lookup) and the synchronous endpoint API
+ * types, AF_IB as librdmacm converts it; no ibacm route lookup) and the
+ * synchronous endpoint API
  * rdma_create_ep / rdma_destroy_ep / rdma_get_request, whose ids own a
  * private channel so that connect, accept, disconnect and get_request wait
  * for their event (librdmacm's ucma_complete).
@@ -10,10 +11,13 @@
  * Guarantees: pure on caller memory apart from the ids they create; any
  * thread.
  */
+#include <arpa/inet.h>
+#include <endian.h>
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <infiniband/ib.h>
 #include <rdma/rdma_verbs.h>
 
 #include "rdmacm.h"
@@ -29,6 +33,14 @@ static int copy_addr(struct sockaddr **dst, socklen_t *dst_len, const struct soc
 	return 0;
 }
 
+/* Hints asking for AF_IB results: librdmacm converts only a numeric host
+ * whose hints say RAI_FAMILY; AF_IB without them answers IP addresses. */
+static int af_ib_convert(const struct rdma_addrinfo *h)
+{
+	return h->ai_family == AF_IB && (h->ai_flags & RAI_FAMILY) &&
+	       (h->ai_flags & RAI_NUMERICHOST);
+}
+
 /* rdma_addrinfo hints -> addrinfo hints (librdmacm's mapping). */
 static void to_ai_hints(const struct rdma_addrinfo *h, struct addrinfo *ai)
 {
@@ -37,7 +49,14 @@ static void to_ai_hints(const struct rdma_addrinfo *h, struct addrinfo *ai)
 		ai->ai_flags |= AI_PASSIVE;
 	if (h->ai_flags & RAI_NUMERICHOST)
 		ai->ai_flags |= AI_NUMERICHOST;
-	ai->ai_family = h->ai_family;
+	/* librdmacm's ucma_convert_to_ai: getaddrinfo knows no AF_IB. Asked
+	 * to convert (RAI_FAMILY | RAI_NUMERICHOST), the host must be an
+	 * IPv6 literal - a GID - where librdmacm would read any family's
+	 * address as a sockaddr_in6; stricter, an IPv4 literal fails there. */
+	if (h->ai_family != AF_IB)
+		ai->ai_family = h->ai_family;
+	else if (af_ib_convert(h))
+		ai->ai_family = AF_INET6;
 	if (h->ai_qp_type == IBV_QPT_RC || h->ai_qp_type == IBV_QPT_UC)
 		ai->ai_socktype = SOCK_STREAM;
 	else if (h->ai_qp_type == IBV_QPT_UD)
@@ -46,6 +65,42 @@ static void to_ai_hints(const struct rdma_addrinfo *h, struct addrinfo *ai)
 		ai->ai_protocol = IPPROTO_TCP;
 	else if (h->ai_port_space == RDMA_PS_UDP || h->ai_port_space == RDMA_PS_IPOIB)
 		ai->ai_protocol = IPPROTO_UDP;
+	else if (h->ai_port_space == RDMA_PS_IB)
+		/* the IB space carries either: the QP type says which */
+		ai->ai_protocol = ai->ai_socktype == SOCK_STREAM ? IPPROTO_TCP :
+				  ai->ai_socktype == SOCK_DGRAM ? IPPROTO_UDP : 0;
+}
+
+/* An IPv6 address -> an AF_IB one, as librdmacm's ucma_convert_in6: the
+ * GID the address, P_Key 0xffff, the service ID the port space's prefix |
+ * port, its mask the prefix's (and the port's when one was given). */
+static int to_sib(int ps, struct sockaddr **dst, socklen_t *dst_len, const struct addrinfo *ai)
+{
+	const struct sockaddr_in6 *in6 = (const void *)ai->ai_addr;
+	struct sockaddr_ib *sib;
+	uint16_t port;
+	uint64_t mask = 0;
+
+	if (ai->ai_family != AF_INET6 || ai->ai_addrlen < sizeof(*in6))
+		return EAI_FAMILY;
+	sib = calloc(1, sizeof(*sib));
+	if (!sib)
+		return EAI_MEMORY;
+	port = ntohs(in6->sin6_port);
+	sib->sib_family = AF_IB;
+	sib->sib_pkey = htobe16(0xffff);
+	sib->sib_flowinfo = in6->sin6_flowinfo;
+	memcpy(&sib->sib_addr, &in6->sin6_addr, sizeof(sib->sib_addr));
+	sib->sib_sid = htobe64(((uint64_t)(unsigned)ps << 16) + port);
+	if (ps)
+		mask |= RDMA_IB_IP_PS_MASK;
+	if (port)
+		mask |= RDMA_IB_IP_PORT_MASK;
+	sib->sib_sid_mask = htobe64(mask);
+	sib->sib_scope_id = in6->sin6_scope_id;
+	*dst = (struct sockaddr *)sib;
+	*dst_len = sizeof(*sib);
+	return 0;
 }
 
 static int from_ai(struct rdma_addrinfo *rai, const struct rdma_addrinfo *h,
@@ -57,16 +112,20 @@ static int from_ai(struct rdma_addrinfo *rai, const struct rdma_addrinfo *h,
 	rai->ai_port_space = h->ai_port_space ? h->ai_port_space :
 			     ai->ai_protocol == IPPROTO_TCP ? RDMA_PS_TCP :
 			     ai->ai_protocol == IPPROTO_UDP ? RDMA_PS_UDP : 0;
-	rai->ai_family = ai->ai_family;
+	rai->ai_family = af_ib_convert(h) ? AF_IB : ai->ai_family;
 	if (ai->ai_flags & AI_PASSIVE) {
 		rai->ai_flags = RAI_PASSIVE;
 		if (ai->ai_canonname)
 			rai->ai_src_canonname = strdup(ai->ai_canonname);
-		return copy_addr(&rai->ai_src_addr, &rai->ai_src_len, ai->ai_addr, ai->ai_addrlen);
+		return rai->ai_family == AF_IB ?
+		       to_sib(rai->ai_port_space, &rai->ai_src_addr, &rai->ai_src_len, ai) :
+		       copy_addr(&rai->ai_src_addr, &rai->ai_src_len, ai->ai_addr, ai->ai_addrlen);
 	}
 	if (ai->ai_canonname)
 		rai->ai_dst_canonname = strdup(ai->ai_canonname);
-	return copy_addr(&rai->ai_dst_addr, &rai->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
+	return rai->ai_family == AF_IB ?
+	       to_sib(rai->ai_port_space, &rai->ai_dst_addr, &rai->ai_dst_len, ai) :
+	       copy_addr(&rai->ai_dst_addr, &rai->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
 }
 
 RCM_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
@@ -83,8 +142,6 @@ RCM_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 		return rcm_err(-ret);
 	if (!hints)
 		hints = &nohints;
-	if (hints->ai_family == AF_IB)
-		return EAI_FAMILY; /* InfiniBand addressing (AF_IB): not supported */
 	rai = calloc(1, sizeof(*rai));
 	if (!rai)
 		return EAI_MEMORY;
@@ -138,6 +195,7 @@ RCM_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
 RCM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 			      struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
 {
+	enum ibv_qp_type qp_type;
 	struct rcm_id *r;
 	int ret = rcm_init();
 
@@ -145,10 +203,17 @@ RCM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 		return rcm_err(-ret);
 	if (!id || !res)
 		return rcm_err(EINVAL);
-	if (res->ai_port_space != RDMA_PS_TCP && res->ai_port_space != RDMA_PS_UDP)
+	/* the spaces rdma_create_id takes; the QP type the result's (as
+	 * librdmacm's rdma_create_id2), or the space's own when it names none */
+	if (res->ai_port_space != RDMA_PS_TCP && res->ai_port_space != RDMA_PS_UDP &&
+	    res->ai_port_space != RDMA_PS_IB)
 		return rcm_err(ENOSYS);
-	r = rcm_id_new(NULL, NULL, (enum rdma_port_space)res->ai_port_space,
-		       (enum ibv_qp_type)res->ai_qp_type);
+	qp_type = res->ai_qp_type ? (enum ibv_qp_type)res->ai_qp_type :
+		  res->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
+	if (res->ai_port_space == RDMA_PS_IB && qp_type != IBV_QPT_RC &&
+	    qp_type != IBV_QPT_UC && qp_type != IBV_QPT_UD)
+		return rcm_err(EINVAL); /* connected or datagram: nothing else */
+	r = rcm_id_new(NULL, NULL, (enum rdma_port_space)res->ai_port_space, qp_type);
 	if (!r)
 		return rcm_err(ENOMEM);
 	if (res->ai_flags & RAI_PASSIVE) {
@@ -165,22 +230,25 @@ RCM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 				goto err;
 			}
 			*r->qp_init_attr = *qp_init_attr;
-			r->qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type;
+			r->qp_init_attr->qp_type = qp_type;
 		}
 		goto out;
 	}
 	ret = rdma_resolve_addr(&r->id, res->ai_src_addr, res->ai_dst_addr, 2000);
 	if (ret)
 		goto err;
-	if (res->ai_route_len) {
-		ret = rcm_err(ENOSYS); /* given paths (RDMA_OPTION_IB_PATH) */
-		goto err;
-	}
-	ret = rdma_resolve_route(&r->id, 2000);
+	/* Paths given with the result (ibacm's, or the application's): the
+	 * route is theirs, no SA query - librdmacm hands them to
+	 * RDMA_OPTION_IB_PATH, which here also waits for ROUTE_RESOLVED */
+	if (res->ai_route_len)
+		ret = rdma_set_option(&r->id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, res->ai_route,
+				      res->ai_route_len);
+	else
+		ret = rdma_resolve_route(&r->id, 2000);
 	if (ret)
 		goto err;
 	if (qp_init_attr) {
-		qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type;
+		qp_init_attr->qp_type = qp_type;
 		ret = rdma_create_qp(&r->id, pd, qp_init_attr);
 		if (ret)
 			goto err;

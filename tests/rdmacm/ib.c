@@ -30,7 +30,8 @@
  * the GID from it, asks no neighbour, queues ADDR_RESOLVED at once, the
  * source the port sharing the GID's subnet prefix (cma_resolve_ib_dev),
  * the P_Key sib_pkey (0xffff when 0), a source of another family EINVAL;
- * the SA query's service ID is the destination's sib_sid.
+ * the SA query's service ID is the destination's sib_sid; rdma_getaddrinfo
+ * with AF_IB hints and rdma_create_ep in RDMA_PS_IB and with given paths.
  * The layer's objects are linked in. Usage: test-rdmacm-ib [resolve].
  */
 #include <arpa/inet.h>
@@ -547,6 +548,125 @@ static void sib_set(struct sockaddr_ib *s, const uint8_t gid[16], uint16_t pkey,
 #define SID_TCP 0x0000000001060000ull
 #define SID_UDP 0x0000000001110000ull
 
+/* The synchronous endpoint API with AF_IB, on the stand-in InfiniBand port
+ * ports[0] (GID @ga), the peer @gb: rdma_getaddrinfo's AF_IB conversion
+ * (librdmacm's ucma_convert_in6), rdma_create_ep in RDMA_PS_IB, and with
+ * paths given in ai_route (RDMA_OPTION_IB_PATH, no SA query). */
+static void af_ib_endpoints(struct rcm_port *ports, const uint8_t ga[16], const uint8_t gb[16])
+{
+	struct rdma_addrinfo hints, *res, *pres;
+	struct cep_sa_path given = sample_path();
+	struct ibv_path_data d[2];
+	const struct sockaddr_ib *s;
+	struct rdma_cm_id *id;
+	char gbs[INET6_ADDRSTRLEN], gas[INET6_ADDRSTRLEN];
+	unsigned sends;
+
+	inet_ntop(AF_INET6, gb, gbs, sizeof(gbs));
+	inet_ntop(AF_INET6, ga, gas, sizeof(gas));
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = RAI_FAMILY | RAI_NUMERICHOST;
+	hints.ai_family = AF_IB;
+	hints.ai_port_space = RDMA_PS_TCP;
+	CHECK_EQ(rdma_getaddrinfo(gbs, "7471", &hints, &res), 0);
+	CHECK_EQ(res->ai_family, AF_IB);
+	CHECK_EQ(res->ai_port_space, RDMA_PS_TCP);
+	CHECK_EQ(res->ai_qp_type, IBV_QPT_RC); /* TCP -> a stream -> RC */
+	CHECK_EQ(res->ai_dst_len, sizeof(struct sockaddr_ib));
+	CHECK_EQ(res->ai_src_len, 0);
+	s = (const void *)res->ai_dst_addr;
+	CHECK_EQ(s->sib_family, AF_IB);
+	CHECK(!memcmp(s->sib_addr.sib_raw, gb, 16));
+	CHECK_EQ(be16toh(s->sib_pkey), 0xffff);
+	CHECK_EQ(be64toh(s->sib_sid), SID_TCP | 7471);
+	CHECK_EQ(be64toh(s->sib_sid_mask), ~0ull);
+	/* passive, no port: the prefix's mask only; RDMA_PS_IB and a
+	 * datagram QP type */
+	hints.ai_flags = RAI_FAMILY | RAI_NUMERICHOST | RAI_PASSIVE;
+	hints.ai_port_space = RDMA_PS_IB;
+	hints.ai_qp_type = IBV_QPT_UD;
+	CHECK_EQ(rdma_getaddrinfo(gas, NULL, &hints, &pres), 0);
+	CHECK_EQ(pres->ai_flags, RAI_PASSIVE);
+	CHECK_EQ(pres->ai_family, AF_IB);
+	CHECK_EQ(pres->ai_dst_len, 0);
+	s = (const void *)pres->ai_src_addr;
+	CHECK_EQ(pres->ai_src_len, sizeof(*s));
+	CHECK(!memcmp(s->sib_addr.sib_raw, ga, 16));
+	CHECK_EQ(be64toh(s->sib_sid), SID_IB);
+	CHECK_EQ(be64toh(s->sib_sid_mask), RDMA_IB_IP_PS_MASK);
+	rdma_freeaddrinfo(pres);
+	/* an IPv4 literal is no GID (librdmacm would read it as IPv6) */
+	hints.ai_flags = RAI_FAMILY | RAI_NUMERICHOST;
+	CHECK(rdma_getaddrinfo("10.0.0.2", "7471", &hints, &pres) != 0);
+	/* AF_IB without RAI_FAMILY: IP addresses, as librdmacm */
+	hints.ai_flags = RAI_NUMERICHOST;
+	CHECK_EQ(rdma_getaddrinfo("10.0.0.2", "7471", &hints, &pres), 0);
+	CHECK_EQ(pres->ai_family, AF_INET);
+	CHECK_EQ(pres->ai_dst_addr->sa_family, AF_INET);
+	rdma_freeaddrinfo(pres);
+
+	/* rdma_create_ep to it with a given path: ROUTE_RESOLVED from that
+	 * path, the SA not asked */
+	put_path(&d[0], IBV_PATH_FLAG_GMP | IBV_PATH_FLAG_ALTERNATE | IBV_PATH_FLAG_BIDIRECTIONAL,
+		 &given);
+	given.dlid = 6;
+	memcpy(given.dgid, gb, 16);
+	put_path(&d[1], BIDI_PRIMARY, &given);
+	res->ai_route = malloc(sizeof(d));
+	CHECK(res->ai_route != NULL);
+	memcpy(res->ai_route, d, sizeof(d));
+	res->ai_route_len = sizeof(d);
+	sends = fsa.sends;
+	CHECK_EQ(rdma_create_ep(&id, res, NULL, NULL), 0);
+	CHECK_EQ(fsa.sends, sends);
+	CHECK_EQ(rcm_id_of(id)->state, RCM_ROUTE_RESOLVED);
+	CHECK(rcm_id_of(id)->route_given);
+	CHECK(rcm_id_of(id)->port == &ports[0]);
+	CHECK_EQ(id->ps, RDMA_PS_TCP);
+	CHECK_EQ(id->route.num_paths, 1);
+	CHECK_EQ(be16toh(id->route.path_rec->dlid), 6);
+	CHECK_EQ(be16toh(id->route.path_rec->pkey), 0x8001);
+	CHECK(!memcmp(id->route.path_rec->dgid.raw, gb, 16));
+	rdma_destroy_ep(id);
+	/* a given route the option refuses (no primary entry): EINVAL */
+	res->ai_route_len = sizeof(d[0]);
+	errno = 0;
+	id = NULL;
+	CHECK_EQ(rdma_create_ep(&id, res, NULL, NULL), -1);
+	CHECK_EQ(errno, EINVAL);
+	CHECK(id == NULL);
+	CHECK_EQ(fsa.sends, sends);
+
+	/* RDMA_PS_IB without paths: the SA's route, for the destination's
+	 * service ID; a UD QP type gives a UD id */
+	free(res->ai_route);
+	res->ai_route = NULL;
+	res->ai_route_len = 0;
+	res->ai_port_space = RDMA_PS_IB;
+	res->ai_qp_type = IBV_QPT_UD;
+	fsa.status = 0;
+	CHECK_EQ(rdma_create_ep(&id, res, NULL, NULL), 0);
+	CHECK_EQ(fsa.sends, sends + 1);
+	CHECK_EQ(fsa.last_path.service_id, SID_TCP | 7471);
+	CHECK_EQ(id->ps, RDMA_PS_IB);
+	CHECK_EQ(id->qp_type, IBV_QPT_UD);
+	CHECK_EQ(rcm_id_of(id)->state, RCM_ROUTE_RESOLVED);
+	CHECK_EQ(be16toh(id->route.path_rec->dlid), 4); /* the SA's answer */
+	rdma_destroy_ep(id);
+	/* neither connected nor datagram: EINVAL, nothing made */
+	res->ai_qp_type = IBV_QPT_XRC_SEND;
+	errno = 0;
+	CHECK_EQ(rdma_create_ep(&id, res, NULL, NULL), -1);
+	CHECK_EQ(errno, EINVAL);
+	/* IPoIB's space: still refused */
+	res->ai_port_space = RDMA_PS_IPOIB;
+	res->ai_qp_type = IBV_QPT_UD;
+	errno = 0;
+	CHECK_EQ(rdma_create_ep(&id, res, NULL, NULL), -1);
+	CHECK_EQ(errno, ENOSYS);
+	rdma_freeaddrinfo(res);
+}
+
 /* AF_IB on the stand-in InfiniBand port ports[0] (GID @ga), the peer @gb. */
 static void af_ib_layer(struct rcm_channel *ch, struct rcm_port *ports, const uint8_t ga[16],
 			const uint8_t gb[16])
@@ -677,6 +797,8 @@ static void af_ib_layer(struct rcm_channel *ch, struct rcm_port *ports, const ui
 	CHECK_EQ(errno, EINVAL);
 	CHECK_EQ(r->state, RCM_ADDR_BOUND);
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+
+	af_ib_endpoints(ports, ga, gb);
 }
 
 static void resolve(void)

@@ -18,7 +18,9 @@
  * the REQ's remote GID, the peer's its local GID, the REQ's P_Key, flow
  * label and service ID, mask all ones); an AF_IB id's REQ carries the
  * destination's sib_sid as service ID (cma_get_service_id) and no CMA
- * header (cma_user_data_offset 0 for AF_IB).
+ * header (cma_user_data_offset 0 for AF_IB). A SIDR_REQ's new id on an
+ * AF_IB listener (sidr-af-ib, -no-grh): destination P_Key the request's,
+ * GID the GRH's source when the MAD had one.
  * Usage: test-rdmacm-ib-listen NAME.
  */
 #include <arpa/inet.h>
@@ -275,7 +277,84 @@ static void t_connect(void)
 	rcm_channel_free(ch);
 }
 
+/* A SIDR_REQ to an AF_IB listener of the UDP space on an InfiniBand port,
+ * sent from C with a GRH: the new id's source is the listener's, its
+ * destination the SIDR_REQ's P_Key and the GRH's source GID - C's (the
+ * kernel's cma_save_ib_info leaves both out for a SIDR id). Without a GRH
+ * the destination GID stays unknown (zero), the P_Key still set. */
+static void sidr_to_af_ib(int grh)
+{
+	struct standin s;
+	struct rcm_service udp;
+	struct rcm_id *ul;
+	struct cep_cm_id *lu;
+	struct cep_port_info ci;
+	struct cep_mad_addr to = { .lid = LID_B, .qpn = 1, .qkey = CEP_QP1_QKEY,
+				   .grh_present = (uint8_t)grh, .hop_limit = 1 };
+	struct rdma_cm_event *ev = NULL;
+	struct sockaddr_ib *lsib;
+	const struct sockaddr_ib *src, *dst;
+	uint8_t mad[CEP_MAD_SIZE], zero[16] = { 0 };
+	struct cep_msg m;
+
+	setup(2, 0);
+	standin_open(&s, IBV_LINK_LAYER_INFINIBAND, 0);
+	lu = service_listener(&udp, CEP_RDMA_PS_UDP);
+	udp.port = &s.port;
+	rdma_listener(&udp, s.ch, RDMA_PS_UDP, IBV_QPT_UD, &ul);
+	lsib = (struct sockaddr_ib *)&ul->id.route.addr.src_storage;
+	lsib->sib_family = AF_IB;
+	memcpy(lsib->sib_addr.sib_raw, GID_REQ_REMOTE, 16);
+	lsib->sib_pkey = htobe16(0xffff);
+	lsib->sib_sid = htobe64(udp.sid);
+	lsib->sib_sid_mask = htobe64(~0ull);
+	CHECK_EQ(C.tp->ops->query_port(C.tp, &ci), 0);
+
+	cep_msg_init(&m, CEP_MSG_SIDR_REQ, 0x5171);
+	m.u.sidr_req.request_id = 0x9701;
+	m.u.sidr_req.service_id = udp.sid;
+	m.u.sidr_req.partition_key = 0x8001;
+	memcpy(m.u.sidr_req.private_data, "\x7fudp", 5); /* no CMA header */
+	CHECK_EQ(cep_msg_encode(&m, mad), 0);
+	CHECK_EQ(C.tp->ops->send(C.tp, mad, sizeof(mad), &to), 0);
+	CHECK_EQ(poll(&(struct pollfd){ .fd = s.ch->ch.fd, .events = POLLIN }, 1, 5000), 1);
+	CHECK_EQ(rdma_get_cm_event(&s.ch->ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	CHECK(!memcmp(ev->param.ud.private_data, "\x7fudp", 5));
+	src = (const void *)&ev->id->route.addr.src_addr;
+	dst = (const void *)&ev->id->route.addr.dst_addr;
+	CHECK_EQ(src->sib_family, AF_IB);
+	CHECK(!memcmp(src->sib_addr.sib_raw, GID_REQ_REMOTE, 16));
+	CHECK_EQ(be64toh(src->sib_sid), udp.sid);
+	CHECK_EQ(dst->sib_family, AF_IB);
+	CHECK_EQ(be16toh(dst->sib_pkey), 0x8001);
+	CHECK(!memcmp(dst->sib_addr.sib_raw, grh ? ci.gid : zero, 16));
+	CHECK(!memcmp(ev->id->route.addr.addr.ibaddr.dgid.raw, grh ? ci.gid : zero, 16));
+	CHECK_EQ(rdma_reject(ev->id, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_SIDR_REP, 1));
+	CHECK_EQ(raw_last(CEP_MSG_SIDR_REP).u.sidr_rep.status, CEP_SIDR_REJECT);
+	struct rdma_cm_id *c = ev->id;
+
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(lu), 0);
+	udp.nlisteners = 0;
+	rcm_id_put(ul);
+	standin_teardown(c, &s);
+}
+
+static void t_sidr_af_ib(void)
+{
+	sidr_to_af_ib(1);
+}
+
+static void t_sidr_af_ib_no_grh(void)
+{
+	sidr_to_af_ib(0);
+}
+
 static const struct named_test tests[] = {
+	{ "sidr-af-ib", t_sidr_af_ib },
+	{ "sidr-af-ib-no-grh", t_sidr_af_ib_no_grh },
 	{ "primary", t_primary },
 	{ "alternate", t_alternate },
 	{ "roce", t_roce },
