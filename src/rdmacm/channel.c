@@ -125,6 +125,10 @@ struct rcm_event *rcm_event_new(struct rcm_id *owner, enum rdma_cm_event_type ty
 
 void rcm_event_drop(struct rcm_event *e)
 {
+	/* a multicast event never given out: no waiter to wake (only the
+	 * leave that drops it, or the id's teardown) */
+	if (e->mc)
+		atomic_fetch_sub_explicit(&e->mc->pending, 1, memory_order_release);
 	if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->ev.id != &e->owner->id)
 		rcm_id_abandon(rcm_id_of(e->ev.id));
 	rcm_id_put(e->owner);
@@ -476,6 +480,10 @@ RCM_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 	o = e->owner;
 	pthread_mutex_lock(&o->mtx);
 	o->events_completed++;
+	/* under o->mtx, before the broadcast: a leave waiting for the join's
+	 * events (mcast.c) cannot miss it; e->mc is not touched after */
+	if (e->mc)
+		atomic_fetch_sub_explicit(&e->mc->pending, 1, memory_order_release);
 	pthread_cond_broadcast(&o->cond);
 	pthread_mutex_unlock(&o->mtx);
 	rcm_id_put(o); /* the event's reference: o stays valid until here */

@@ -1178,6 +1178,8 @@ void rcm_event_taken(struct rcm_event *e)
 	pthread_mutex_lock(&r->mtx);
 	if (e->work == RCM_WORK_QP_ERR) {
 		rcm_qp_error(r->id.qp);
+	} else if (e->work == RCM_WORK_JOIN) {
+		rcm_mc_join_taken(r, e);
 	} else if (e->work == RCM_WORK_REP && r->id.qp) {
 		/* librdmacm ucma_process_conn_resp_ece: ECE, RTR, RTS, RTU. */
 		ret = r->rep_bad ? -EINVAL : rep_ece(r);

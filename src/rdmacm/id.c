@@ -150,6 +150,7 @@ void rcm_id_put(struct rcm_id *r)
 	/* acq_rel: every user's writes are visible to the one that frees */
 	if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
 		return;
+	rcm_mc_free(r);
 	free(r->id.route.path_rec);
 	free(r->qp_init_attr);
 	free(r->connect_pdata);
@@ -890,6 +891,7 @@ static void id_teardown(struct rcm_id *r)
 	pthread_mutex_unlock(&r->mtx);
 	unlisten(r);
 	rcm_unbind(r);
+	rcm_mc_end(r); /* the kernel's destroy leaves the groups */
 	drop_list(rcm_channel_take(rcm_channel_of(r->id.channel), r));
 	drop_list(deferred);
 	drop_list(held);

@@ -130,6 +130,23 @@ enum rcm_work {
 	RCM_WORK_NONE,
 	RCM_WORK_REP,                  /* QP to RTR/RTS and RTU: ESTABLISHED */
 	RCM_WORK_QP_ERR,               /* REJECTED: QP to ERR */
+	RCM_WORK_JOIN,                 /* MULTICAST_JOIN: attach the QP */
+};
+
+/* A multicast join of an id (mcast.c): on the id's mc_list (its mutex)
+ * until rdma_leave_multicast, freed with the id otherwise. */
+struct rcm_mc {
+	struct rcm_mc *next;
+	void *context;                 /* the application's, in its events */
+	struct sockaddr_storage addr;  /* the group as joined (leave's key) */
+	socklen_t addrlen;
+	union ibv_gid mgid;
+	uint16_t mlid;                 /* 0 on RoCE */
+	uint16_t join_flags;           /* RDMA_MC_JOIN_FLAG_* */
+	int igmp_fd;                   /* holds the IP group membership, or -1 */
+	uint8_t attached;              /* the id's QP is attached (id mutex) */
+	uint8_t left;                  /* unlinked by leave (id mutex) */
+	_Atomic unsigned pending;      /* its events not yet acked or dropped */
 };
 
 struct rcm_event {
@@ -139,6 +156,8 @@ struct rcm_event {
 	struct rcm_id *owner;          /* whose events this one counts for: the
 					  listener for CONNECT_REQUEST (as
 					  librdmacm); holds a reference */
+	struct rcm_mc *mc;             /* a multicast event's join (counted in
+					  its pending), else NULL */
 	uint8_t pdata[RCM_PDATA_MAX];
 };
 
@@ -263,6 +282,7 @@ struct rcm_id {
 	struct rcm_evq deferred;       /* REQs past the backlog */
 	struct rcm_service **svcs;     /* services listened on */
 	unsigned nsvcs;
+	struct rcm_mc *mc_list;        /* multicast joins */
 	/* rdma_create_ep */
 	struct ibv_qp_init_attr *qp_init_attr;
 	uint8_t *connect_pdata;
@@ -421,6 +441,16 @@ void rcm_fill_path(struct rcm_id *r, struct ibv_sa_path_rec *p);
  * ENOMEM (nothing changed). */
 struct cep_sa_path;
 int rcm_route_resolved(struct rcm_id *r, const struct cep_sa_path *sp);
+
+/* ---- mcast.c ------------------------------------------------------------- */
+
+/* MULTICAST_JOIN @e of @r taken by the application (rcm_event_taken, r->mtx
+ * held): attach r's QP to the group, or make it MULTICAST_ERROR. */
+void rcm_mc_join_taken(struct rcm_id *r, struct rcm_event *e);
+/* rdma_destroy_id: end @r's group memberships now (r->mtx not held). */
+void rcm_mc_end(struct rcm_id *r);
+/* The last reference to @r went: free its joins (no event points to them). */
+void rcm_mc_free(struct rcm_id *r);
 
 /* ---- ib.c (InfiniBand; more in ib.h) ---------------------------------- */
 

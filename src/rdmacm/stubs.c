@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * librdmacm on libcep, what is out of scope: multicast and rsockets
+ * librdmacm on libcep, what is out of scope: rsockets
  * return -1 with errno ENOSYS (docs/rdmacm.md lists them). They exist so
  * that every program linked against librdmacm 44 loads (Debian's are
  * linked with BIND_NOW). rpoll and rselect keep working: rsocket() never
@@ -15,25 +15,6 @@
 #include <rdma/rsocket.h>
 
 #include "rdmacm.h"
-
-RCM_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-{
-	(void)id, (void)addr, (void)context;
-	return rcm_err(ENOSYS);
-}
-
-RCM_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc,
-				      void *context)
-{
-	(void)id, (void)mc, (void)context;
-	return rcm_err(ENOSYS);
-}
-
-RCM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
-{
-	(void)id, (void)addr;
-	return rcm_err(ENOSYS);
-}
 
 /* ---- rsockets ---------------------------------------------------------- */
 

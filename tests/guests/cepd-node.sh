@@ -16,7 +16,13 @@
 # rdma_listen, and cepd-guest hostile (raw protocol: foreign QPNs, handles
 # and service IDs, malformed requests, a flood) runs during the libcep
 # phase, while the servers keep serving.
-# Args: cep-rdmacm wrapper, cepd, cepd-guest, [cmtime connections], [LIMIT ms].
+#   mcast    multicast through cepd's port (RoCE: the joins need neither
+#            CM nor cepd): on b two rdmacm-probe mcast-recv members and an
+#            mckey receiver, three processes; the mckey one is killed with
+#            -9 and its IP membership must go (/proc/net/igmp users 3 -> 2);
+#            a (kernel CM) sends 10 datagrams, each member checks all 10
+# Args: cep-rdmacm wrapper, cepd, cepd-guest, [cmtime connections], [LIMIT ms],
+# [rdmacm-probe].
 set -u
 . "$GB_LIB"
 wrap=$1
@@ -24,6 +30,7 @@ cepd=$2
 probe=$3
 cmtime_n=${4:-100}
 limit=${5:-4000}
+mcprobe=${6:-}
 ulimit -n 65536 2>/dev/null || true
 out=/tmp/cepd
 mkdir -p $out /run/cep
@@ -132,6 +139,52 @@ check_ucmatose() {
 		ok "$1: ucmatose server through cepd" || ko "$1: ucmatose server (exit $rc)"
 }
 
+# mc_users: eth0's users of group 239.1.1.8 (/proc/net/igmp prints the
+# address as the host reads the word: 080101EF on x86), 0 when none.
+mc_users() {
+	awk '/^[0-9]/ { dev = $2 } dev == "eth0" && $1 == "080101EF" { print $2; f = 1 }
+		END { if (!f) print 0 }' /proc/net/igmp
+}
+
+# mcast_b: three members of 239.1.1.8 through cepd's port, one killed.
+mcast_b() {
+	echo "== mcast: three members on b, one killed with -9"
+	for m in 1 2; do
+		$wrap "$mcprobe" $GB_IP $GB_PEER_IP mcast-recv >$out/mc-recv$m.out 2>&1 &
+		eval mc$m=\$!
+	done
+	$wrap stdbuf -oL mckey -m 239.1.1.8 -b $GB_IP -C 1000 >$out/mc-victim.out 2>&1 &
+	victim=$!
+	end=$(( $(date +%s) + 60 ))
+	until { grep -q '^receiver: joined$' $out/mc-recv1.out &&
+		grep -q '^receiver: joined$' $out/mc-recv2.out &&
+		grep -q '^mckey: joined dgid' $out/mc-victim.out; } ||
+		[ "$(date +%s)" -ge $end ]; do sleep 0.05; done
+	u3=$(mc_users)
+	kill -9 $victim
+	wait $victim
+	end=$(( $(date +%s) + 10 ))
+	while [ "$(mc_users)" != 2 ] && [ "$(date +%s)" -lt $end ]; do sleep 0.05; done
+	u2=$(mc_users)
+	cat $out/mc-victim.out
+	[ "$u3" = 3 ] && [ "$u2" = 2 ] &&
+		ok "mcast: three members' IP memberships, the killed one's released (users $u3 -> $u2)" ||
+		ko "mcast: IP memberships $u3 with three members, $u2 after the kill (want 3, 2)"
+	gb_signal mc-ready
+	wait_pids 60 $mc1 $mc2
+	set -- $rcs
+	for m in 1 2; do
+		echo "-- member $m:"; cat $out/mc-recv$m.out
+		eval rc=\$$m
+		[ "$rc" = 0 ] && grep -q '^receiver: ok$' $out/mc-recv$m.out &&
+			ok "mcast: member $m through cepd's port took all 10 datagrams, checked" ||
+			ko "mcast: member $m (exit $rc)"
+	done
+	[ "$(mc_users)" = 0 ] && ok "mcast: no membership left after the leaves" ||
+		ko "mcast: $(mc_users) memberships left"
+	gb_signal mc-done
+}
+
 # ids_of_port, qps_of_port: the live ids, the registered QPNs of cepd's port 0.
 ids_of_port() { "$cepd" --stats | sed -n 's/^port 0 .* ids \([0-9]*\).*/\1/p'; }
 qps_of_port() { "$cepd" --stats | sed -n 's/^port 0 .* qps \([0-9]*\).*/\1/p'; }
@@ -185,6 +238,7 @@ if [ "$GB_NAME" = b ]; then
 		ok "rping server through cepd: 10 pings from 2 clients" || ko "rping server"
 	[ "$(n 'error\|failure\|failing' $out/cmtime-server.out)" = 0 ] &&
 		ok "cmtime server through cepd" || ko "cmtime server"
+	[ -n "$mcprobe" ] && mcast_b
 
 	echo "== kill"
 	end=$(( $(date +%s) + 30 ))
@@ -249,6 +303,19 @@ else
 	gb_wait servers-kernel 300 || { ko "no servers"; exit 1; }
 	run_clients kernel
 	gb_signal done-kernel
+	if [ -n "$mcprobe" ]; then
+		echo "== mcast: a's sender (kernel CM) to b's members"
+		if gb_wait mc-ready 200; then
+			timeout 60 "$mcprobe" $GB_IP $GB_PEER_IP mcast-send >$out/mc-send.out 2>&1
+			rc=$?
+			cat $out/mc-send.out
+			[ $rc = 0 ] && grep -q '^sender: ok$' $out/mc-send.out &&
+				ok "mcast: 10 datagrams sent to the group" || ko "mcast: sender (exit $rc)"
+		else
+			ko "mcast: b's members did not join"
+		fi
+		gb_wait mc-done 120 || true
+	fi
 	echo "== kill: a kernel peer of a server killed with -9"
 	gb_wait ks-listen 300 || { ko "no kill-server"; exit 1; }
 	timeout 250 "$probe" kill-client $GB_PEER_IP 7480 "$GB_SHARE/a.kc-ready" \

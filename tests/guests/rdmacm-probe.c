@@ -10,6 +10,7 @@
  *   rdmacm-probe SELF_IPV4 PEER_IPV4
  *   rdmacm-probe SELF_IPV4 PEER_IPV4 reject-server|reject-client
  *   rdmacm-probe SELF_IPV4 PEER_IPV4 notify-server|notify-client
+ *   rdmacm-probe SELF_IPV4 PEER_IPV4 mcast-recv|mcast-send
  *
  * The first form needs no peer process: nothing there connects; its exit
  * is 0 unless a call needed to go on failed (the comparison is the test).
@@ -17,9 +18,10 @@
  * (rdma_reject): the server prints the request's private data and rejects
  * with its own, the client prints the REJECTED event; each exits 0 only if
  * it saw what the other sent. The third is one connection established by
- * rdma_notify(IBV_EVENT_COMM_EST) before its RTU (notify_pair). For both
- * pairs CEP_RDMACM_READY or the kernel's listener tells the client when to
- * start.
+ * rdma_notify(IBV_EVENT_COMM_EST) before its RTU (notify_pair). For those
+ * two pairs CEP_RDMACM_READY or the kernel's listener tells the client when
+ * to start. The fourth is multicast data, checked (mcast_pair); its
+ * receiver's "receiver: joined" line says when the sender may start.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -396,6 +398,245 @@ static int notify_pair(int server)
 	return ok ? 0 : 1;
 }
 
+/* A small UD QP's attributes. */
+static void ud_qp_attr(struct ibv_qp_init_attr *qa)
+{
+	memset(qa, 0, sizeof(*qa));
+	qa->cap.max_send_wr = qa->cap.max_recv_wr = 2;
+	qa->cap.max_send_sge = qa->cap.max_recv_sge = 1;
+	qa->qp_type = IBV_QPT_UD;
+}
+
+/* A MULTICAST_JOIN / _ERROR event's fields (the context's tag by name). */
+static void show_mc_event(const struct rdma_cm_event *ev, const void *tag)
+{
+	const struct ibv_ah_attr *ah = &ev->param.ud.ah_attr;
+	char dg[64];
+
+	gid_str(&ah->grh.dgid, dg, sizeof(dg));
+	printf("mc event: context %s len %u qp_num 0x%x qkey 0x%x global %u dlid %u sl %u "
+	       "rate %u bits %u port %u dgid %s sgid_index %u hop %u tclass %u flow %u\n",
+	       ev->param.ud.private_data == tag ? "tag" :
+	       ev->param.ud.private_data ? "other" : "NULL",
+	       ev->param.ud.private_data_len, ev->param.ud.qp_num, ev->param.ud.qkey,
+	       ah->is_global, ah->dlid, ah->sl, ah->static_rate, ah->src_path_bits,
+	       ah->port_num, dg, ah->grh.sgid_index, ah->grh.hop_limit,
+	       ah->grh.traffic_class, ah->grh.flow_label);
+}
+
+/* The multicast calls' answers, kernel against libcep (RoCE: nothing goes
+ * on the wire but the IGMP report). */
+static void probe_multicast(struct rdma_event_channel *ch)
+{
+	static int tag;
+	struct sockaddr_in g = sin4("239.1.1.9", 0), g2 = sin4("239.1.1.10", 0), a;
+	struct rdma_cm_join_mc_attr_ex ax;
+	struct ibv_qp_init_attr qa;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *mc;
+
+	if (R("create_id mc", rdma_create_id(ch, &mc, NULL, RDMA_PS_UDP)))
+		return;
+	R("join idle", rdma_join_multicast(mc, (struct sockaddr *)&g, &tag));
+	R("leave not joined", rdma_leave_multicast(mc, (struct sockaddr *)&g));
+	a = sin4(self_ip, 0);
+	R("resolve_addr group", rdma_resolve_addr(mc, (struct sockaddr *)&a,
+						   (struct sockaddr *)&g, 2000));
+	ev = next_event("event", ch);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	show_id("mc resolved", mc);
+	ud_qp_attr(&qa);
+	R("create_qp mc", rdma_create_qp(mc, NULL, &qa));
+	R("join", rdma_join_multicast(mc, (struct sockaddr *)&g, &tag));
+	ev = next_event("event", ch);
+	if (ev) {
+		show_mc_event(ev, &tag);
+		rdma_ack_cm_event(ev);
+	}
+	memset(&ax, 0, sizeof(ax));
+	ax.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+	ax.addr = (struct sockaddr *)&g2;
+	ax.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+	R("join_ex sendonly", rdma_join_multicast_ex(mc, &ax, NULL));
+	ev = next_event("event", ch);
+	if (ev) {
+		show_mc_event(ev, &tag);
+		rdma_ack_cm_event(ev);
+	}
+	ax.comp_mask = RDMA_CM_JOIN_MC_ATTR_RESERVED;
+	R("join_ex reserved mask", rdma_join_multicast_ex(mc, &ax, NULL));
+	ax.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS;
+	R("join_ex no flags", rdma_join_multicast_ex(mc, &ax, NULL));
+	R("leave", rdma_leave_multicast(mc, (struct sockaddr *)&g));
+	R("leave again", rdma_leave_multicast(mc, (struct sockaddr *)&g));
+	R("leave sendonly", rdma_leave_multicast(mc, (struct sockaddr *)&g2));
+	rdma_destroy_qp(mc);
+	R("destroy mc", rdma_destroy_id(mc));
+	/* a connected id's QP type cannot join */
+	if (R("create_id mc tcp", rdma_create_id(ch, &mc, NULL, RDMA_PS_TCP)))
+		return;
+	a = sin4(peer_ip, 7999);
+	R("resolve_addr tcp", rdma_resolve_addr(mc, NULL, (struct sockaddr *)&a, 2000));
+	ev = next_event("event", ch);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	R("join tcp", rdma_join_multicast(mc, (struct sockaddr *)&g, NULL));
+	R("destroy mc tcp", rdma_destroy_id(mc));
+}
+
+#define MC_N 10
+#define MC_LEN 32
+
+/* Multicast data, checked (mcast-recv / mcast-send): both join 239.1.1.8
+ * (the receiver as a full member, its receives posted first; the sender
+ * send-only); the sender sends MC_N datagrams "libcep-mc N" to the group's
+ * QPN and Q_Key from its join event; the receiver takes each in order with
+ * its GRH, whose source must be the sender's (::ffff:PEER), and exits
+ * 0 only if all MC_N came, intact. The receiver prints "receiver: joined"
+ * when it is ready. */
+static int mcast_pair(int recv)
+{
+	struct sockaddr_in g = sin4("239.1.1.8", 0), a = sin4(self_ip, 0);
+	struct rdma_cm_join_mc_attr_ex ax;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	static uint8_t buf[MC_N][40 + MC_LEN];
+	const char *who = recv ? "receiver" : "sender";
+	struct ibv_qp_init_attr qa;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	struct ibv_ah *ah = NULL;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	uint32_t qpn = 0, qkey = 0;
+	int got = 0;
+
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) ||
+	    rdma_resolve_addr(id, (struct sockaddr *)&a, (struct sockaddr *)&g, 2000)) {
+		printf("%s: setup: %s\n", who, ename(errno));
+		return 1;
+	}
+	ev = wait_event(who, ch, 5000);
+	if (!ev || ev->event != RDMA_CM_EVENT_ADDR_RESOLVED)
+		return 1;
+	rdma_ack_cm_event(ev);
+	pd = ibv_alloc_pd(id->verbs);
+	cq = pd ? ibv_create_cq(id->verbs, 2 * MC_N, NULL, NULL, 0) : NULL;
+	mr = cq ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
+	memset(&qa, 0, sizeof(qa));
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = MC_N;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	qa.qp_type = IBV_QPT_UD;
+	qa.send_cq = qa.recv_cq = cq;
+	if (!mr || rdma_create_qp(id, pd, &qa)) {
+		printf("%s: verbs: %s\n", who, ename(errno));
+		return 1;
+	}
+	for (int i = 0; recv && i < MC_N; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)buf[i], .length = sizeof(buf[i]),
+				       .lkey = mr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = (uint64_t)i, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+		if (ibv_post_recv(id->qp, &wr, &bad)) {
+			printf("%s: post_recv: %s\n", who, ename(errno));
+			return 1;
+		}
+	}
+	memset(&ax, 0, sizeof(ax));
+	ax.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+	ax.addr = (struct sockaddr *)&g;
+	ax.join_flags = recv ? RDMA_MC_JOIN_FLAG_FULLMEMBER : RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+	if (rdma_join_multicast_ex(id, &ax, NULL)) {
+		printf("%s: join: %s\n", who, ename(errno));
+		return 1;
+	}
+	ev = wait_event(who, ch, 5000);
+	if (!ev || ev->event != RDMA_CM_EVENT_MULTICAST_JOIN)
+		return 1;
+	qpn = ev->param.ud.qp_num;
+	qkey = ev->param.ud.qkey;
+	ah = recv ? NULL : ibv_create_ah(pd, &ev->param.ud.ah_attr);
+	rdma_ack_cm_event(ev);
+	if (recv) {
+		printf("receiver: joined\n");
+	} else if (!ah) {
+		printf("sender: create_ah: %s\n", ename(errno));
+		return 1;
+	}
+	for (int i = 0; !recv && i < MC_N; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)(buf[i] + 40), .length = MC_LEN,
+				       .lkey = mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = (uint64_t)i, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+				   *bad;
+
+		snprintf((char *)buf[i] + 40, MC_LEN, "libcep-mc %d", i);
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = qpn;
+		wr.wr.ud.remote_qkey = qkey;
+		if (ibv_post_send(id->qp, &wr, &bad)) {
+			printf("sender: post_send: %s\n", ename(errno));
+			return 1;
+		}
+		usleep(20000); /* the receiver's queue is MC_N deep: no burst */
+	}
+	/* every completion, in order, within 20 s */
+	for (int spins = 0; got < MC_N && spins < 20000; spins++) {
+		struct ibv_wc wc;
+		int n = ibv_poll_cq(cq, 1, &wc);
+
+		if (n < 0)
+			break;
+		if (n == 0) {
+			usleep(1000);
+			continue;
+		}
+		if (wc.status != IBV_WC_SUCCESS || wc.wr_id != (uint64_t)got) {
+			printf("%s: completion %d: status %d wr_id %llu\n", who, got, wc.status,
+			       (unsigned long long)wc.wr_id);
+			return 1;
+		}
+		if (recv) {
+			char want[MC_LEN], sg[64];
+
+			snprintf(want, sizeof(want), "libcep-mc %d", got);
+			/* the 40 bytes before the data: a GRH, or on RoCE v2
+			 * over IPv4 the IPv4 header in its last 20 (what
+			 * ibv_init_ah_from_wc reads) */
+			if (buf[got][20] == 0x45) {
+				union ibv_gid v4 = { .raw = { [10] = 0xff, [11] = 0xff } };
+
+				memcpy(v4.raw + 12, buf[got] + 20 + 12, 4);
+				gid_str(&v4, sg, sizeof(sg));
+			} else {
+				gid_str((const union ibv_gid *)(buf[got] + 8), sg, sizeof(sg));
+			}
+			if (wc.byte_len != 40 + MC_LEN || !(wc.wc_flags & IBV_WC_GRH) ||
+			    strcmp((char *)buf[got] + 40, want) || strcmp(sg, "::ffff:PEER")) {
+				printf("receiver: datagram %d: len %u grh %d from %s: \"%.*s\"\n", got,
+				       wc.byte_len, !!(wc.wc_flags & IBV_WC_GRH), sg, MC_LEN,
+				       (char *)buf[got] + 40);
+				return 1;
+			}
+		}
+		got++;
+	}
+	printf("%s: %d of %d %s\n", who, got, MC_N, recv ? "received" : "sent");
+	if (got != MC_N)
+		return 1;
+	if (rdma_leave_multicast(id, (struct sockaddr *)&g)) {
+		printf("%s: leave: %s\n", who, ename(errno));
+		return 1;
+	}
+	if (ah)
+		ibv_destroy_ah(ah);
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	printf("%s: ok\n", who);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch, *ch2;
@@ -408,7 +649,8 @@ int main(int argc, char **argv)
 	uint8_t tos = 32, u8 = 14;
 
 	if (argc != 3 && argc != 4) {
-		fprintf(stderr, "usage: %s SELF_IPV4 PEER_IPV4 [reject-server|reject-client|notify-server|notify-client]\n",
+		fprintf(stderr, "usage: %s SELF_IPV4 PEER_IPV4 [reject-server|reject-client|"
+			"notify-server|notify-client|mcast-recv|mcast-send]\n",
 			argv[0]);
 		return 2;
 	}
@@ -417,6 +659,8 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 4 && !strncmp(argv[3], "notify-", 7))
 		return notify_pair(!strcmp(argv[3], "notify-server"));
+	if (argc == 4 && !strncmp(argv[3], "mcast-", 6))
+		return mcast_pair(!strcmp(argv[3], "mcast-recv"));
 	if (argc == 4)
 		return reject_pair(!strcmp(argv[3], "reject-server"));
 
@@ -546,10 +790,7 @@ int main(int argc, char **argv)
 	if (ev)
 		rdma_ack_cm_event(ev);
 	show_id("udp resolved", ud);
-	memset(&qa, 0, sizeof(qa));
-	qa.cap.max_send_wr = qa.cap.max_recv_wr = 2;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	qa.qp_type = IBV_QPT_UD;
+	ud_qp_attr(&qa);
 	R("create_qp ud", rdma_create_qp(ud, NULL, &qa));
 	if (ud->qp)
 		show_qp("ud qp", ud->qp);
@@ -619,6 +860,8 @@ int main(int argc, char **argv)
 			rdma_freeaddrinfo(res);
 		}
 	}
+
+	probe_multicast(ch);
 
 	R("destroy ud", rdma_destroy_id(ud));
 	R("destroy id", rdma_destroy_id(id));

@@ -15,7 +15,9 @@
 # on libcep) and a compares the two outputs line by line; "reject" is
 # rdmacm-probe's rejected connection (rdma_reject, private data both ways),
 # "notify" its connection established by rdma_notify(IBV_EVENT_COMM_EST)
-# before the RTU (rdma_establish 3 s later).
+# before the RTU (rdma_establish 3 s later), "mcdata" its multicast
+# datagrams, checked; "mckey" is rdmacm-utils' multicast test (a receiver
+# on b, the sender on a).
 # A fourth phase, "kernel" (both guests on the kernel CM), is for runs by
 # hand: what a program does without libcep in the same bed.
 # Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
@@ -28,8 +30,8 @@ set -u
 wrap=$1
 probe=$2
 phases=${3:-"libcep kserver kclient"}
-progs=${4:-"rping rpingq rping6 ucmatose udaddy rdmaserver cmtime fipingpong reject notify"}
-[ "$probe" = - ] && progs=$(echo "$progs" | sed 's/reject//; s/notify//')
+progs=${4:-"rping rpingq rping6 ucmatose udaddy mckey mcdata rdmaserver cmtime fipingpong reject notify"}
+[ "$probe" = - ] && progs=$(echo "$progs" | sed 's/reject//; s/notify//; s/mcdata//')
 cmtime_n=${5:-100}
 # cmtime: one RC QP and two completion channels per connection.
 ulimit -n 65536 2>/dev/null || true
@@ -48,6 +50,12 @@ until grep -qi "^fd77:0000:0000:0000:0000:0000:0000:000$n" \
 	/sys/class/infiniband/rxe0/ports/1/gids/* 2>/dev/null; do sleep 0.02; done
 echo "rxe0 up (no ib_cm): gid[1] $(gb_gid 1), $self6 in the GID table"
 gb_signal up
+
+# mckey: one IPv4 group (MGID ::ffff:239.1.1.7 on RoCE v2), with loopback
+# (its default): -l asks for IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, which rxe
+# does not create ("unable to create QP: Operation not supported", on the
+# kernel's rdma_cm as on libcep).
+mcgroup=239.1.1.7
 
 # DAPL's rdma_cm provider (libdaplofa) on this guest's interface; tgtd's
 # target name for iSER (libiscsi's iser:// URLs).
@@ -68,6 +76,7 @@ server_cmd() {
 	rping6) echo "rping -s -a $self6 -v -C 5";;
 	ucmatose) echo "ucmatose -c 4";;
 	udaddy) echo "udaddy -c 2";;
+	mckey) echo "stdbuf -oL mckey -m $mcgroup -b $GB_IP -C 10";;
 	rdmaserver) echo "rdma_server";;
 	cmtime) echo "cmtime";;
 	fipingpong) echo "fi_pingpong -p verbs -e msg -S 1024 -I 10";;
@@ -85,6 +94,7 @@ server_cmd() {
 	dapl) echo "dtest -P ofa-v2-cep -s";;
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-server";;
 	notify) echo "$probe $GB_IP $GB_PEER_IP notify-server";;
+	mcdata) echo "$probe $GB_IP $GB_PEER_IP mcast-recv";;
 	esac
 }
 
@@ -95,6 +105,7 @@ client_cmd() {
 	rping6) echo "rping -c -a $peer6 -v -C 5";;
 	ucmatose) echo "ucmatose -s $GB_PEER_IP -c 4";;
 	udaddy) echo "udaddy -s $GB_PEER_IP -c 2";;
+	mckey) echo "stdbuf -oL mckey -m $mcgroup -s -b $GB_IP -C 10";;
 	rdmaserver) echo "rdma_client -s $GB_PEER_IP";;
 	cmtime) echo "cmtime -s $GB_PEER_IP -c $cmtime_n";;
 	fipingpong) echo "fi_pingpong -p verbs -e msg -S 1024 -I 10 $GB_PEER_IP";;
@@ -105,6 +116,7 @@ client_cmd() {
 	dapl) echo "dtest -P ofa-v2-cep -h $GB_PEER_IP";;
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-client";;
 	notify) echo "$probe $GB_IP $GB_PEER_IP notify-client";;
+	mcdata) echo "$probe $GB_IP $GB_PEER_IP mcast-send";;
 	esac
 }
 
@@ -136,6 +148,12 @@ check() {
 		[ "$(n '^return status 0$')" = 1 ]; } || ok=0;;
 	*-udaddy) { [ "$(n '^data transfers complete')" = 1 ] &&
 		[ "$(n '^return status 0$')" = 1 ]; } || ok=0;;
+	# mckey: the join's address handle as the kernel's rdma_cm gives it
+	# on RoCE v2, and its 10 datagrams sent / received (the receiver
+	# waits for all 10)
+	*-mckey) { [ "$(n "^mckey: joined dgid: ::ffff:$mcgroup mlid 0x0 sl 0\$")" = 1 ] &&
+		[ "$(n '^data transfers complete$')" = 1 ] &&
+		[ "$(n 'fail\|error')" = 0 ]; } || ok=0;;
 	server-rdmaserver) [ "$(n '^rdma_server: end 0$')" = 1 ] || ok=0;;
 	client-rdmaserver) [ "$(n '^rdma_client: end 0$')" = 1 ] || ok=0;;
 	client-cmtime) { [ "$(n '^connect *:')" = 1 ] && [ "$(n '^disconnect *:')" = 1 ] &&
@@ -146,6 +164,8 @@ check() {
 	server-notify) [ "$(n '^server: ok$')" = 1 ] || ok=0;;
 	*-fipingpong) [ "$(n '^1k  *10  *=10 ')" = 1 ] || ok=0;;
 	client-notify) [ "$(n '^client: ok$')" = 1 ] || ok=0;;
+	server-mcdata) [ "$(n '^receiver: ok$')" = 1 ] || ok=0;;
+	client-mcdata) [ "$(n '^sender: ok$')" = 1 ] || ok=0;;
 	*-sendz|client-readz) [ "$(n '^ *[0-9][0-9]* *100  ')" = 1 ] || ok=0;;
 	server-readz) [ "$(n '^ remote address: LID ')" = 1 ] || ok=0;; # the client reports
 	client-qperf) { [ "$(n '^    bw  =  [0-9.]* [KMG]*B/sec$')" = 2 ] &&
@@ -215,6 +235,14 @@ serve() {
 		>"$f" 2>&1 &
 	pid=$!
 	case $prog in
+	mckey|mcdata)
+		# No listener: the receiver is ready once it has joined (its
+		# receives are posted before the join).
+		i=0
+		until grep -q '^mckey: joined dgid\|^receiver: joined$' "$f" ||
+			! kill -0 $pid 2>/dev/null ||
+			[ $i -ge 3000 ]; do sleep 0.02; i=$((i + 1)); done
+		gb_signal "$flag";;
 	fipingpong|qperf|dapl)
 		# Their rdma_cm listener comes after the client's TCP control
 		# connection (fi_pingpong: port 47592, qperf: 19765): that
