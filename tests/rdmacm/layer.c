@@ -487,7 +487,11 @@ static void t_hold(void)
 		m.u.req.service_id = s.tcp.sid;
 		cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
 		raw_send(&m, LID_B);
-		if (i % 256 == 255)
+		/* the first alone: settled before the others come, or a
+		 * second worker's REQ can count as unanswered beside it
+		 * before it looks, and it is MRAed at once too (once under
+		 * TSan: 2,000 MRAs) */
+		if (i == 0 || i % 256 == 255)
 			settle();
 	}
 	settle();
