@@ -511,6 +511,10 @@ RCM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
 		ret = -EINVAL;
 		goto out;
 	}
+	if (r->id.qp_type == IBV_QPT_XRC_SEND || r->id.qp_type == IBV_QPT_XRC_RECV) {
+		ret = -ENOSYS; /* XRC's REQ (its SRQ number, XRC transport) not built */
+		goto out;
+	}
 	ret = valid_param(r, conn_param);
 	if (ret)
 		goto out;

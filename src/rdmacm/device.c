@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -282,6 +283,31 @@ int rcm_port_sa(struct rcm_port *p, uint32_t timeout_ms, struct cep_sa **out)
 	*out = p->sa;
 	pthread_mutex_unlock(&rcm.lock);
 	return ret;
+}
+
+struct ibv_xrcd *rcm_dev_xrcd(struct ibv_context *verbs)
+{
+	struct ibv_xrcd_init_attr a = { .comp_mask = IBV_XRCD_INIT_ATTR_FD |
+						     IBV_XRCD_INIT_ATTR_OFLAGS,
+					.fd = -1, .oflags = O_CREAT };
+	struct ibv_xrcd *x = NULL;
+	int err = ENODEV;
+
+	pthread_mutex_lock(&rcm.lock);
+	for (unsigned i = 0; i < rcm.ndevs; i++) {
+		struct rcm_dev *d = &rcm.devs[i];
+
+		if (d->verbs != verbs)
+			continue;
+		if (!d->xrcd)
+			d->xrcd = ibv_open_xrcd(verbs, &a);
+		x = d->xrcd;
+		err = x ? 0 : errno; /* the device's answer (rxe: EOPNOTSUPP) */
+		break;
+	}
+	pthread_mutex_unlock(&rcm.lock);
+	errno = err;
+	return x;
 }
 
 struct ibv_pd *rcm_dev_pd(struct rcm_dev *d)

@@ -211,8 +211,9 @@ RCM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 	qp_type = res->ai_qp_type ? (enum ibv_qp_type)res->ai_qp_type :
 		  res->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
 	if (res->ai_port_space == RDMA_PS_IB && qp_type != IBV_QPT_RC &&
-	    qp_type != IBV_QPT_UC && qp_type != IBV_QPT_UD)
-		return rcm_err(EINVAL); /* connected or datagram: nothing else */
+	    qp_type != IBV_QPT_UC && qp_type != IBV_QPT_UD && qp_type != IBV_QPT_XRC_SEND &&
+	    qp_type != IBV_QPT_XRC_RECV)
+		return rcm_err(EINVAL); /* the kernel takes any: stricter */
 	r = rcm_id_new(NULL, NULL, (enum rdma_port_space)res->ai_port_space, qp_type);
 	if (!r)
 		return rcm_err(ENOMEM);

@@ -6,7 +6,9 @@
  * given), completion queues with their own channels are made for whatever
  * queue the caller leaves out, and the QP leaves here in INIT (UD: in RTS
  * with rdma_cm's Q_Key). An RC QP's number is registered with the port's
- * CM, which binds the connection to it (cep/cm.h).
+ * CM, which binds the connection to it (cep/cm.h). XRC QPs and SRQs are
+ * made as librdmacm makes them (the device's XRC domain), or refused by
+ * the device; their connections are not built.
  *
  * Guarantees: id.qp changes under the id's mutex (the CM worker reads it
  * there at REP and REJ time).
@@ -62,6 +64,11 @@ err:
 	return -1;
 }
 
+static int xrc(enum ibv_qp_type t)
+{
+	return t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV;
+}
+
 RCM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
 	struct rcm_id *r;
@@ -70,9 +77,6 @@ RCM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_
 
 	if (!id || !attr || id->qp || !id->verbs)
 		return rcm_err(EINVAL);
-	if (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV ||
-	    id->qp_type == IBV_QPT_XRC_RECV)
-		return rcm_err(ENOSYS);
 	r = rcm_id_of(id);
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
 		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
@@ -83,6 +87,15 @@ RCM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_
 	if ((id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq) ||
 	    (id->send_cq && attr->send_cq && id->send_cq != attr->send_cq))
 		return rcm_err(EINVAL);
+	/* XRC as librdmacm: a receive id's QP in the device's XRC domain; the
+	 * QPs are the device's to make or refuse (rxe: EOPNOTSUPP) */
+	if (id->qp_type == IBV_QPT_XRC_RECV &&
+	    (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd)) {
+		attr->xrcd = rcm_dev_xrcd(id->verbs);
+		if (!attr->xrcd)
+			return -1;
+		attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+	}
 	if (create_cqs(id, attr->send_cq || id->send_cq ? 0 : attr->cap.max_send_wr,
 		       attr->recv_cq || id->recv_cq ? 0 : attr->cap.max_recv_wr))
 		return -1;
@@ -99,8 +112,10 @@ RCM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_
 		return rcm_err(ret ? ret : ENOMEM);
 	}
 	pthread_mutex_lock(&r->mtx);
-	ret = rcm_qp_ece(r, qp);
-	if (!ret)
+	/* an XRC QP stays as made: its connection is not built (rdma_connect
+	 * and rdma_accept say ENOSYS), so nothing registers or moves it */
+	ret = xrc(attr->qp_type) ? 0 : rcm_qp_ece(r, qp);
+	if (!ret && !xrc(attr->qp_type))
 		ret = rcm_qp_init(r, qp);
 	if (!ret) {
 		id->pd = qp->pd;
@@ -156,18 +171,41 @@ RCM_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 RCM_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
 {
 	struct ibv_srq *srq;
+	int made_cq = 0;
 
 	if (!id || !attr || !id->verbs || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
 		return rcm_err(EINVAL);
-	if (attr->srq_type != IBV_SRQT_BASIC)
-		return rcm_err(ENOSYS); /* XRC */
 	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
 		attr->pd = id->pd;
 		attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
 	}
+	if (attr->srq_type == IBV_SRQT_XRC) {
+		/* librdmacm: the device's XRC domain and a receive CQ unless
+		 * given; the device makes or refuses it (rxe: EOPNOTSUPP) */
+		if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd) {
+			attr->xrcd = rcm_dev_xrcd(id->verbs);
+			if (!attr->xrcd)
+				return -1;
+		}
+		if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq) {
+			if (!id->recv_cq) {
+				if (create_cqs(id, 0, attr->attr.max_wr))
+					return -1;
+				made_cq = 1;
+			}
+			attr->cq = id->recv_cq;
+		}
+		attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	}
 	srq = ibv_create_srq_ex(id->verbs, attr);
-	if (!srq)
+	if (!srq) {
+		int err = errno;
+
+		if (made_cq)
+			destroy_cqs(id);
+		errno = err;
 		return -1;
+	}
 	if (!id->pd)
 		id->pd = attr->pd;
 	id->srq = srq;
@@ -185,7 +223,7 @@ RCM_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd,
 	memset(&ax, 0, sizeof(ax));
 	memcpy(&ax, attr, sizeof(*attr));
 	ax.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-	ax.srq_type = IBV_SRQT_BASIC;
+	ax.srq_type = id->qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC;
 	ax.pd = pd;
 	ret = rdma_create_srq_ex(id, &ax);
 	memcpy(attr, &ax, sizeof(*attr));

@@ -95,6 +95,7 @@ struct rcm_dev {
 	struct ibv_device_attr attr;
 	unsigned nports;
 	struct rcm_port *ports;        /* [nports], port_num = index + 1 */
+	struct ibv_xrcd *xrcd;         /* XRC domain, opened on first use (rcm.lock) */
 	struct ibv_gid_entry *gids;    /* GID table cache (rcm.lock), re-read */
 	size_t ngids;                  /* on a miss */
 };
@@ -350,6 +351,9 @@ unsigned rcm_port_count(void);
 struct rcm_port *rcm_port_at(unsigned i);
 /* The device's default PD, allocated on first use. Takes rcm.lock. */
 struct ibv_pd *rcm_dev_pd(struct rcm_dev *d);
+/* The device's XRC domain (librdmacm's ucma_get_xrcd: opened once, kept),
+ * or NULL and errno the device's answer (EOPNOTSUPP: no XRC). */
+struct ibv_xrcd *rcm_dev_xrcd(struct ibv_context *verbs);
 /* Port information for @id's source GID (the QP glue's view). */
 void rcm_port_info(const struct rcm_id *id, struct cep_port_info *out);
 /* The libcep event handler shared by every id (conn.c). */

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 
 static const char *self_ip, *peer_ip;
 
@@ -485,6 +486,42 @@ static void probe_multicast(struct rdma_event_channel *ch)
 	R("destroy mc tcp", rdma_destroy_id(mc));
 }
 
+/* XRC ids and their QP and SRQ (rdma_xclient / rdma_xserver -c x): rxe has
+ * no XRC, so the device's refusal must come back as librdmacm's does. */
+static void probe_xrc(void)
+{
+	struct rdma_addrinfo h, *res;
+	struct ibv_qp_init_attr qa;
+	struct ibv_srq_init_attr sa;
+	struct rdma_cm_id *xe;
+
+	memset(&h, 0, sizeof(h));
+	h.ai_port_space = RDMA_PS_IB;
+	h.ai_qp_type = IBV_QPT_XRC_SEND;
+	if (!R("getaddrinfo xrc send", rdma_getaddrinfo(peer_ip, "7999", &h, &res))) {
+		memset(&qa, 0, sizeof(qa));
+		qa.cap.max_send_wr = qa.cap.max_recv_wr = 1;
+		qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+		qa.sq_sig_all = 1;
+		if (!R("create_ep xrc send", rdma_create_ep(&xe, res, NULL, &qa)))
+			rdma_destroy_ep(xe);
+		rdma_freeaddrinfo(res);
+	}
+	h.ai_flags = RAI_PASSIVE;
+	h.ai_qp_type = IBV_QPT_XRC_RECV;
+	if (!R("getaddrinfo xrc recv", rdma_getaddrinfo(self_ip, "7479", &h, &res))) {
+		if (!R("create_ep xrc recv passive", rdma_create_ep(&xe, res, NULL, NULL))) {
+			printf("xrc recv ep: qp_type %d ps 0x%x\n", xe->qp_type, xe->ps);
+			memset(&sa, 0, sizeof(sa));
+			sa.attr.max_wr = sa.attr.max_sge = 1;
+			if (!R("create_srq xrc", rdma_create_srq(xe, NULL, &sa)))
+				rdma_destroy_srq(xe);
+			rdma_destroy_ep(xe);
+		}
+		rdma_freeaddrinfo(res);
+	}
+}
+
 #define MC_N 10
 #define MC_LEN 32
 
@@ -862,6 +899,7 @@ int main(int argc, char **argv)
 	}
 
 	probe_multicast(ch);
+	probe_xrc();
 
 	R("destroy ud", rdma_destroy_id(ud));
 	R("destroy id", rdma_destroy_id(id));
