@@ -206,10 +206,11 @@ RCM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 	/* the spaces rdma_create_id takes; the QP type the result's (as
 	 * librdmacm's rdma_create_id2), or the space's own when it names none */
 	if (res->ai_port_space != RDMA_PS_TCP && res->ai_port_space != RDMA_PS_UDP &&
-	    res->ai_port_space != RDMA_PS_IB)
+	    res->ai_port_space != RDMA_PS_IB && res->ai_port_space != RDMA_PS_IPOIB)
 		return rcm_err(ENOSYS);
 	qp_type = res->ai_qp_type ? (enum ibv_qp_type)res->ai_qp_type :
-		  res->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
+		  res->ai_port_space == RDMA_PS_UDP || res->ai_port_space == RDMA_PS_IPOIB ?
+		  IBV_QPT_UD : IBV_QPT_RC;
 	if (res->ai_port_space == RDMA_PS_IB && qp_type != IBV_QPT_RC &&
 	    qp_type != IBV_QPT_UC && qp_type != IBV_QPT_UD && qp_type != IBV_QPT_XRC_SEND &&
 	    qp_type != IBV_QPT_XRC_RECV)

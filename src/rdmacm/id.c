@@ -200,12 +200,12 @@ RCM_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm
 		return rcm_err(-ret);
 	if (!id)
 		return rcm_err(EINVAL);
-	/* The TCP and IB (RC) and UDP (UD) port spaces, as librdmacm's
+	/* The TCP and IB (RC), UDP and IPoIB (UD) port spaces, as librdmacm's
 	 * rdma_create_id picks the QP type. */
-	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB)
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB && ps != RDMA_PS_IPOIB)
 		return rcm_err(ENOSYS);
 	r = rcm_id_new(channel ? rcm_channel_of(channel) : NULL, context, ps,
-		       ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
+		       ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC);
 	if (!r)
 		return rcm_err(ENOMEM);
 	*id = &r->id;
@@ -217,7 +217,8 @@ RCM_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm
 static struct rcm_id **port_table(int ps)
 {
 	struct rcm_id ***t = ps == RDMA_PS_UDP ? &rcm.ports_udp :
-			     ps == RDMA_PS_IB ? &rcm.ports_ib : &rcm.ports_tcp;
+			     ps == RDMA_PS_IB ? &rcm.ports_ib :
+			     ps == RDMA_PS_IPOIB ? &rcm.ports_ipoib : &rcm.ports_tcp;
 
 	if (!*t)
 		*t = calloc(65536, sizeof(**t));
@@ -363,6 +364,17 @@ static void bind_device(struct rcm_id *r, const struct sockaddr *src, const stru
 	pthread_mutex_unlock(&rcm.lock);
 }
 
+/* IPoIB's port space on the port @p: the kernel's device acquisition
+ * refuses it on a netdev that is not IPoIB (cma_acquire_dev_by_src_ip:
+ * -EINVAL); on InfiniBand its Q_Key is the IPoIB broadcast group's, from
+ * the SA's MCMemberRecord, which is not built (-ENOSYS). 0 otherwise. */
+static int ipoib_check(const struct rcm_id *r, const struct rcm_port *p)
+{
+	if (r->id.ps != RDMA_PS_IPOIB)
+		return 0;
+	return p->link_layer == IBV_LINK_LAYER_INFINIBAND ? -ENOSYS : -EINVAL;
+}
+
 RCM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 {
 	struct rcm_id *r;
@@ -387,6 +399,8 @@ RCM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 		ret = addr->sa_family == AF_IB ?
 		      rcm_find_ib_gid(sib_of(addr)->sib_addr.sib_raw, 0, &dev) :
 		      rcm_find_addr(addr, &dev);
+		if (!ret)
+			ret = ipoib_check(r, dev.port);
 		if (ret)
 			goto out;
 		/* Open the port's CM now: a second process learns at bind
@@ -492,7 +506,8 @@ RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
 		goto out;
 	}
 	if (dst_addr->sa_family == AF_IB) {
-		ret = resolve_ib(r, src_addr, dst_addr);
+		/* IPoIB's space over AF_IB: the broadcast group's Q_Key, not built */
+		ret = r->id.ps == RDMA_PS_IPOIB ? -ENOSYS : resolve_ib(r, src_addr, dst_addr);
 		goto out;
 	}
 	/* an id bound to AF_IB resolves only AF_IB (the kernel compares
@@ -511,6 +526,13 @@ RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
 		status = rcm_route_source(dst_addr, &src);
 	if (!status)
 		status = r->port ? 0 : rcm_find_addr((struct sockaddr *)&src, &dev);
+	if (!status && !r->port) {
+		ret = ipoib_check(r, dev.port);
+		if (ret == -ENOSYS)
+			goto out; /* not built: say so now */
+		status = ret; /* the kernel's ADDR_ERROR -EINVAL */
+		ret = 0;
+	}
 	if (!status && r->state == RCM_IDLE) {
 		addr_set_port((struct sockaddr *)&src,
 			      src_addr ? rcm_addr_port(src_addr) : 0);

@@ -364,7 +364,8 @@ extern struct rcm_global {
 	int inited, init_err;
 	struct rcm_dev *devs;
 	unsigned ndevs;
-	struct rcm_id **ports_tcp, **ports_udp, **ports_ib; /* [65536] chains, lazily */
+	struct rcm_id **ports_tcp, **ports_udp, **ports_ib, **ports_ipoib; /* [65536]
+					  chains, lazily */
 } rcm;
 
 /* ---- channel.c --------------------------------------------------------- */

@@ -522,6 +522,33 @@ static void probe_xrc(void)
 	}
 }
 
+/* IPoIB's port space (RDMA_PS_IPOIB, UD) on RoCE: the kernel makes the id
+ * and refuses the device (cma_acquire_dev_by_src_ip: not an IPoIB netdev). */
+static void probe_ipoib(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *x;
+	struct sockaddr_in a;
+
+	if (R("create_id ipoib", rdma_create_id(ch, &x, NULL, RDMA_PS_IPOIB)))
+		return;
+	show_id("ipoib id", x);
+	a = sin4(peer_ip, 7999);
+	R("resolve_addr ipoib", rdma_resolve_addr(x, NULL, (struct sockaddr *)&a, 2000));
+	ev = next_event("event", ch);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	show_attr("init_qp_attr INIT ipoib", x, IBV_QPS_INIT);
+	/* (rdma_create_qp on it crashes Debian's librdmacm: not probed) */
+	R("destroy ipoib", rdma_destroy_id(x));
+	if (R("create_id ipoib 2", rdma_create_id(ch, &x, NULL, RDMA_PS_IPOIB)))
+		return;
+	a = sin4(self_ip, 0);
+	R("bind ipoib self", rdma_bind_addr(x, (struct sockaddr *)&a));
+	show_id("ipoib bound", x);
+	R("destroy ipoib 2", rdma_destroy_id(x));
+}
+
 #define MC_N 10
 #define MC_LEN 32
 
@@ -900,6 +927,7 @@ int main(int argc, char **argv)
 
 	probe_multicast(ch);
 	probe_xrc();
+	probe_ipoib(ch);
 
 	R("destroy ud", rdma_destroy_id(ud));
 	R("destroy id", rdma_destroy_id(id));

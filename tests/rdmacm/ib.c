@@ -667,7 +667,7 @@ static void af_ib_endpoints(struct rcm_port *ports, const uint8_t ga[16], const 
 	errno = 0;
 	CHECK_EQ(rdma_create_ep(&id, res, NULL, NULL), -1);
 	CHECK_EQ(errno, EINVAL);
-	/* IPoIB's space: still refused */
+	/* IPoIB's space on this InfiniBand port: not built */
 	res->ai_port_space = RDMA_PS_IPOIB;
 	res->ai_qp_type = IBV_QPT_UD;
 	errno = 0;
@@ -688,13 +688,25 @@ static void af_ib_layer(struct rcm_channel *ch, struct rcm_port *ports, const ui
 	int status, asked;
 	uint16_t pn;
 
-	/* librdmacm's rdma_create_id: RDMA_PS_IB is RC; IPoIB still refused */
+	/* librdmacm's rdma_create_id: RDMA_PS_IB is RC, RDMA_PS_IPOIB UD; an
+	 * IPoIB id on an InfiniBand port wants the broadcast group's Q_Key
+	 * (not built): bind and resolve say ENOSYS, the id untouched */
+	CHECK_EQ(rdma_create_id(&ch->ch, &id2, NULL, RDMA_PS_IPOIB), 0);
+	CHECK_EQ(id2->qp_type, IBV_QPT_UD);
+	sib_set(&a, ga, 0, 0, 0);
+	errno = 0;
+	CHECK_EQ(rdma_bind_addr(id2, (struct sockaddr *)&a), -1);
+	CHECK_EQ(errno, ENOSYS);
+	CHECK_EQ(rcm_id_of(id2)->state, RCM_IDLE);
+	sib_set(&d, gb, 0, 0, 0);
+	errno = 0;
+	CHECK_EQ(rdma_resolve_addr(id2, NULL, (struct sockaddr *)&d, 2000), -1);
+	CHECK_EQ(errno, ENOSYS);
+	CHECK_EQ(rcm_id_of(id2)->state, RCM_IDLE);
+	CHECK_EQ(rdma_destroy_id(id2), 0);
 	CHECK_EQ(rdma_create_id(&ch->ch, &id, NULL, RDMA_PS_IB), 0);
 	CHECK_EQ(id->ps, RDMA_PS_IB);
 	CHECK_EQ(id->qp_type, IBV_QPT_RC);
-	errno = 0;
-	CHECK_EQ(rdma_create_id(&ch->ch, &id2, NULL, RDMA_PS_IPOIB), -1);
-	CHECK_EQ(errno, ENOSYS);
 	r = rcm_id_of(id);
 
 	/* bind by GID, no service ID: the IB space, an ephemeral port */
