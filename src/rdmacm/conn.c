@@ -157,16 +157,23 @@ static int get_qp_attr(struct rcm_id *r, enum ibv_qp_state state, struct ibv_qp_
 		       int *mask)
 {
 	struct cep_qp_params p;
+	uint16_t pk, pkey_index = 0;
 	int ret;
 
 	memset(a, 0, sizeof(*a));
 	if (!r->port)
 		return -EINVAL;
+	/* the id's P_Key's place in the port's table (cma_ib_init_qp_attr:
+	 * ib_find_cached_pkey; -ENOENT when the port has it not) */
+	pk = ntohs(r->id.route.addr.addr.ibaddr.pkey);
+	ret = state == IBV_QPS_INIT ? rcm_pkey_index(r->port, pk ? pk : 0xffff, &pkey_index) : 0;
+	if (ret)
+		return ret;
 	if (r->id.qp_type == IBV_QPT_UD) {
 		a->qp_state = state;
 		*mask = IBV_QP_STATE;
 		if (state == IBV_QPS_INIT) {
-			a->pkey_index = 0;
+			a->pkey_index = pkey_index;
 			a->port_num = r->id.port_num;
 			a->qkey = RDMA_UDP_QKEY;
 			*mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
@@ -184,7 +191,7 @@ static int get_qp_attr(struct rcm_id *r, enum ibv_qp_state state, struct ibv_qp_
 		if (state != IBV_QPS_INIT)
 			return -EINVAL;
 		a->qp_state = IBV_QPS_INIT;
-		a->pkey_index = 0;
+		a->pkey_index = pkey_index;
 		a->port_num = r->id.port_num;
 		a->qp_access_flags = 0;
 		*mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
@@ -210,6 +217,8 @@ static int get_qp_attr(struct rcm_id *r, enum ibv_qp_state state, struct ibv_qp_
 	ret = cep_qp_params_init_attr(&p, state, a, mask);
 	if (ret)
 		return ret == -ENODATA ? -EINVAL : ret;
+	if (state == IBV_QPS_INIT)
+		a->pkey_index = pkey_index; /* the glue knows no port's table */
 	if (state == IBV_QPS_RTR)
 		a->rq_psn = r->seq;
 	if (state == IBV_QPS_RTS && r->ack_timeout_set)

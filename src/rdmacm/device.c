@@ -10,6 +10,7 @@
  * so readers that find it non-NULL need no lock.
  */
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -33,6 +34,51 @@
 
 struct rcm_global rcm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* An InfiniBand port's P_Key table (the kernel's cache, read once: the
+ * SM changes it rarely, and a connection's QP takes its index at INIT).
+ * A port whose table cannot be read keeps none (index 0, no check). */
+static void read_pkeys(struct rcm_port *p, int len)
+{
+	uint16_t n = (uint16_t)(len > 65535 ? 65535 : len);
+
+	p->pkeys = calloc(n, sizeof(*p->pkeys));
+	if (!p->pkeys)
+		return;
+	for (uint16_t i = 0; i < n; i++) {
+		__be16 v;
+
+		if (ibv_query_pkey(p->dev->verbs, p->port_num, i, &v)) {
+			free(p->pkeys);
+			p->pkeys = NULL;
+			return;
+		}
+		p->pkeys[i] = be16toh(v);
+	}
+	p->npkeys = n;
+}
+
+int rcm_pkey_index(const struct rcm_port *p, uint16_t pkey, uint16_t *index)
+{
+	int partial = -1;
+
+	*index = 0;
+	if (!p->pkeys)
+		return 0;
+	for (uint16_t i = 0; i < p->npkeys; i++)
+		if ((p->pkeys[i] & 0x7fff) == (pkey & 0x7fff)) {
+			if (p->pkeys[i] & 0x8000) {
+				*index = i;
+				return 0;
+			}
+			if (partial < 0)
+				partial = i;
+		}
+	if (partial < 0)
+		return -ENOENT;
+	*index = (uint16_t)partial;
+	return 0;
+}
+
 static int init_dev(struct rcm_dev *d, struct ibv_device *dev)
 {
 	d->verbs = ibv_open_device(dev);
@@ -55,6 +101,8 @@ static int init_dev(struct rcm_dev *d, struct ibv_device *dev)
 		p->port_num = (uint8_t)(i + 1);
 		p->link_layer = ibv_query_port(d->verbs, p->port_num, &pa) ?
 				IBV_LINK_LAYER_UNSPECIFIED : pa.link_layer;
+		if (p->link_layer == IBV_LINK_LAYER_INFINIBAND && pa.pkey_tbl_len)
+			read_pkeys(p, pa.pkey_tbl_len);
 		pthread_mutex_init(&p->svc_mtx, NULL);
 		pthread_mutex_init(&p->qpn_mtx, NULL);
 	}

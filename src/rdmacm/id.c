@@ -423,8 +423,9 @@ out:
  * (AF_IB), or the port holding the destination's GID or, failing that,
  * its subnet prefix (cma_resolve_ib_dev); the destination GID is
  * sib_addr, no neighbour is asked, ADDR_RESOLVED is queued at once. The
- * P_Key is the destination's sib_pkey, the port's default 0xffff when 0.
- * 0, or -errno for the call (nothing queued). @r->mtx held. */
+ * P_Key is the destination's sib_pkey, the port's default 0xffff when 0;
+ * a port found whose P_Key table lacks it: -ENODEV (the kernel looks on at
+ * other ports). 0, or -errno for the call (nothing queued). @r->mtx held. */
 static int resolve_ib(struct rcm_id *r, const struct sockaddr *src_addr,
 		      const struct sockaddr *dst_addr)
 {
@@ -451,6 +452,10 @@ static int resolve_ib(struct rcm_id *r, const struct sockaddr *src_addr,
 		      rcm_find_ib_gid(src.sib_addr.sib_raw, 0, &dev);
 		if (ret)
 			return ret;
+		/* cma_resolve_ib_dev: a port that has the P_Key (here: the
+		 * one the GID found, or none) */
+		if (rcm_pkey_index(dev.port, pkey, &(uint16_t){ 0 }))
+			return -ENODEV;
 		memcpy(src.sib_addr.sib_raw, dev.gid, 16);
 		dev.pkey = pkey;
 		if (r->state == RCM_IDLE) {

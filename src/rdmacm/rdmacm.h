@@ -73,6 +73,10 @@ struct rcm_port {
 	struct cep_transport *t;
 	_Atomic(struct cep_cm *) cm;   /* published after the CM started */
 	struct cep_port_info info;     /* query_port at open */
+	uint16_t *pkeys;               /* InfiniBand: the P_Key table, host order,
+					  read at init (const after); NULL: not
+					  known (RoCE, a stand-in) */
+	uint16_t npkeys;
 	int open_err;                  /* sticky: the open failed with -errno */
 	pthread_mutex_t svc_mtx;       /* services list */
 	struct rcm_service *services;  /* never freed: see rcm_service */
@@ -351,6 +355,11 @@ unsigned rcm_port_count(void);
 struct rcm_port *rcm_port_at(unsigned i);
 /* The device's default PD, allocated on first use. Takes rcm.lock. */
 struct ibv_pd *rcm_dev_pd(struct rcm_dev *d);
+/* The index of @pkey in @p's P_Key table, as the kernel's
+ * ib_find_cached_pkey: the low 15 bits match, a full member's entry
+ * preferred; 0 when the table is not known (RoCE's has 0xffff alone at 0).
+ * 0 or -ENOENT. Any thread (the table is constant). */
+int rcm_pkey_index(const struct rcm_port *p, uint16_t pkey, uint16_t *index);
 /* The device's XRC domain (librdmacm's ucma_get_xrcd: opened once, kept),
  * or NULL and errno the device's answer (EOPNOTSUPP: no XRC). */
 struct ibv_xrcd *rcm_dev_xrcd(struct ibv_context *verbs);

@@ -31,7 +31,8 @@
  * source the port sharing the GID's subnet prefix (cma_resolve_ib_dev),
  * the P_Key sib_pkey (0xffff when 0), a source of another family EINVAL;
  * the SA query's service ID is the destination's sib_sid; rdma_getaddrinfo
- * with AF_IB hints and rdma_create_ep in RDMA_PS_IB and with given paths.
+ * with AF_IB hints and rdma_create_ep in RDMA_PS_IB and with given paths;
+ * the port's P_Key table (INIT's P_Key index, a P_Key the port lacks).
  * The layer's objects are linked in. Usage: test-rdmacm-ib [resolve].
  */
 #include <arpa/inet.h>
@@ -822,6 +823,57 @@ static void af_ib_layer(struct rcm_channel *ch, struct rcm_port *ports, const ui
 	af_ib_endpoints(ports, ga, gb);
 }
 
+static uint16_t pkeys[4] = { 0xffff, 0x7fff, 0x8001, 0x0002 };
+
+/* The port's P_Key table (the kernel's ib_find_cached_pkey): the index a
+ * QP's INIT takes for the id's P_Key, a full member's entry first; an
+ * AF_IB destination whose P_Key the port lacks: ENODEV (cma_resolve_ib_dev
+ * finds no port), nothing changed. */
+static void pkey_table(struct rcm_channel *ch, struct rcm_port *ports, const uint8_t gb[16])
+{
+	struct ibv_qp_attr qa;
+	struct sockaddr_ib d;
+	struct rcm_id *r;
+	uint16_t ix;
+	int mask, status;
+
+	CHECK_EQ(rcm_pkey_index(&ports[0], 0x8001, &ix), 0);
+	CHECK_EQ(ix, 2);
+	CHECK_EQ(rcm_pkey_index(&ports[0], 0x0001, &ix), 0); /* the low 15 bits */
+	CHECK_EQ(ix, 2);
+	CHECK_EQ(rcm_pkey_index(&ports[0], 0x7fff, &ix), 0); /* the full member's */
+	CHECK_EQ(ix, 0);
+	CHECK_EQ(rcm_pkey_index(&ports[0], 0x8002, &ix), 0); /* limited only */
+	CHECK_EQ(ix, 3);
+	CHECK_EQ(rcm_pkey_index(&ports[0], 0x1234, &ix), -ENOENT);
+	CHECK_EQ(rcm_pkey_index(&ports[1], 0x1234, &ix), 0); /* no table */
+	CHECK_EQ(ix, 0);
+
+	/* an RC and a UD id on P_Key 0x8001: INIT's index 2 */
+	for (int ud = 0; ud < 2; ud++) {
+		r = rcm_id_new(ch, NULL, ud ? RDMA_PS_UDP : RDMA_PS_IB, ud ? IBV_QPT_UD : IBV_QPT_RC);
+		CHECK(r != NULL);
+		sib_set(&d, gb, 0x8001, SID_TCP | 7471, ~0ull);
+		CHECK_EQ(rdma_resolve_addr(&r->id, NULL, (struct sockaddr *)&d, 2000), 0);
+		CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ADDR_RESOLVED);
+		memset(&qa, 0, sizeof(qa));
+		qa.qp_state = IBV_QPS_INIT;
+		CHECK_EQ(rdma_init_qp_attr(&r->id, &qa, &mask), 0);
+		CHECK(mask & IBV_QP_PKEY_INDEX);
+		CHECK_EQ(qa.pkey_index, 2);
+		CHECK_EQ(rdma_destroy_id(&r->id), 0);
+	}
+	/* a P_Key the port lacks */
+	r = rcm_id_new(ch, NULL, RDMA_PS_IB, IBV_QPT_RC);
+	sib_set(&d, gb, 0x1234, SID_TCP | 7471, ~0ull);
+	errno = 0;
+	CHECK_EQ(rdma_resolve_addr(&r->id, NULL, (struct sockaddr *)&d, 2000), -1);
+	CHECK_EQ(errno, ENODEV);
+	CHECK_EQ(r->state, RCM_IDLE);
+	CHECK(r->port == NULL);
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+}
+
 static void resolve(void)
 {
 	static struct ibv_device fdev;
@@ -1020,7 +1072,14 @@ static void resolve(void)
 	CHECK(r->state != RCM_ADDR_RESOLVED);
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
 
+	/* from here the port has a P_Key table: the default (full and
+	 * limited), 0x8001, and 0x0002 as a limited member only */
+	ports[0].pkeys = pkeys;
+	ports[0].npkeys = 4;
 	af_ib_layer(ch, ports, ga, gb);
+	pkey_table(ch, ports, gb);
+	ports[0].pkeys = NULL;
+	ports[0].npkeys = 0;
 
 	if (ports[0].sa)
 		cep_sa_put(ports[0].sa);
