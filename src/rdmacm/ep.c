@@ -57,7 +57,8 @@ static void to_ai_hints(const struct rdma_addrinfo *h, struct addrinfo *ai)
 		ai->ai_family = h->ai_family;
 	else if (af_ib_convert(h))
 		ai->ai_family = AF_INET6;
-	if (h->ai_qp_type == IBV_QPT_RC || h->ai_qp_type == IBV_QPT_UC)
+	if (h->ai_qp_type == IBV_QPT_RC || h->ai_qp_type == IBV_QPT_UC ||
+	    h->ai_qp_type == IBV_QPT_XRC_SEND || h->ai_qp_type == IBV_QPT_XRC_RECV)
 		ai->ai_socktype = SOCK_STREAM;
 	else if (h->ai_qp_type == IBV_QPT_UD)
 		ai->ai_socktype = SOCK_DGRAM;
