@@ -193,8 +193,8 @@ static int join(struct rcm_id *r, const struct sockaddr *addr, socklen_t addrlen
 	e->ev.param.ud.ah_attr.grh.hop_limit = MC_HOP_LIMIT;
 	atomic_fetch_add_explicit(&mc->pending, 1, memory_order_relaxed);
 	pthread_mutex_lock(&r->mtx);
-	if (r->destroying || r->port != port) {
-		/* destroyed or migrated meanwhile: as if it came first */
+	if (r->destroying) {
+		/* rdma_destroy_id began meanwhile: as if it came first */
 		pthread_mutex_unlock(&r->mtx);
 		e->mc = NULL;
 		rcm_event_drop(e);
