@@ -52,6 +52,7 @@
 #include "sa/sa_backend.h"
 #include "ib.h"
 #include "rdmacm.h"
+#include "standin_dev.h"
 
 static struct cep_sa_path sample_path(void)
 {
@@ -878,7 +879,7 @@ static void resolve(void)
 {
 	static struct ibv_device fdev;
 	static struct ibv_context fctx;
-	static int fake_pd, fake_cm;
+	static int fake_cm;
 	char root[] = "/tmp/cep-rdmacm-ib-XXXXXX", cmd[256];
 	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
 	struct ibv_gid_entry gids[2];
@@ -915,22 +916,9 @@ static void resolve(void)
 	inet_pton(AF_INET6, GID_B, gb);
 
 	/* a device: port 1 InfiniBand (GID_A at index 0), port 2 iWARP */
-	snprintf(fdev.name, sizeof(fdev.name), "mlx5_0");
-	fctx.device = &fdev;
-	memset(&dev, 0, sizeof(dev));
-	memset(ports, 0, sizeof(ports));
+	standin_dev(&dev, &fctx, &fdev, "mlx5_0", ports, 2);
 	memset(gids, 0, sizeof(gids));
-	dev.verbs = &fctx;
-	dev.pd = (struct ibv_pd *)&fake_pd;
 	dev.attr.local_ca_ack_delay = 16;
-	dev.nports = 2;
-	dev.ports = ports;
-	for (int i = 0; i < 2; i++) {
-		ports[i].dev = &dev;
-		ports[i].port_num = (uint8_t)(i + 1);
-		pthread_mutex_init(&ports[i].svc_mtx, NULL);
-		pthread_mutex_init(&ports[i].qpn_mtx, NULL);
-	}
 	ports[0].link_layer = IBV_LINK_LAYER_INFINIBAND;
 	ports[1].link_layer = IBV_LINK_LAYER_UNSPECIFIED;
 	/* the port's CM: present, never used by these calls */

@@ -29,10 +29,10 @@
 
 #include "../common/check.h"
 #include "rdmacm.h"
+#include "standin_dev.h"
 
 static struct ibv_device fdev;
 static struct ibv_context fctx;
-static int fake_pd;
 static struct rcm_dev dev;
 static struct rcm_port ports[2];
 static struct ibv_gid_entry gids[1];
@@ -40,18 +40,7 @@ static struct ibv_gid_entry gids[1];
 /* Port 1 RoCE (GID index 3 on lo), port 2 InfiniBand. */
 static void standin(void)
 {
-	snprintf(fdev.name, sizeof(fdev.name), "rxe_t");
-	fctx.device = &fdev;
-	dev.verbs = &fctx;
-	dev.pd = (struct ibv_pd *)(void *)&fake_pd;
-	dev.nports = 2;
-	dev.ports = ports;
-	for (int i = 0; i < 2; i++) {
-		ports[i].dev = &dev;
-		ports[i].port_num = (uint8_t)(i + 1);
-		pthread_mutex_init(&ports[i].svc_mtx, NULL);
-		pthread_mutex_init(&ports[i].qpn_mtx, NULL);
-	}
+	standin_dev(&dev, &fctx, &fdev, "rxe_t", ports, 2);
 	ports[0].link_layer = IBV_LINK_LAYER_ETHERNET;
 	ports[1].link_layer = IBV_LINK_LAYER_INFINIBAND;
 	inet_pton(AF_INET6, "::ffff:10.0.0.1", gids[0].gid.raw);
