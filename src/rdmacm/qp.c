@@ -113,7 +113,8 @@ RCM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_
 	}
 	pthread_mutex_lock(&r->mtx);
 	/* an XRC QP stays as made: its connection is not built (rdma_connect
-	 * and rdma_accept say ENOSYS), so nothing registers or moves it */
+	 * says ENOSYS, a listener takes no XRC REQ), so nothing registers or
+	 * moves it */
 	ret = xrc(attr->qp_type) ? 0 : rcm_qp_ece(r, qp);
 	if (!ret && !xrc(attr->qp_type))
 		ret = rcm_qp_init(r, qp);
