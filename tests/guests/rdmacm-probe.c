@@ -144,6 +144,15 @@ static struct rdma_cm_event *next_event(const char *label, struct rdma_event_cha
 	return ev;
 }
 
+/* The next event, printed as next_event does, and acked. */
+static void skip_event(const char *label, struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *ev = next_event(label, ch);
+
+	if (ev)
+		rdma_ack_cm_event(ev);
+}
+
 static void show_qp(const char *label, struct ibv_qp *qp)
 {
 	struct ibv_qp_attr a;
@@ -443,9 +452,7 @@ static void probe_multicast(struct rdma_event_channel *ch)
 	a = sin4(self_ip, 0);
 	R("resolve_addr group", rdma_resolve_addr(mc, (struct sockaddr *)&a,
 						   (struct sockaddr *)&g, 2000));
-	ev = next_event("event", ch);
-	if (ev)
-		rdma_ack_cm_event(ev);
+	skip_event("event", ch);
 	show_id("mc resolved", mc);
 	ud_qp_attr(&qa);
 	R("create_qp mc", rdma_create_qp(mc, NULL, &qa));
@@ -479,9 +486,7 @@ static void probe_multicast(struct rdma_event_channel *ch)
 		return;
 	a = sin4(peer_ip, 7999);
 	R("resolve_addr tcp", rdma_resolve_addr(mc, NULL, (struct sockaddr *)&a, 2000));
-	ev = next_event("event", ch);
-	if (ev)
-		rdma_ack_cm_event(ev);
+	skip_event("event", ch);
 	R("join tcp", rdma_join_multicast(mc, (struct sockaddr *)&g, NULL));
 	R("destroy mc tcp", rdma_destroy_id(mc));
 }
@@ -526,7 +531,6 @@ static void probe_xrc(void)
  * and refuses the device (cma_acquire_dev_by_src_ip: not an IPoIB netdev). */
 static void probe_ipoib(struct rdma_event_channel *ch)
 {
-	struct rdma_cm_event *ev;
 	struct rdma_cm_id *x;
 	struct sockaddr_in a;
 
@@ -535,9 +539,7 @@ static void probe_ipoib(struct rdma_event_channel *ch)
 	show_id("ipoib id", x);
 	a = sin4(peer_ip, 7999);
 	R("resolve_addr ipoib", rdma_resolve_addr(x, NULL, (struct sockaddr *)&a, 2000));
-	ev = next_event("event", ch);
-	if (ev)
-		rdma_ack_cm_event(ev);
+	skip_event("event", ch);
 	show_attr("init_qp_attr INIT ipoib", x, IBV_QPS_INIT);
 	/* (rdma_create_qp on it crashes Debian's librdmacm: not probed) */
 	R("destroy ipoib", rdma_destroy_id(x));
@@ -773,14 +775,10 @@ int main(int argc, char **argv)
 						      &one, sizeof(one)));
 	a = sin4(peer_ip, 7999);
 	R("resolve_addr", rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000));
-	ev = next_event("event", ch);
-	if (ev)
-		rdma_ack_cm_event(ev);
+	skip_event("event", ch);
 	show_id("resolved id", id);
 	R("resolve_route", rdma_resolve_route(id, 2000));
-	ev = next_event("event", ch);
-	if (ev)
-		rdma_ack_cm_event(ev);
+	skip_event("event", ch);
 	printf("route: num_paths %d", id->route.num_paths);
 	if (id->route.num_paths > 0 && id->route.path_rec) {
 		char sg[64], dg[64];
@@ -850,9 +848,7 @@ int main(int argc, char **argv)
 							 RDMA_OPTION_ID_ACK_TIMEOUT, &u8, 1));
 	a = sin4(peer_ip, 7999);
 	R("resolve_addr udp", rdma_resolve_addr(ud, NULL, (struct sockaddr *)&a, 2000));
-	ev = next_event("event", ch);
-	if (ev)
-		rdma_ack_cm_event(ev);
+	skip_event("event", ch);
 	show_id("udp resolved", ud);
 	ud_qp_attr(&qa);
 	R("create_qp ud", rdma_create_qp(ud, NULL, &qa));
@@ -877,9 +873,7 @@ int main(int argc, char **argv)
 
 		printf("ch readable after migrate: %d\n", poll(&pf, 1, 0));
 	}
-	ev = next_event("ch2 event", ch2);
-	if (ev)
-		rdma_ack_cm_event(ev);
+	skip_event("ch2 event", ch2);
 	R("resolve_route m", rdma_resolve_route(id2, 2000));
 	{
 		struct pollfd pf = { .fd = ch2->fd, .events = POLLIN };

@@ -328,39 +328,36 @@ static void join_ipv6_and_send_only(struct rcm_channel *ch)
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
 }
 
+/* A join of @grp by @r refused with @err. */
+static void join_refused(struct rcm_id *r, const char *grp, int err)
+{
+	struct sockaddr_storage ss;
+
+	group(&ss, grp);
+	errno = 0;
+	CHECK_EQ(rdma_join_multicast(&r->id, (struct sockaddr *)&ss, NULL), -1);
+	CHECK_EQ(errno, err);
+}
+
 /* What the kernel refuses, and nothing changes: no event, no membership. */
 static void refused(struct rcm_channel *ch)
 {
 	struct sockaddr_storage ss;
 	struct rcm_id *r;
 
-	group(&ss, gname(0, 15));
 	/* no device yet (IDLE) */
 	r = rcm_id_new(ch, NULL, RDMA_PS_UDP, IBV_QPT_UD);
-	errno = 0;
-	CHECK_EQ(rdma_join_multicast(&r->id, (struct sockaddr *)&ss, NULL), -1);
-	CHECK_EQ(errno, EINVAL);
+	join_refused(r, gname(0, 15), EINVAL);
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
 	/* a connected id (RC) */
 	r = resolved(ch, RDMA_PS_TCP, IBV_QPT_RC, &ports[0], NULL);
-	errno = 0;
-	CHECK_EQ(rdma_join_multicast(&r->id, (struct sockaddr *)&ss, NULL), -1);
-	CHECK_EQ(errno, EINVAL);
+	join_refused(r, gname(0, 15), EINVAL);
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
 	/* zero and unicast addresses; a leave of what was never joined */
 	r = resolved(ch, RDMA_PS_UDP, IBV_QPT_UD, &ports[0], NULL);
-	group(&ss, "0.0.0.0");
-	errno = 0;
-	CHECK_EQ(rdma_join_multicast(&r->id, (struct sockaddr *)&ss, NULL), -1);
-	CHECK_EQ(errno, EINVAL);
-	group(&ss, "10.0.0.9");
-	errno = 0;
-	CHECK_EQ(rdma_join_multicast(&r->id, (struct sockaddr *)&ss, NULL), -1);
-	CHECK_EQ(errno, EINVAL);
-	group(&ss, "fe80::1");
-	errno = 0;
-	CHECK_EQ(rdma_join_multicast(&r->id, (struct sockaddr *)&ss, NULL), -1);
-	CHECK_EQ(errno, EINVAL);
+	join_refused(r, "0.0.0.0", EINVAL);
+	join_refused(r, "10.0.0.9", EINVAL);
+	join_refused(r, "fe80::1", EINVAL);
 	errno = 0;
 	CHECK_EQ(rdma_join_multicast(&r->id, NULL, NULL), -1);
 	CHECK_EQ(errno, EINVAL);
@@ -371,9 +368,7 @@ static void refused(struct rcm_channel *ch)
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
 	/* an InfiniBand port: the SA join is not built */
 	r = resolved(ch, RDMA_PS_UDP, IBV_QPT_UD, &ports[1], NULL);
-	errno = 0;
-	CHECK_EQ(rdma_join_multicast(&r->id, (struct sockaddr *)&ss, NULL), -1);
-	CHECK_EQ(errno, ENOSYS);
+	join_refused(r, gname(0, 15), ENOSYS);
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
 	CHECK_EQ(lo_member(gname(0, 15)), 0);
 	CHECK_EQ(queued(ch), 0);
