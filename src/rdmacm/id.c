@@ -912,13 +912,13 @@ static void id_teardown(struct rcm_id *r)
 
 	pthread_mutex_lock(&r->mtx);
 	r->destroying = 1;
+	rcm_mc_end(r); /* the kernel's destroy leaves the groups */
 	cep = r->cep;
 	deferred = rcm_evq_take(&r->deferred);
 	held = rcm_evq_take(&r->held);
 	pthread_mutex_unlock(&r->mtx);
 	unlisten(r);
 	rcm_unbind(r);
-	rcm_mc_end(r); /* the kernel's destroy leaves the groups */
 	drop_list(rcm_channel_take(rcm_channel_of(r->id.channel), r));
 	drop_list(deferred);
 	drop_list(held);

@@ -330,13 +330,11 @@ void rcm_mc_join_taken(struct rcm_id *r, struct rcm_event *e)
 
 void rcm_mc_end(struct rcm_id *r)
 {
-	pthread_mutex_lock(&r->mtx);
 	for (struct rcm_mc *mc = r->mc_list; mc; mc = mc->next)
 		if (mc->igmp_fd >= 0) {
 			close(mc->igmp_fd);
 			mc->igmp_fd = -1;
 		}
-	pthread_mutex_unlock(&r->mtx);
 }
 
 void rcm_mc_free(struct rcm_id *r)

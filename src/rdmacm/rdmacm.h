@@ -461,7 +461,8 @@ int rcm_route_resolved(struct rcm_id *r, const struct cep_sa_path *sp);
 /* MULTICAST_JOIN @e of @r taken by the application (rcm_event_taken, r->mtx
  * held): attach r's QP to the group, or make it MULTICAST_ERROR. */
 void rcm_mc_join_taken(struct rcm_id *r, struct rcm_event *e);
-/* rdma_destroy_id: end @r's group memberships now (r->mtx not held). */
+/* rdma_destroy_id: end @r's group memberships now. r->mtx held (the
+ * teardown's own section: no lock of its own on every destroy). */
 void rcm_mc_end(struct rcm_id *r);
 /* The last reference to @r went: free its joins (no event points to them). */
 void rcm_mc_free(struct rcm_id *r);
