@@ -134,8 +134,8 @@ run() {
 		if [ $cm = floor ]; then
 			timeout $((lim + 60)) "$floor" -R /tmp/ready-$tag >/tmp/server-$tag.out 2>&1 &
 		else
-			CEP_RDMACM_READY=/tmp/ready-$tag timeout $((lim + 60)) $w cmtime \
-				>/tmp/server-$tag.out 2>&1 &
+			CEP_RDMACM_STATS=1 CEP_RDMACM_READY=/tmp/ready-$tag \
+				timeout $((lim + 60)) $w cmtime >/tmp/server-$tag.out 2>&1 &
 		fi
 		pid=$!
 		# the server listens: the kernel's rdma_cm shows its id; libcep's
@@ -172,6 +172,16 @@ run() {
 		# The server never exits by itself: its CPU time, then stop it.
 		[ -n "$c" ] && echo "$pre server cpu $(awk '{ printf "user %.2f s system %.2f s", $14 / 100, $15 / 100 }' /proc/$c/stat)"
 		[ -n "$c" ] && threads "$c" "$pre server"
+		# libcep's counters (CEP_RDMACM_STATS: SIGUSR1 prints them; the
+		# server never reaches exit), after the CPU figures above
+		if [ -n "$c" ] && [ -n "$w" ]; then
+			kill -USR1 "$c" 2>/dev/null
+			i=0
+			until grep -q "^librdmacm (libcep)" /tmp/server-$tag.out || [ $i -ge 40 ]; do
+				sleep 0.05
+				i=$((i + 1))
+			done
+		fi
 		if [ -n "$sp" ]; then
 			kill -INT $sp 2>/dev/null
 			wait $sp
@@ -179,7 +189,9 @@ run() {
 		fi
 		kill $pid 2>/dev/null
 		wait $pid
-		grep -i "error\|fail" /tmp/server-$tag.out | sed "s/^/$pre server: /"
+		grep "^librdmacm (libcep) .*MADs sent" /tmp/server-$tag.out | sed "s/^/$pre server: /"
+		grep -v "^librdmacm (libcep) .*MADs sent" /tmp/server-$tag.out | grep -i "error\|fail" |
+			sed "s/^/$pre server: /"
 	else
 		peer_flag ready-$tag 600 || { rc=1; return; }
 		c0=$(cpu)

@@ -795,7 +795,7 @@ void cm_id_teardown(struct cep *cep, void *ctx)
 	(void)ctx;
 	pthread_mutex_lock(&id->lock);
 	id->flags |= F_QP_GONE;
-	cm_post_bits(id, W_QP_GONE);
+	cm_post_bits_lazy(id, W_QP_GONE);
 	switch (id->state) {
 	case CEP_CM_ESTABLISHED:
 		cm_start_dreq(id, NULL, 0);

@@ -370,6 +370,6 @@ void cm_maybe_post_destroyed(struct cep_cm_id *id)
 	    (!(id->flags & F_LINGER) || cep_is_destroyed(id->cep))) {
 		id->flags |= F_DESTROYED_POSTED;
 		cm_uncount(id);
-		cm_post_bits(id, W_DESTROYED);
+		cm_post_bits_lazy(id, W_DESTROYED);
 	}
 }

@@ -57,6 +57,11 @@ struct cep_cm {
 	struct cep_port_info port;     /* const */
 	uint8_t mra_timeout;           /* const */
 	uint8_t auto_mra;              /* const */
+	/* Set before the first id (the librdmacm drop-in: rcm_port_cm):
+	 * QP_DESTROYED, and DESTROYED that no thread waits for, may reach
+	 * the user this many ms late, for no wake-up of a sleeping worker
+	 * each (cm_post_bits_lazy); 0: at once, as every other item. */
+	unsigned lazy_ms;
 	unsigned backlog;              /* const: default listener backlog */
 	uint32_t half_open_ms;         /* const: longest half-open wait (cm_set_expiry) */
 	uint64_t route_key[2];         /* const: secret key of the REQ routing */
@@ -141,6 +146,8 @@ enum {
 	W_QP_GONE = 1u << 2,   /* deliver QP_DESTROYED */
 	W_ESTABLISHED = 1u << 3, /* deliver ESTABLISHED (cep_cm_notify_established) */
 	W_PACE = 1u << 4,      /* send the REQ its window let out (cm_pace.c) */
+	W_LAZY = 1u << 5,      /* queued lazily (cm_post_bits_lazy): an urgent
+				  bit added to it wakes the worker */
 };
 
 /* id->flags (lock) */
@@ -365,8 +372,23 @@ static inline int cm_lock_live(struct cep_cm_id *id)
 	return 0;
 }
 
+/* A timer's deadline @ms from @now_ms in real time, rounded up to a grid
+ * of the largest power of two not above an eighth of @ms (at most
+ * CM_TIMER_GRID_MAX_MS; none under 16 ms): never early, at most an eighth
+ * late, and timers of about one length armed close together - a storm's
+ * timewaits, its REP timers that RTUs cancel - come due at the same tick,
+ * so the worker wakes once for them, not once each (each wake-up is a
+ * context switch there and back on a one-CPU guest). CM timers are
+ * seconds; the spec asks for no finer precision. Pure. */
+#define CM_TIMER_GRID_MAX_MS 64
+uint64_t cm_coarse_deadline(uint64_t now_ms, uint32_t ms);
+
 /* Queue W_* bits for the owning worker (any thread, lock may be held). */
 void cm_post_bits(struct cep_cm_id *id, uint32_t bits);
+/* The same for W_QP_GONE / W_DESTROYED, lock held: with cm->lazy_ms and
+ * no thread waiting for the id's DESTROYED (id->waiter), queued without
+ * waking a sleeping worker (cep_dispatch_post_work_lazy). */
+void cm_post_bits_lazy(struct cep_cm_id *id, uint32_t bits);
 
 /* What each file of the engine gives the others (cm.c: contexts; cm_id.c:
  * ids and destruction; cm_timer.c: work items and timers; cm_send.c;

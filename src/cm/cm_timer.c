@@ -21,7 +21,9 @@
 
 static void id_timer_fn(struct cep_timer *t);
 
-/* Queue W_* bits for the owning worker. Any thread; lock may be held. */
+/* Queue W_* bits for the owning worker. Any thread; lock may be held.
+ * Bits added to an item already queued lazily (cm_post_bits_lazy) wake
+ * the worker: only the lazy ones may wait. */
 void cm_post_bits(struct cep_cm_id *id, uint32_t bits)
 {
 	uint32_t old = atomic_fetch_or_explicit(&id->work_bits, bits, memory_order_acq_rel);
@@ -29,6 +31,23 @@ void cm_post_bits(struct cep_cm_id *id, uint32_t bits)
 	if (old == 0) {
 		cep_get(id->cep); /* the queued work's reference */
 		cep_dispatch_post_work(id->cm->d, id->worker, &id->work);
+	} else if (old & W_LAZY) {
+		cep_dispatch_wake(id->cm->d, id->worker);
+	}
+}
+
+void cm_post_bits_lazy(struct cep_cm_id *id, uint32_t bits)
+{
+	uint32_t old;
+
+	if (!id->cm->lazy_ms || id->waiter) {
+		cm_post_bits(id, bits);
+		return;
+	}
+	old = atomic_fetch_or_explicit(&id->work_bits, bits | W_LAZY, memory_order_acq_rel);
+	if (old == 0) {
+		cep_get(id->cep); /* the queued work's reference */
+		cep_dispatch_post_work_lazy(id->cm->d, id->worker, &id->work, id->cm->lazy_ms);
 	}
 }
 
@@ -76,10 +95,29 @@ static void timer_sync_or_post(struct cep_cm_id *id)
 	}
 }
 
-/* Lock held: want a timer of @kind in @ms. */
+uint64_t cm_coarse_deadline(uint64_t now_ms, uint32_t ms)
+{
+	uint64_t g = ms / 8, at = now_ms + ms;
+
+	if (g > CM_TIMER_GRID_MAX_MS)
+		g = CM_TIMER_GRID_MAX_MS;
+	if (g < 2)
+		return at;
+	/* the largest power of two not above it: a grid all timers of about
+	 * this length share */
+	while (g & (g - 1))
+		g &= g - 1;
+	return (at + g - 1) & ~(g - 1);
+}
+
+/* Lock held: want a timer of @kind in @ms. In real time the deadline is
+ * coarse (cm_coarse_deadline); a virtual clock's tests see exact times. */
 void cm_set_timer(struct cep_cm_id *id, unsigned kind, uint32_t ms)
 {
-	id->deadline = cep_clock_ms(id->cm->clock) + ms;
+	uint64_t now = cep_clock_ms(id->cm->clock);
+
+	id->deadline = cep_clock_is_virtual(id->cm->clock) ? now + ms
+							   : cm_coarse_deadline(now, ms);
 	id->timer_kind = (uint8_t)kind;
 	timer_sync_or_post(id);
 }

@@ -11,7 +11,13 @@
  * worker yields a while before it sleeps only after MADs or work items
  * (and only when it may run on more than one CPU),
  * and sleeps until its next timer is due (at most SLEEP_REAL_MAX_MS), so armed
- * timers cost a wake-up per expiry, not one per millisecond.
+ * timers cost at most a wake-up per expiry, not one per millisecond (the CM
+ * rounds its deadlines so that expiries close together share one:
+ * cm_coarse_deadline). A thread that needs a sleeping
+ * worker awake earlier than it sleeps - a guest that armed an earlier
+ * timer, a lazy work item (cep_dispatch_post_work_lazy) - arms the
+ * worker's timerfd instead of waking it now (soon()): one system call, no
+ * context switch, and items posted meanwhile share the wake-up.
  * A worker holds its run lock while awake and drops it to sleep; a guest
  * thread that takes it meanwhile (trylock, never a wait) acts as that
  * worker - its ring, work stack, wheel - so a MAD read on a transport's
@@ -28,12 +34,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dispatch.h"
 #include "cm/lead.h"
+#include "core/yield.h"
 #include "core/rcu.h"
 
 struct slot {
@@ -58,6 +66,13 @@ struct worker {
 	_Atomic uint64_t posted;           /* items in (quiesce, sleep check) */
 	struct cep_work *_Atomic works;    /* Treiber stack */
 	_Atomic uint64_t st_full, st_waits;
+	/* wake-ups of a sleeping worker, by cause (any thread) */
+	_Atomic uint64_t st_kick_mad, st_kick_work, st_kick_timer, st_kick_lead;
+	_Atomic uint64_t st_soon;          /* timerfd armed earlier (soon()) */
+	_Atomic uint64_t st_lazy;          /* lazy items that found it asleep */
+	/* CLOCK_MONOTONIC ns tfd is armed for; UINT64_MAX: not armed (the
+	 * worker resets it when it wakes). Lowered only, by CAS: soon(). */
+	_Atomic uint64_t wake_by;
 	_Atomic int room_waiters;          /* in cep_dispatch_post_mad_wait */
 	/* read by producers on every post, written by the worker to sleep */
 	_Alignas(64) _Atomic int sleeping;
@@ -66,11 +81,14 @@ struct worker {
 	_Atomic uint64_t done;             /* items out (quiesce) */
 	_Atomic int in_timers;             /* firing timers now (quiesce) */
 	_Atomic uint64_t st_mads, st_works, st_timers, st_sleeps, st_yields;
+	_Atomic uint64_t st_timeouts;      /* sleeps its poll's timeout ended */
 	_Atomic uint64_t st_inline;        /* MADs a guest ran (run_mad) */
 	_Atomic uint64_t st_armed;         /* wheel.armed after the last item */
 	int efd;                           /* eventfd: a sleeping worker's wake-up
 					      (its poll also watches the lead's fd
 					      while it holds the lead) */
+	int tfd;                           /* timerfd (CLOCK_MONOTONIC): a wake-up
+					      at a time, armed by soon() */
 	/* Held by whoever acts as this worker: its thread while awake, or a
 	 * guest (cep_dispatch_enter) while it sleeps. Guard of head, wheel,
 	 * now and sleep_until. */
@@ -118,21 +136,80 @@ static void kick(struct worker *w)
  * thread wants it): the same wake-up. */
 static void lead_kick(void *arg)
 {
-	kick(arg);
+	struct worker *w = arg;
+
+	atomic_fetch_add_explicit(&w->st_kick_lead, 1, memory_order_relaxed);
+	kick(w);
+}
+
+/* Make the sleeping worker @w wake by @ns (CLOCK_MONOTONIC) without waking
+ * it now: arm its timerfd unless it is armed for that time or earlier. Any
+ * thread; no lock. Relaxed atomics suffice: the items the wake-up is for
+ * are published by the seq_cst posted/sleeping pair (wake_worker's
+ * argument), this only sets when. Two threads may arm at once: wake_by
+ * holds the earliest (CAS), and whoever armed a later time than it holds
+ * after its own arm arms again, so the timer ends at the earliest asked
+ * for. A time armed after the worker woke and reset wake_by is a spurious
+ * wake-up later (the worker reads the timerfd and sleeps again), never a
+ * busy loop and never a lost one. A failed arm wakes the worker now. */
+#ifdef CEP_TEST_HOOKS
+void (*cep_dispatch_soon_hook)(uint64_t ns);
+#define SOON_HOOK(ns) do { if (cep_dispatch_soon_hook) cep_dispatch_soon_hook(ns); } while (0)
+#else
+#define SOON_HOOK(ns) CEP_YIELD()
+#endif
+
+static void soon(struct worker *w, uint64_t ns)
+{
+	uint64_t cur = atomic_load_explicit(&w->wake_by, memory_order_relaxed);
+
+	do {
+		if (ns >= cur)
+			return;
+	} while (!atomic_compare_exchange_weak_explicit(&w->wake_by, &cur, ns,
+							memory_order_relaxed,
+							memory_order_relaxed));
+	atomic_fetch_add_explicit(&w->st_soon, 1, memory_order_relaxed);
+	SOON_HOOK(ns); /* tests: between our CAS and our arm */
+	for (;;) {
+		struct itimerspec its = { .it_value = { .tv_sec = (time_t)(ns / 1000000000u),
+							.tv_nsec = (long)(ns % 1000000000u) } };
+
+		if (timerfd_settime(w->tfd, TFD_TIMER_ABSTIME, &its, NULL)) {
+			kick(w);
+			return;
+		}
+		cur = atomic_load_explicit(&w->wake_by, memory_order_relaxed);
+		if (cur >= ns)
+			return; /* ours is the earliest (or the worker woke) */
+		ns = cur;   /* an earlier arm may have gone before ours */
+	}
+}
+
+/* The lead's application leader left (lead.h: cep_lead_backstop_take's
+ * remind, under the lead's mutex): be awake by the lease's end, @at_ms
+ * (CLOCK_MONOTONIC), without a wake-up now. Workers outlive the lead's
+ * close (cep_cm_destroy closes it before it stops them). */
+static void lead_remind(void *arg, uint64_t at_ms)
+{
+	soon(arg, at_ms * 1000000u);
 }
 
 /* Call after the item is published and counted in w->posted (seq_cst).
  * Dekker pair with worker_main: the worker stores sleeping then reads
  * posted, we add to posted then read sleeping, all seq_cst, so either it
  * sees our item or we see it asleep (no lost wake-up). */
-static void wake_worker(struct worker *w)
+static void wake_worker(struct worker *w, _Atomic uint64_t *cause)
 {
 	/* A guest acting as w drains what it posts to w before it leaves
 	 * (the worker itself is awake: sleeping is 0). */
 	if (self_d == w->d && self_idx == (int)w->idx)
 		return;
-	if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst))
+	if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
+		if (cause)
+			atomic_fetch_add_explicit(cause, 1, memory_order_relaxed);
 		kick(w);
+	}
 }
 
 /* One attempt to copy a MAD into worker @w's ring: 0, or -ENOBUFS when the
@@ -170,7 +247,7 @@ static int ring_put(struct worker *w, const uint8_t *mad, size_t len,
 	 * seq == pos + 1. */
 	atomic_store_explicit(&s->seq, pos + 1, memory_order_release);
 	atomic_fetch_add_explicit(&w->posted, 1, memory_order_seq_cst);
-	wake_worker(w);
+	wake_worker(w, &w->st_kick_mad);
 	return 0;
 }
 
@@ -258,9 +335,10 @@ static void room_signal(struct worker *w)
 	}
 }
 
-void cep_dispatch_post_work(struct cep_dispatch *d, unsigned wi, struct cep_work *work)
+/* Push @work on @w's stack and count it posted (seq_cst: the Dekker pair
+ * with the worker's sleep, wake_worker). */
+static void push_work(struct worker *w, struct cep_work *work)
 {
-	struct worker *w = &d->w[wi];
 	struct cep_work *top = atomic_load_explicit(&w->works, memory_order_relaxed);
 
 	do {
@@ -270,7 +348,41 @@ void cep_dispatch_post_work(struct cep_dispatch *d, unsigned wi, struct cep_work
 	} while (!atomic_compare_exchange_weak_explicit(&w->works, &top, work,
 				memory_order_release, memory_order_relaxed));
 	atomic_fetch_add_explicit(&w->posted, 1, memory_order_seq_cst);
-	wake_worker(w);
+}
+
+void cep_dispatch_post_work(struct cep_dispatch *d, unsigned wi, struct cep_work *work)
+{
+	struct worker *w = &d->w[wi];
+
+	push_work(w, work);
+	wake_worker(w, &w->st_kick_work);
+}
+
+void cep_dispatch_wake(struct cep_dispatch *d, unsigned wi)
+{
+	struct worker *w = &d->w[wi];
+
+	/* The item is queued (posted counted it): a worker that has not
+	 * gone to sleep yet runs it first; one asleep is woken here. */
+	wake_worker(w, &w->st_kick_work);
+}
+
+void cep_dispatch_post_work_lazy(struct cep_dispatch *d, unsigned wi, struct cep_work *work,
+				 unsigned max_delay_ms)
+{
+	struct worker *w = &d->w[wi];
+
+	push_work(w, work);
+	/* as wake_worker: a guest acting as w drains it before it leaves */
+	if (self_d == w->d && self_idx == (int)w->idx)
+		return;
+	/* Dekker pair as wake_worker's: the worker sees the item before it
+	 * sleeps, or we see it asleep and set its wake-up. A guest that runs
+	 * as w meanwhile (a MAD read by the lead) drains it sooner. */
+	if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
+		atomic_fetch_add_explicit(&w->st_lazy, 1, memory_order_relaxed);
+		soon(w, cep_clock_now_ns(NULL) + (uint64_t)max_delay_ms * 1000000u);
+	}
 }
 
 /* Worker: publish the wheel's armed count for cep_dispatch_stats before
@@ -499,28 +611,43 @@ static int cpus_allowed(void)
 static void sleep_on(struct worker *w, long ns)
 {
 	struct cep_dispatch *d = w->d;
-	int ms = (int)((ns + 999999) / 1000000), leading = 0;
-	struct pollfd pf[2] = { { .fd = w->efd, .events = POLLIN } };
+	int ms = (int)((ns + 999999) / 1000000), leading = 0, r;
+	struct pollfd pf[3] = { { .fd = w->efd, .events = POLLIN },
+				{ .fd = w->tfd, .events = POLLIN } };
 
 	if (d->attr.lead)
-		leading = cep_lead_backstop_take(d->attr.lead, &ms, lead_kick, w);
+		leading = cep_lead_backstop_take(d->attr.lead, &ms, lead_kick, lead_remind, w);
 	if (leading) {
-		pf[1].fd = cep_lead_fd(d->attr.lead);
-		pf[1].events = POLLIN;
+		pf[2].fd = cep_lead_fd(d->attr.lead);
+		pf[2].events = POLLIN;
 	}
 	cep_rcu_worker_idle_begin(); /* grace periods do not wait for a sleeper */
 	/* Asleep, a guest may act as this worker (run-to-completion,
 	 * cep_dispatch_enter); awake, we wait for it to leave. */
 	pthread_mutex_unlock(&w->run);
-	if (poll(pf, leading ? 2 : 1, ms) > 0 && (pf[0].revents & POLLIN)) {
+	r = poll(pf, leading ? 3 : 2, ms);
+	if (r == 0)
+		atomic_fetch_add_explicit(&w->st_timeouts, 1, memory_order_relaxed);
+	if (r > 0) {
 		uint64_t v;
 
-		(void)!read(w->efd, &v, sizeof(v));
+		if (pf[0].revents & POLLIN)
+			(void)!read(w->efd, &v, sizeof(v));
+		if (pf[1].revents & POLLIN) /* fired: read, or it stays ready */
+			(void)!read(w->tfd, &v, sizeof(v));
 	}
+	/* Awake: what soon() armed is ours to forget (an arm that races
+	 * with this is a spurious wake-up later; the items it was for are
+	 * drained before we sleep again: posted/sleeping). Not disarmed: an
+	 * early wake-up (a post) leaves it to fire once, spuriously, rather
+	 * than a system call on every wake-up. (Written only when set: the
+	 * line is the producers'.) */
+	if (atomic_load_explicit(&w->wake_by, memory_order_relaxed) != UINT64_MAX)
+		atomic_store_explicit(&w->wake_by, UINT64_MAX, memory_order_relaxed);
 	pthread_mutex_lock(&w->run);
 	cep_rcu_worker_idle_end();
 	if (leading) {
-		if (pf[1].revents & (POLLIN | POLLERR | POLLHUP))
+		if (pf[2].revents & (POLLIN | POLLERR | POLLHUP))
 			(void)cep_lead_backstop_drain(d->attr.lead);
 		cep_lead_backstop_put(d->attr.lead);
 	}
@@ -620,7 +747,7 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 	}
 	memset(d->w, 0, sizeof(*d->w) * attr->workers);
 	for (unsigned i = 0; i < attr->workers; i++)
-		d->w[i].efd = -1;
+		d->w[i].efd = d->w[i].tfd = -1;
 	for (unsigned i = 0; i < attr->workers; i++) {
 		struct worker *w = &d->w[i];
 
@@ -635,6 +762,10 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 		w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (w->efd < 0)
 			goto fail;
+		w->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (w->tfd < 0)
+			goto fail;
+		atomic_init(&w->wake_by, UINT64_MAX);
 		pthread_mutex_init(&w->run, NULL);
 		pthread_mutex_init(&w->room_mtx, NULL);
 		pthread_cond_init(&w->room_cv, NULL);
@@ -649,7 +780,7 @@ int cep_dispatch_create(const struct cep_dispatch_attr *attr, struct cep_dispatc
 		if (pthread_create(&d->w[i].thread, NULL, worker_main, &d->w[i])) {
 			atomic_store(&d->stop, 1);
 			for (unsigned j = 0; j < i; j++) {
-				wake_worker(&d->w[j]);
+				wake_worker(&d->w[j], NULL);
 				pthread_join(d->w[j].thread, NULL);
 			}
 			goto fail;
@@ -669,6 +800,8 @@ fail:
 		free(d->w[i].ring);
 		if (d->w[i].efd >= 0)
 			close(d->w[i].efd);
+		if (d->w[i].tfd >= 0)
+			close(d->w[i].tfd);
 	}
 	free(d->w);
 	free(d);
@@ -709,6 +842,7 @@ void cep_dispatch_destroy(struct cep_dispatch *d)
 	cep_dispatch_stop(d, NULL, NULL);
 	for (unsigned i = 0; i < d->attr.workers; i++) {
 		close(d->w[i].efd);
+		close(d->w[i].tfd);
 		pthread_mutex_destroy(&d->w[i].run);
 		pthread_mutex_destroy(&d->w[i].room_mtx);
 		pthread_cond_destroy(&d->w[i].room_cv);
@@ -757,6 +891,7 @@ int cep_dispatch_enter(struct cep_dispatch *d, unsigned wi)
 void cep_dispatch_leave(struct cep_dispatch *d, unsigned wi, uint64_t armed_ms)
 {
 	struct worker *w = &d->w[wi];
+	uint64_t at = 0;
 	int wake = 0;
 
 	note_armed(w);
@@ -766,13 +901,21 @@ void cep_dispatch_leave(struct cep_dispatch *d, unsigned wi, uint64_t armed_ms)
 	 * to SLEEP_REAL_MAX_MS slots: not on an API thread's path). */
 	if (armed_ms == CEP_DISPATCH_ARMED_UNKNOWN && w->wheel.armed)
 		armed_ms = cep_wheel_next(&w->wheel, SLEEP_REAL_MAX_MS);
-	if (armed_ms < w->sleep_until && !cep_clock_is_virtual(d->attr.clock))
+	if (armed_ms < w->sleep_until && !cep_clock_is_virtual(d->attr.clock)) {
+		/* the worker's new wake-up: later guests compare with it */
+		at = armed_ms;
+		w->sleep_until = at;
 		wake = 1;
+	}
 	/* release: the guest's work before quiesce sees it done. */
 	atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
 	pthread_mutex_unlock(&w->run);
-	if (wake)
-		kick(w);
+	if (wake) {
+		/* asleep (we held its run lock) or about to sleep again with
+		 * the new timer in its wheel: its timerfd, not a wake-up now */
+		atomic_fetch_add_explicit(&w->st_kick_timer, 1, memory_order_relaxed);
+		soon(w, at * 1000000u);
+	}
 }
 
 int cep_dispatch_run_mad(struct cep_dispatch *d, unsigned wi, const uint8_t *mad,
@@ -862,7 +1005,14 @@ void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st)
 		st->inline_mads += atomic_load_explicit(&w->st_inline, memory_order_relaxed);
 		st->timers += atomic_load_explicit(&w->st_timers, memory_order_relaxed);
 		st->sleeps += atomic_load_explicit(&w->st_sleeps, memory_order_relaxed);
+		st->timeouts += atomic_load_explicit(&w->st_timeouts, memory_order_relaxed);
 		st->yields += atomic_load_explicit(&w->st_yields, memory_order_relaxed);
 		st->armed += atomic_load_explicit(&w->st_armed, memory_order_relaxed);
+		st->kick_mad += atomic_load_explicit(&w->st_kick_mad, memory_order_relaxed);
+		st->kick_work += atomic_load_explicit(&w->st_kick_work, memory_order_relaxed);
+		st->kick_timer += atomic_load_explicit(&w->st_kick_timer, memory_order_relaxed);
+		st->kick_lead += atomic_load_explicit(&w->st_kick_lead, memory_order_relaxed);
+		st->lazy += atomic_load_explicit(&w->st_lazy, memory_order_relaxed);
+		st->soon += atomic_load_explicit(&w->st_soon, memory_order_relaxed);
 	}
 }

@@ -82,6 +82,22 @@ int cep_dispatch_post_mad_wait(struct cep_dispatch *d, unsigned w, const uint8_t
 			       const _Atomic int *abort, unsigned max_ms);
 /* Queue @work on worker @w. Never fails. Lock-free; any thread. */
 void cep_dispatch_post_work(struct cep_dispatch *d, unsigned w, struct cep_work *work);
+/* The same for an item that may wait up to @max_delay_ms: a sleeping
+ * worker is not woken now but its timerfd set to wake it by then (one
+ * system call, no context switch), so such items posted close together
+ * share one wake-up; a guest acting as the worker meanwhile (a MAD the
+ * lead reads) runs it sooner. For items nobody waits for (an id's last
+ * events when no thread waits for them). Lock-free; any thread. */
+void cep_dispatch_post_work_lazy(struct cep_dispatch *d, unsigned w, struct cep_work *work,
+				 unsigned max_delay_ms);
+#ifdef CEP_TEST_HOOKS
+/* Tests (the hooked copy of the library): called in soon() between the
+ * CAS that made @ns the earliest wake-up asked for and its timerfd arm. */
+extern void (*cep_dispatch_soon_hook)(uint64_t ns);
+#endif
+/* Wake worker @w now if it sleeps (an item queued lazily became urgent).
+ * Any thread. */
+void cep_dispatch_wake(struct cep_dispatch *d, unsigned w);
 
 /* Run-to-completion. A thread that is no worker may act as worker @w while
  * that worker sleeps: cep_dispatch_enter takes w's run lock without ever
@@ -135,8 +151,18 @@ struct cep_dispatch_stats {
 	uint64_t inline_mads; /* of mads, run by a guest (run_mad) */
 	uint64_t timers;    /* timers fired */
 	uint64_t sleeps;    /* times a worker went to sleep */
+	uint64_t timeouts;  /* of those, ended by their own timeout (a timer
+			       due, the bound, a lease): not woken */
 	uint64_t yields;    /* sched_yield calls of idle workers */
 	uint64_t armed;     /* timers armed now (each worker's last pass) */
+	/* sleeping workers woken now, by cause: a MAD posted, a work item
+	 * posted, the lead's backstop asked to let go; kick_timer: guests
+	 * that armed a timer due before the worker's wake-up
+	 * (cep_dispatch_leave), which sets its timerfd instead */
+	uint64_t kick_mad, kick_work, kick_timer, kick_lead;
+	uint64_t lazy;      /* lazy work items that found their worker asleep */
+	uint64_t soon;      /* worker timerfds armed (an earlier wake-up, no
+			       wake-up now: kick_timer and lazy) */
 };
 void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st);
 

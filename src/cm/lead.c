@@ -58,6 +58,11 @@ struct cep_lead {
 	enum holder holder;             /* mtx */
 	void (*kick)(void *);           /* mtx: the backstop holder's */
 	void *kick_arg;                 /* mtx */
+	/* mtx: a backstop that sleeps without watching the lease while an
+	 * application leads, to be told when that application leaves
+	 * (cep_lead_backstop_take); NULL once told */
+	void (*remind)(void *, uint64_t);
+	void *remind_arg;
 	struct follower *followers;     /* mtx: oldest first */
 	uint64_t app_left_ms;           /* mtx: an application leader's last exit */
 	struct cep_lead_waiter *app_w;  /* mtx: the application leader's waiter */
@@ -243,10 +248,23 @@ static _Thread_local struct wait_state *drain_wait;
  * counts from now). The waiter whose turn is next, or NULL. */
 static struct cep_lead_waiter *app_release_locked(struct cep_lead *l)
 {
+	struct cep_lead_waiter *w;
+
 	l->holder = H_NONE;
 	l->app_w = NULL;
 	l->app_left_ms = now_ms();
-	return next_turn(l);
+	w = next_turn(l);
+	/* No follower takes the turn: the backstop that stopped watching
+	 * while we led must wake when the lease ends. Told here, under mtx:
+	 * the call only sets when (a timerfd, no wake-up now), and a closed
+	 * lead's backstop may be gone once its users are (cep_lead_close). */
+	if (!w && l->remind && !l->closed) {
+		void (*fn)(void *, uint64_t) = l->remind;
+
+		l->remind = NULL;
+		fn(l->remind_arg, l->app_left_ms + LEAD_LEASE_MS + 1);
+	}
+	return w;
 }
 
 /* mtx held: we stop touching @l (it is closed, or the wait ends): give it
@@ -467,7 +485,8 @@ void cep_lead_step_aside(void)
 
 /* ---- the backstop ----------------------------------------------------------------- */
 
-int cep_lead_backstop_take(struct cep_lead *l, int *sleep_ms, void (*kick)(void *), void *kick_arg)
+int cep_lead_backstop_take(struct cep_lead *l, int *sleep_ms, void (*kick)(void *),
+			   void (*remind)(void *, uint64_t), void *kick_arg)
 {
 	uint64_t t = now_ms();
 	int took = 0, clip = -1;
@@ -475,6 +494,13 @@ int cep_lead_backstop_take(struct cep_lead *l, int *sleep_ms, void (*kick)(void 
 	pthread_mutex_lock(&l->mtx);
 	if (l->closed) {
 		/* nothing: the context stops */
+	} else if (l->holder == H_APP && remind) {
+		/* an application leads: sleep on, and be told when it leaves
+		 * (app_release_locked), instead of a look every lease while it
+		 * leads - an idle event loop woke its CM's worker 50 times a
+		 * second */
+		l->remind = remind;
+		l->remind_arg = kick_arg;
 	} else if (l->holder == H_APP || l->followers) {
 		/* an application leads, or waits for its turn: look again
 		 * within the lease, in case it leaves for good */

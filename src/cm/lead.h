@@ -43,7 +43,8 @@
 
 /* How long an application leader that returned keeps the lead from the
  * backstop: the longest a MAD waits unread when the application does not
- * come back (and the backstop's wake-up period while it does). */
+ * come back (and, for a backstop without a remind, its wake-up period
+ * while an application leads). */
 #define LEAD_LEASE_MS 20
 
 struct cep_lead;
@@ -110,8 +111,15 @@ void cep_lead_step_aside(void);
  * leader left less than LEAD_LEASE_MS ago, it does not take the lead and
  * lowers *@sleep_ms (in/out, < 0: none) to the rest of the lease.
  * @kick(@kick_arg) must wake the caller's sleep: an application thread
- * that wants the lead calls it. */
-int cep_lead_backstop_take(struct cep_lead *l, int *sleep_ms, void (*kick)(void *), void *kick_arg);
+ * that wants the lead calls it. While an application leads: with @remind
+ * (may be NULL), *@sleep_ms stays and @remind(@kick_arg, at_ms) is called
+ * once, when that application leaves with no follower to take the turn,
+ * under the lead's mutex: it must end the caller's sleep by at_ms
+ * (CLOCK_MONOTONIC ms: the lease's end) without blocking, and the caller
+ * must outlive the lead's close; without it, *@sleep_ms is lowered to
+ * LEAD_LEASE_MS (a look every lease). */
+int cep_lead_backstop_take(struct cep_lead *l, int *sleep_ms, void (*kick)(void *),
+			   void (*remind)(void *, uint64_t), void *kick_arg);
 void cep_lead_backstop_put(struct cep_lead *l);
 /* The backstop holding @l found its fd readable: drain it (counted). */
 int cep_lead_backstop_drain(struct cep_lead *l);

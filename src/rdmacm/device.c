@@ -15,6 +15,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,7 @@
 #include "ib.h"
 #include "rdmacm.h"
 #include "cm/cm_internal.h" /* cm_port: the port a cepd context serves */
+#include "cm/lead.h"        /* cep_lead_stats, for CEP_RDMACM_STATS */
 #include "service/remote.h" /* cmr_callbacks_inline */
 
 struct rcm_global rcm = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -471,6 +474,8 @@ static unsigned env_unsigned(const char *name, unsigned dflt)
 	return s && *s ? (unsigned)strtoul(s, NULL, 10) : dflt;
 }
 
+static void stats_on_signal(void);
+
 int rcm_port_cm(struct rcm_port *p, struct cep_cm **out)
 {
 	struct cep_umad_attr ua = { .size = sizeof(ua), .gid_index = CEP_UMAD_GID_AUTO };
@@ -539,6 +544,11 @@ int rcm_port_cm(struct rcm_port *p, struct cep_cm **out)
 	if (ret)
 		goto fail;
 	p->t = t;
+	/* An id's last events (QP_DESTROYED, which this layer ignores, and
+	 * DESTROYED, which only drops its reference: rdma_destroy_id never
+	 * waits for it) may come late: no worker wake-up each (a context
+	 * switch there and back per QP and per id on a one-CPU guest). */
+	cm->lazy_ms = RCM_LAZY_MS;
 	/* Release: the CM and p->info are complete before anyone sees cm. */
 	atomic_store_explicit(&p->cm, cm, memory_order_release);
 	*out = cm;
@@ -547,6 +557,8 @@ fail:
 	t->ops->destroy(t);
 out:
 	p->open_err = ret;
+	if (!ret)
+		stats_on_signal();
 	pthread_mutex_unlock(&rcm.lock);
 	return ret;
 }
@@ -567,6 +579,32 @@ static void print_rejs(const char *dir, const uint64_t n[CEP_REJ_REASON_MAX + 1]
 		if (n[r])
 			fprintf(stderr, "; REJ %s reason %u (%s) x%" PRIu64, dir, r,
 				cep_rej_reason_name(r), n[r]);
+}
+
+/* "; dispatch ...; lead ...": who ran the MADs and why sleeping threads
+ * were woken (a CM of this process; a cepd client's has no workers). */
+static void print_path_stats(struct cep_cm *cm)
+{
+	struct cep_dispatch_stats ds;
+	struct cep_lead_stats ls;
+
+	if (!cm->d)
+		return;
+	cep_dispatch_stats(cm->d, &ds);
+	fprintf(stderr, "; dispatch mads %" PRIu64 " inline %" PRIu64 " works %" PRIu64
+		" timers %" PRIu64 " sleeps %" PRIu64 " (timeouts %" PRIu64 ") kicks mad %" PRIu64
+		" work %" PRIu64
+		" lead %" PRIu64 "; early wake-ups timer %" PRIu64 " lazy %" PRIu64 " armed %" PRIu64,
+		ds.mads, ds.inline_mads, ds.works, ds.timers, ds.sleeps, ds.timeouts, ds.kick_mad,
+		ds.kick_work,
+		ds.kick_lead, ds.kick_timer, ds.lazy, ds.soon);
+	if (!cm->lead)
+		return;
+	cep_lead_stats(cm->lead, &ls);
+	fprintf(stderr, "; lead app leads %" PRIu64 " app drains %" PRIu64
+		" backstop drains %" PRIu64 " kicks %" PRIu64 " handovers %" PRIu64
+		" asides %" PRIu64, ls.app_leads, ls.app_drains, ls.backstop_drains, ls.kicks,
+		ls.handovers, ls.asides);
 }
 
 /* CEP_RDMACM_STATS=1: the port CM's counters on stderr at exit (where a
@@ -602,7 +640,84 @@ static void print_stats(struct rcm_port *p, struct cep_cm *cm)
 		fprintf(stderr, "; umad sent %" PRIu64 " send errors %" PRIu64 " received %" PRIu64
 			" receive errors %" PRIu64, us.sent, us.send_errors, us.received,
 			us.recv_errors);
+	print_path_stats(cm);
 	fprintf(stderr, "\n");
+}
+
+/*
+ * CEP_RDMACM_STATS also prints the counters when the process gets SIGUSR1
+ * (for servers that never exit by themselves, as cmtime's): installed
+ * only with the variable set and only over SIG_DFL, so an application's
+ * own handler is never replaced. The handler writes a byte to a pipe (all
+ * it does: async-signal-safe); a thread of ours, blocked on the pipe,
+ * prints every port's counters under stats_lock, which rcm_fini holds
+ * while it destroys the CMs, so the printing never reads a freed CM.
+ */
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+static int stats_pipe[2] = { -1, -1 };
+
+static void print_all_stats(void)
+{
+	for (unsigned d = 0; d < rcm.ndevs; d++)
+		for (unsigned i = 0; i < rcm.devs[d].nports; i++) {
+			struct rcm_port *p = &rcm.devs[d].ports[i];
+			struct cep_cm *cm = atomic_load_explicit(&p->cm, memory_order_acquire);
+
+			if (cm)
+				print_stats(p, cm);
+		}
+}
+
+static void stats_signal(int sig)
+{
+	int saved = errno;
+	char c = 1;
+
+	(void)sig;
+	(void)!write(stats_pipe[1], &c, 1);
+	errno = saved;
+}
+
+static void *stats_thread(void *arg)
+{
+	char c;
+
+	(void)arg;
+	for (;;) {
+		ssize_t n = read(stats_pipe[0], &c, 1);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return NULL;
+		pthread_mutex_lock(&stats_lock);
+		print_all_stats();
+		pthread_mutex_unlock(&stats_lock);
+	}
+}
+
+/* Once, rcm.lock held, when the first CM of the process starts. */
+static void stats_on_signal(void)
+{
+	struct sigaction old, sa = { .sa_handler = stats_signal, .sa_flags = SA_RESTART };
+	sigset_t all, prev;
+	pthread_t th;
+
+	if (stats_pipe[0] >= 0 || !getenv("CEP_RDMACM_STATS") ||
+	    sigaction(SIGUSR1, NULL, &old) || old.sa_handler != SIG_DFL ||
+	    pipe2(stats_pipe, O_CLOEXEC | O_NONBLOCK))
+		return;
+	/* the reading end blocks; the handler's end never does */
+	(void)fcntl(stats_pipe[0], F_SETFL, 0);
+	sigfillset(&all);
+	/* our thread takes no signal of the application's */
+	pthread_sigmask(SIG_SETMASK, &all, &prev);
+	if (pthread_create(&th, NULL, stats_thread, NULL) == 0) {
+		pthread_detach(th);
+		sigemptyset(&sa.sa_mask);
+		(void)sigaction(SIGUSR1, &sa, NULL);
+	}
+	pthread_sigmask(SIG_SETMASK, &prev, NULL);
 }
 
 /*
@@ -613,6 +728,7 @@ static void print_stats(struct rcm_port *p, struct cep_cm *cm)
  */
 __attribute__((destructor)) static void rcm_fini(void)
 {
+	pthread_mutex_lock(&stats_lock); /* not while the stats thread prints */
 	for (unsigned d = 0; d < rcm.ndevs; d++) {
 		for (unsigned i = 0; i < rcm.devs[d].nports; i++) {
 			struct rcm_port *p = &rcm.devs[d].ports[i];
@@ -631,4 +747,5 @@ __attribute__((destructor)) static void rcm_fini(void)
 				p->t->ops->destroy(p->t);
 		}
 	}
+	pthread_mutex_unlock(&stats_lock);
 }

@@ -48,6 +48,9 @@ static inline int rcm_err(int e)
 #define RCM_MAX_CM_RETRIES      15
 #define RCM_ROCE_PACKET_LIFE    18
 #define RCM_MRA_TIMEOUT         24
+/* How late an id's QP_DESTROYED and DESTROYED may reach this layer
+ * (cep_cm lazy_ms): they share a worker wake-up instead of one each. */
+#define RCM_LAZY_MS             20
 #define RCM_DEFAULT_BACKLOG     1024 /* ucma's max_backlog */
 /* Requests a service's libcep listener holds that no rdma_cm listener has
  * taken yet: past rdma_listen's backlog they wait in the listener's

@@ -961,7 +961,7 @@ static void *reader_main(void *arg)
 					{ .fd = r->epfd, .events = POLLIN } };
 		int ms = -1, leading, n;
 
-		leading = cep_lead_backstop_take(l, &ms, bs_kick, r);
+		leading = cep_lead_backstop_take(l, &ms, bs_kick, NULL, r);
 		n = poll(pf, leading ? 2 : 1, ms);
 		if (n > 0 && (pf[0].revents & POLLIN)) {
 			uint64_t v;

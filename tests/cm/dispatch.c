@@ -5,7 +5,9 @@
  * idle worker with a far timer armed sleeps until it, not every ms, and
  * the budget of 64 timers per turn: quiesce still ends when the rest of a
  * budgeted run is cancelled, and a guest (a receive thread running a
- * sleeping worker's MAD) fires no more than the worker would. */
+ * sleeping worker's MAD) fires no more than the worker would; lazy items
+ * and a guest's earlier timer set a sleeping worker's timerfd instead of
+ * waking it (concurrent arms: wake.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -15,6 +17,7 @@
 #include <time.h>
 
 #include "../common/check.h"
+#include "../common/clock.h"
 #include "cm/dispatch.h"
 
 #define WORKERS 3
@@ -494,6 +497,137 @@ static void guest_timer_budget(void)
 	CHECK_EQ(cep_clock_destroy(guest_clock), 0);
 }
 
+/* ---- wake-ups that wait: lazy items, a guest's earlier timer ---------- */
+
+enum { LAZY_N = 20 };
+static struct cep_work lazy_w[LAZY_N];
+static _Atomic int lazy_ran;
+static _Atomic double lazy_last_ms;
+
+static void on_lazy(struct cep_work *w)
+{
+	(void)w;
+	atomic_store(&lazy_last_ms, mono_ms());
+	atomic_fetch_add(&lazy_ran, 1);
+}
+
+/* Until the one worker of d has gone to sleep (idle: no timer, nothing
+ * posted; it sleeps for the 1 s bound), and a little more. */
+static void until_asleep(void)
+{
+	struct cep_dispatch_stats st;
+
+	CHECK_EQ(cep_dispatch_quiesce(d, 10000), 0);
+	for (int i = 0; i < 5000; i++) {
+		cep_dispatch_stats(d, &st);
+		if (st.sleeps)
+			break;
+		sleep_ms(1);
+	}
+	sleep_ms(20);
+}
+
+/* Lazy items (an id's last events in the librdmacm drop-in): 20 posted
+ * to a sleeping worker with 200 ms to wait cost no wake-up now - no kick,
+ * one timerfd arm (the later ones find it armed earlier) - and all run
+ * together when it fires, not before (nothing else wakes this worker:
+ * no timer, no post; each would have woken it at once before). Then one
+ * made urgent (cep_dispatch_wake, an urgent bit on a lazy item) runs at
+ * once although its own wait is a minute. */
+static void lazy_items(void)
+{
+	struct cep_dispatch_attr a = { .workers = 1, .queue_depth = 16,
+				       .ops = { .mad = on_mad } };
+	struct cep_dispatch_stats st;
+	double t0, took;
+
+	CHECK_EQ(cep_dispatch_create(&a, &d), 0);
+	until_asleep();
+	atomic_store(&lazy_ran, 0);
+	t0 = mono_ms();
+	for (int i = 0; i < LAZY_N; i++) {
+		lazy_w[i].fn = on_lazy;
+		cep_dispatch_post_work_lazy(d, 0, &lazy_w[i], 200);
+	}
+	CHECK_EQ(cep_dispatch_quiesce(d, 10000), 0);
+	took = atomic_load(&lazy_last_ms) - t0;
+	cep_dispatch_stats(d, &st);
+	printf("lazy: %d items ran after %.1f ms (200 asked), kicks %llu, timerfd arms %llu\n",
+	       atomic_load(&lazy_ran), took, (unsigned long long)st.kick_work,
+	       (unsigned long long)st.soon);
+	CHECK_EQ(atomic_load(&lazy_ran), LAZY_N);
+	CHECK(took >= 190 && took < 2000);
+	CHECK_EQ(st.kick_work, 0);
+	CHECK_EQ(st.lazy, LAZY_N);
+	CHECK_EQ(st.soon, 1);
+
+	until_asleep();
+	t0 = mono_ms();
+	lazy_w[0].fn = on_lazy;
+	cep_dispatch_post_work_lazy(d, 0, &lazy_w[0], 60000);
+	cep_dispatch_wake(d, 0);
+	CHECK_EQ(cep_dispatch_quiesce(d, 10000), 0);
+	took = atomic_load(&lazy_last_ms) - t0;
+	cep_dispatch_stats(d, &st);
+	printf("lazy made urgent: ran after %.1f ms (a minute asked), kicks %llu\n", took,
+	       (unsigned long long)st.kick_work);
+	CHECK_EQ(atomic_load(&lazy_ran), LAZY_N + 1);
+	CHECK(took < 5000);
+	CHECK_EQ(st.kick_work, 1);
+	cep_dispatch_destroy(d);
+}
+
+/* A guest (an API thread acting as the sleeping worker) arms a timer
+ * 100 ms ahead, before the worker's wake-up (1 s, idle): the worker is
+ * not woken now but its timerfd set, and the timer fires on the worker
+ * on time, long before the 1 s. */
+static _Atomic double guest_fired_ms;
+static struct cep_timer early_t;
+
+static void on_early(struct cep_timer *t)
+{
+	(void)t;
+	atomic_store(&guest_fired_ms, mono_ms());
+}
+
+static void guest_earlier_timer(void)
+{
+	struct cep_dispatch_attr a = { .workers = 1, .queue_depth = 16,
+				       .ops = { .mad = on_mad } };
+	struct cep_dispatch_stats st;
+	uint64_t due;
+	double t0, took = -1;
+	int r = -EBUSY;
+
+	CHECK_EQ(cep_dispatch_create(&a, &d), 0);
+	until_asleep();
+	for (int i = 0; i < 5000 && r == -EBUSY; i++) {
+		r = cep_dispatch_enter(d, 0);
+		if (r == -EBUSY)
+			sleep_ms(1);
+	}
+	CHECK_EQ(r, 0);
+	t0 = mono_ms();
+	due = cep_dispatch_clock_ms(d) + 100;
+	cep_timer_arm(cep_dispatch_wheel(d, 0), &early_t, due, on_early);
+	cep_dispatch_leave(d, 0, due);
+	for (int i = 0; i < 3000 && atomic_load(&guest_fired_ms) == 0; i++)
+		sleep_ms(1);
+	if (atomic_load(&guest_fired_ms) != 0)
+		took = atomic_load(&guest_fired_ms) - t0;
+	cep_dispatch_stats(d, &st);
+	printf("guest's timer 100 ms ahead of a worker asleep for 1 s: fired after %.1f ms, "
+	       "kicks %llu, timerfd arms %llu\n", took,
+	       (unsigned long long)(st.kick_mad + st.kick_work + st.kick_lead),
+	       (unsigned long long)st.soon);
+	CHECK(took >= 95 && took < 600);
+	CHECK_EQ(st.kick_timer, 1);
+	CHECK_EQ(st.soon, 1);
+	CHECK_EQ(st.kick_mad + st.kick_work + st.kick_lead, 0);
+	CHECK_EQ(st.timers, 1);
+	cep_dispatch_destroy(d);
+}
+
 int main(void)
 {
 	struct cep_dispatch_attr a = { .workers = WORKERS, .queue_depth = 256,
@@ -575,5 +709,7 @@ int main(void)
 	one_cpu_no_spin();
 	budget_rest_cancelled();
 	guest_timer_budget();
+	lazy_items();
+	guest_earlier_timer();
 	return check_done("dispatch");
 }

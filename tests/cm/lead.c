@@ -24,6 +24,9 @@
  *   cancel     a leading thread cancelled in its wait gives the queue back
  *              (the next connection is read by the backstop after the
  *              lease)
+ *   idle       an application that leads an idle queue does not wake the
+ *              backstop worker each lease; once it leaves, the backstop
+ *              reads
  *   close      a context destroyed while a thread still names it in
  *              cep_lead_wait (rdma_get_cm_event at exit): the wait lets it
  *              go and the context is freed
@@ -472,6 +475,51 @@ static void scenario_handover(void)
 	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
 }
 
+/* idle: an application thread leads an idle queue for 600 ms. The
+ * backstop worker sleeps on (told when the application leaves) instead of
+ * a look every lease (20 ms: about 30 wake-ups here, and 50 a second for
+ * the life of an idle event loop); when the wait ends, the backstop is
+ * awake by the lease's end, takes the queue and reads the next
+ * connection's REQ. */
+static void scenario_idle(void)
+{
+	struct cep_cm_channel *ch;
+	struct waiter_arg arg = { .timeout_ms = 600 };
+	struct cep_dispatch_stats d0, d1;
+	struct cep_lead_stats s0, s1;
+	pthread_t t;
+
+	setup();
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	(void)listen_b(NULL);
+	arg.ch = ch;
+	arg.cm = cm_b;
+	usleep(LEAD_LEASE_MS * 3000); /* the worker has looked and slept */
+	s0 = lead_stats(cm_b);
+	pthread_create(&t, NULL, channel_waiter, &arg);
+	for (int i = 0; i < 1000 && lead_stats(cm_b).app_leads == s0.app_leads; i++)
+		usleep(1000);
+	usleep(LEAD_LEASE_MS * 2000); /* the worker's lease look, if any */
+	cep_dispatch_stats(cm_b->d, &d0);
+	pthread_join(t, NULL);
+	cep_dispatch_stats(cm_b->d, &d1);
+	printf("idle: an application led for 600 ms; the backstop worker slept %llu times "
+	       "(%llu timed out)\n", (unsigned long long)(d1.sleeps - d0.sleeps),
+	       (unsigned long long)(d1.timeouts - d0.timeouts));
+	CHECK_EQ(arg.ret, -ETIMEDOUT);
+	CHECK(d1.sleeps - d0.sleeps <= 3);
+	/* the application is gone: the backstop reads the next REQ */
+	usleep(LEAD_LEASE_MS * 3000);
+	s0 = lead_stats(cm_b);
+	(void)connect_one(0x101);
+	CHECK(wait_for(&reqs, 1, 5000));
+	s1 = lead_stats(cm_b);
+	CHECK(s1.backstop_drains > s0.backstop_drains);
+	CHECK_EQ(s1.app_drains, s0.app_drains);
+	teardown();
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+}
+
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -512,6 +560,10 @@ static void scenario_followers(void)
 	(void)connect_one(0x100);
 	pthread_join(t2, NULL);
 	CHECK_EQ(a2.ret, 0);
+	/* t1 counts its drain after the drain returns, and the drain woke
+	 * t2 before that: wait for the count (bounded) */
+	for (int i = 0; i < 1000 && lead_stats(cm_b).app_drains == s0.app_drains; i++)
+		usleep(1000);
 	s1 = lead_stats(cm_b);
 	CHECK_EQ(s1.app_leads, s0.app_leads + 1); /* t1 led; t2 never had to */
 	CHECK(s1.app_drains > s0.app_drains);
@@ -632,6 +684,7 @@ int main(int argc, char **argv)
 		{ "app", scenario_app }, { "worker", scenario_worker },
 		{ "handover", scenario_handover }, { "followers", scenario_followers },
 		{ "cancel", scenario_cancel }, { "close", scenario_close },
+		{ "idle", scenario_idle },
 	};
 
 	if (argc != 2) {

@@ -24,6 +24,8 @@
  *   context with such an id lingering completes, frees everything and
  *   releases a waiting cep_cm_destroy_id_sync(). An id without the flag
  *   beside it gets DESTROYED right after its destroy, as before.
+ * - lazy-last-events: a context whose last events may come late
+ *   (lazy_ms, the librdmacm drop-in's) wakes no sleeping worker for them.
  *
  * Usage: test-cm-lifetime NAME.
  */
@@ -516,6 +518,61 @@ static void t_linger_attr(void)
 	teardown_all();
 }
 
+/* The librdmacm drop-in's lazy last events (cm->lazy_ms, cm_post_bits_lazy):
+ * on a context with lazy_ms, destroying 20 callback ids queues their
+ * DESTROYED without waking the sleeping worker (no kick: each finds it
+ * asleep and sets its timerfd instead), and each DESTROYED still comes,
+ * once; a QP destroyed under an established id queues its QP_DESTROYED
+ * the same way. cep_cm_destroy_id_sync (a thread waits) is not lazy: its
+ * item wakes the worker, and it returns with DESTROYED handled. Without
+ * the lazy path every one of those posts kicks the sleeping worker. */
+static void t_lazy_last_events(void)
+{
+	enum { N = 20 };
+	struct cep_cm_id *ids[N], *b, *s, *l;
+	struct cep_dispatch_stats s0, s1;
+	uint32_t bc;
+
+	setup(1, 0);
+	B.cm->lazy_ms = 200; /* before the first id, as rcm_port_cm */
+	for (int i = 0; i < N; i++)
+		ids[i] = make_id(&B);
+	l = listen_on(&B, SID);
+	b = raw_establish(0x7300, 0x900, 0x101, &bc);
+	settle();
+	sleep_ms(5);
+	cep_dispatch_stats(B.cm->d, &s0);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(cep_cm_destroy_id(ids[i]), 0);
+	CHECK_EQ(cep_cm_qp_destroy(B.cm, 0x101), 0);
+	settle();
+	cep_dispatch_stats(B.cm->d, &s1);
+	printf("lazy: %d destroys and a QP's, kicks %llu, found asleep %llu, timerfd arms %llu\n",
+	       N, (unsigned long long)(s1.kick_work - s0.kick_work),
+	       (unsigned long long)(s1.lazy - s0.lazy), (unsigned long long)(s1.soon - s0.soon));
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(count_ev(&B, CEP_CM_EV_DESTROYED, ids[i]), 1);
+	CHECK_EQ(count_ev(&B, CEP_CM_EV_QP_DESTROYED, b), 1);
+	CHECK_EQ(s1.kick_work - s0.kick_work, 0);
+	CHECK(s1.lazy > s0.lazy);
+
+	/* a waiting destroy is not lazy: five, each found the worker asleep
+	 * (it wakes every 50 ms with the virtual clock, for microseconds) */
+	cep_dispatch_stats(B.cm->d, &s0);
+	for (int i = 0; i < 5; i++) {
+		s = make_id(&B);
+		settle();
+		sleep_ms(5);
+		CHECK_EQ(cep_cm_destroy_id_sync(s), 0);
+		CHECK_EQ(count_ev(&B, CEP_CM_EV_DESTROYED, s), 1);
+	}
+	cep_dispatch_stats(B.cm->d, &s1);
+	CHECK(s1.kick_work > s0.kick_work);
+	CHECK_EQ(cep_cm_destroy_id(b), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(l), 0);
+	teardown_all();
+}
+
 static const struct named_test tests[] = {
 	{ "events-after-destroy", t_events_after_destroy },
 	{ "events-after-destroy-channel", t_events_after_destroy_channel },
@@ -527,6 +584,7 @@ static const struct named_test tests[] = {
 	{ "linger-sync", t_linger_sync },
 	{ "linger-cm-destroy", t_linger_cm_destroy },
 	{ "linger-attr", t_linger_attr },
+	{ "lazy-last-events", t_lazy_last_events },
 };
 
 int main(int argc, char **argv)
