@@ -356,6 +356,29 @@ static void *channel_waiter(void *p)
 	return NULL;
 }
 
+/* The start of a scenario with one waiter: the contexts, a channel for
+ * @a, B listening (its REQs on that channel if @reqs_on_channel, else
+ * answered by server_cb), and three leases for B's worker to have looked
+ * (and, nobody waiting, to lead B's queue as the backstop). */
+static void setup_waiter(struct cep_cm_channel **ch, struct waiter_arg *a, int reqs_on_channel)
+{
+	setup();
+	CHECK_EQ(cep_cm_channel_create(ch), 0);
+	(void)listen_b(reqs_on_channel ? *ch : NULL);
+	a->ch = *ch;
+	a->cm = cm_b;
+	usleep(LEAD_LEASE_MS * 3000);
+}
+
+/* Start a thread waiting on @a's channel and return once it leads B's
+ * queue (B's application leads counted past @before; bounded). */
+static void start_leader(struct waiter_arg *a, pthread_t *t, uint64_t before)
+{
+	pthread_create(t, NULL, channel_waiter, a);
+	for (int i = 0; i < 1000 && lead_stats(cm_b).app_leads == before; i++)
+		usleep(1000);
+}
+
 /* Take the one event of @ch: its type, or -1. */
 static int take_event(struct cep_cm_channel *ch)
 {
@@ -378,18 +401,11 @@ static void scenario_app(void)
 	struct cep_dispatch_stats d0, d1;
 	pthread_t t;
 
-	setup();
-	CHECK_EQ(cep_cm_channel_create(&ch), 0);
-	(void)listen_b(ch);
-	arg.ch = ch;
-	arg.cm = cm_b;
-	usleep(LEAD_LEASE_MS * 3000); /* the backstop leads B now */
+	setup_waiter(&ch, &arg, 1); /* the backstop leads B now */
 	b0 = lead_stats(cm_b);
 	cep_dispatch_stats(cm_b->d, &d0);
-	pthread_create(&t, NULL, channel_waiter, &arg);
 	/* it takes B's queue from the backstop (a kick) */
-	for (int i = 0; i < 1000 && lead_stats(cm_b).app_leads == b0.app_leads; i++)
-		usleep(1000);
+	start_leader(&arg, &t, b0.app_leads);
 	(void)connect_one(0x100);
 	pthread_join(t, NULL);
 	CHECK_EQ(arg.ret, 0);
@@ -462,9 +478,7 @@ static void scenario_handover(void)
 	usleep(LEAD_LEASE_MS * 3000);
 	s0 = lead_stats(cm_b);
 	arg.timeout_ms = 200;
-	pthread_create(&t, NULL, channel_waiter, &arg);
-	for (int i = 0; i < 1000 && lead_stats(cm_b).app_leads == s0.app_leads; i++)
-		usleep(1000);
+	start_leader(&arg, &t, s0.app_leads);
 	(void)connect_one(0x102);
 	CHECK(wait_for(&reqs, 2, 5000));
 	pthread_join(t, NULL);
@@ -489,16 +503,9 @@ static void scenario_idle(void)
 	struct cep_lead_stats s0, s1;
 	pthread_t t;
 
-	setup();
-	CHECK_EQ(cep_cm_channel_create(&ch), 0);
-	(void)listen_b(NULL);
-	arg.ch = ch;
-	arg.cm = cm_b;
-	usleep(LEAD_LEASE_MS * 3000); /* the worker has looked and slept */
+	setup_waiter(&ch, &arg, 0); /* the worker has looked and slept */
 	s0 = lead_stats(cm_b);
-	pthread_create(&t, NULL, channel_waiter, &arg);
-	for (int i = 0; i < 1000 && lead_stats(cm_b).app_leads == s0.app_leads; i++)
-		usleep(1000);
+	start_leader(&arg, &t, s0.app_leads);
 	usleep(LEAD_LEASE_MS * 2000); /* the worker's lease look, if any */
 	cep_dispatch_stats(cm_b->d, &d0);
 	pthread_join(t, NULL);
@@ -616,9 +623,7 @@ static void scenario_cancel(void)
 	arg.ch = ch;
 	arg.cm = cm_b;
 	s0 = lead_stats(cm_b);
-	pthread_create(&t, NULL, channel_waiter, &arg);
-	for (int i = 0; i < 1000 && lead_stats(cm_b).app_leads == s0.app_leads; i++)
-		usleep(1000);
+	start_leader(&arg, &t, s0.app_leads);
 	CHECK_EQ(pthread_cancel(t), 0);
 	CHECK_EQ(pthread_join(t, NULL), 0);
 	(void)connect_one(0x100);
