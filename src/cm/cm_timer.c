@@ -21,34 +21,34 @@
 
 static void id_timer_fn(struct cep_timer *t);
 
-/* Queue W_* bits for the owning worker. Any thread; lock may be held.
- * Bits added to an item already queued lazily (cm_post_bits_lazy) wake
- * the worker: only the lazy ones may wait. */
-void cm_post_bits(struct cep_cm_id *id, uint32_t bits)
+/* Queue W_* bits for the owning worker: at once, or (@lazy_ms > 0) as an
+ * item that may wait that long. Bits added to an item already queued
+ * lazily wake the worker unless they may wait too. */
+static void queue_bits(struct cep_cm_id *id, uint32_t bits, unsigned lazy_ms)
 {
-	uint32_t old = atomic_fetch_or_explicit(&id->work_bits, bits, memory_order_acq_rel);
+	uint32_t old = atomic_fetch_or_explicit(&id->work_bits, bits | (lazy_ms ? W_LAZY : 0),
+						memory_order_acq_rel);
 
 	if (old == 0) {
 		cep_get(id->cep); /* the queued work's reference */
-		cep_dispatch_post_work(id->cm->d, id->worker, &id->work);
-	} else if (old & W_LAZY) {
+		if (lazy_ms)
+			cep_dispatch_post_work_lazy(id->cm->d, id->worker, &id->work, lazy_ms);
+		else
+			cep_dispatch_post_work(id->cm->d, id->worker, &id->work);
+	} else if ((old & W_LAZY) && !lazy_ms) {
 		cep_dispatch_wake(id->cm->d, id->worker);
 	}
 }
 
+/* Queue W_* bits for the owning worker. Any thread; lock may be held. */
+void cm_post_bits(struct cep_cm_id *id, uint32_t bits)
+{
+	queue_bits(id, bits, 0);
+}
+
 void cm_post_bits_lazy(struct cep_cm_id *id, uint32_t bits)
 {
-	uint32_t old;
-
-	if (!id->cm->lazy_ms || id->waiter) {
-		cm_post_bits(id, bits);
-		return;
-	}
-	old = atomic_fetch_or_explicit(&id->work_bits, bits | W_LAZY, memory_order_acq_rel);
-	if (old == 0) {
-		cep_get(id->cep); /* the queued work's reference */
-		cep_dispatch_post_work_lazy(id->cm->d, id->worker, &id->work, id->cm->lazy_ms);
-	}
+	queue_bits(id, bits, id->waiter ? 0 : id->cm->lazy_ms);
 }
 
 /* Owner worker, lock held, and the caller holds a reference of its own

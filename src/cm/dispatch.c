@@ -66,8 +66,9 @@ struct worker {
 	_Atomic uint64_t posted;           /* items in (quiesce, sleep check) */
 	struct cep_work *_Atomic works;    /* Treiber stack */
 	_Atomic uint64_t st_full, st_waits;
-	/* wake-ups of a sleeping worker, by cause (any thread) */
-	_Atomic uint64_t st_kick_mad, st_kick_work, st_kick_timer, st_kick_lead;
+	/* a sleeping worker woken now, by cause (any thread) */
+	_Atomic uint64_t st_kick_mad, st_kick_work, st_kick_lead;
+	_Atomic uint64_t st_early_timer;   /* guests' earlier timers (leave): soon() */
 	_Atomic uint64_t st_soon;          /* timerfd armed earlier (soon()) */
 	_Atomic uint64_t st_lazy;          /* lazy items that found it asleep */
 	/* CLOCK_MONOTONIC ns tfd is armed for; UINT64_MAX: not armed (the
@@ -142,6 +143,13 @@ static void lead_kick(void *arg)
 	kick(w);
 }
 
+#ifdef CEP_TEST_HOOKS
+void (*cep_dispatch_soon_hook)(uint64_t ns);
+#define SOON_HOOK(ns) do { if (cep_dispatch_soon_hook) cep_dispatch_soon_hook(ns); } while (0)
+#else
+#define SOON_HOOK(ns) CEP_YIELD()
+#endif
+
 /* Make the sleeping worker @w wake by @ns (CLOCK_MONOTONIC) without waking
  * it now: arm its timerfd unless it is armed for that time or earlier. Any
  * thread; no lock. Relaxed atomics suffice: the items the wake-up is for
@@ -152,13 +160,6 @@ static void lead_kick(void *arg)
  * for. A time armed after the worker woke and reset wake_by is a spurious
  * wake-up later (the worker reads the timerfd and sleeps again), never a
  * busy loop and never a lost one. A failed arm wakes the worker now. */
-#ifdef CEP_TEST_HOOKS
-void (*cep_dispatch_soon_hook)(uint64_t ns);
-#define SOON_HOOK(ns) do { if (cep_dispatch_soon_hook) cep_dispatch_soon_hook(ns); } while (0)
-#else
-#define SOON_HOOK(ns) CEP_YIELD()
-#endif
-
 static void soon(struct worker *w, uint64_t ns)
 {
 	uint64_t cur = atomic_load_explicit(&w->wake_by, memory_order_relaxed);
@@ -195,17 +196,24 @@ static void lead_remind(void *arg, uint64_t at_ms)
 	soon(arg, at_ms * 1000000u);
 }
 
-/* Call after the item is published and counted in w->posted (seq_cst).
- * Dekker pair with worker_main: the worker stores sleeping then reads
- * posted, we add to posted then read sleeping, all seq_cst, so either it
- * sees our item or we see it asleep (no lost wake-up). */
-static void wake_worker(struct worker *w, _Atomic uint64_t *cause)
+/* Whether @w sleeps and the caller is not acting as it. Call after the
+ * item is published and counted in w->posted (seq_cst). Dekker pair with
+ * worker_main: the worker stores sleeping then reads posted, we add to
+ * posted then read sleeping, all seq_cst, so either it sees our item or
+ * we see it asleep (no lost wake-up). */
+static int asleep_other(struct worker *w)
 {
 	/* A guest acting as w drains what it posts to w before it leaves
 	 * (the worker itself is awake: sleeping is 0). */
 	if (self_d == w->d && self_idx == (int)w->idx)
-		return;
-	if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
+		return 0;
+	return atomic_load_explicit(&w->sleeping, memory_order_seq_cst);
+}
+
+/* The same, and wake it: counted in @cause (may be NULL). */
+static void wake_worker(struct worker *w, _Atomic uint64_t *cause)
+{
+	if (asleep_other(w)) {
 		if (cause)
 			atomic_fetch_add_explicit(cause, 1, memory_order_relaxed);
 		kick(w);
@@ -373,13 +381,10 @@ void cep_dispatch_post_work_lazy(struct cep_dispatch *d, unsigned wi, struct cep
 	struct worker *w = &d->w[wi];
 
 	push_work(w, work);
-	/* as wake_worker: a guest acting as w drains it before it leaves */
-	if (self_d == w->d && self_idx == (int)w->idx)
-		return;
-	/* Dekker pair as wake_worker's: the worker sees the item before it
-	 * sleeps, or we see it asleep and set its wake-up. A guest that runs
-	 * as w meanwhile (a MAD read by the lead) drains it sooner. */
-	if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
+	/* The worker sees the item before it sleeps, or we see it asleep and
+	 * set its wake-up. A guest that runs as w meanwhile (a MAD read by
+	 * the lead) drains it sooner. */
+	if (asleep_other(w)) {
 		atomic_fetch_add_explicit(&w->st_lazy, 1, memory_order_relaxed);
 		soon(w, cep_clock_now_ns(NULL) + (uint64_t)max_delay_ms * 1000000u);
 	}
@@ -913,7 +918,7 @@ void cep_dispatch_leave(struct cep_dispatch *d, unsigned wi, uint64_t armed_ms)
 	if (wake) {
 		/* asleep (we held its run lock) or about to sleep again with
 		 * the new timer in its wheel: its timerfd, not a wake-up now */
-		atomic_fetch_add_explicit(&w->st_kick_timer, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->st_early_timer, 1, memory_order_relaxed);
 		soon(w, at * 1000000u);
 	}
 }
@@ -1010,7 +1015,7 @@ void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st)
 		st->armed += atomic_load_explicit(&w->st_armed, memory_order_relaxed);
 		st->kick_mad += atomic_load_explicit(&w->st_kick_mad, memory_order_relaxed);
 		st->kick_work += atomic_load_explicit(&w->st_kick_work, memory_order_relaxed);
-		st->kick_timer += atomic_load_explicit(&w->st_kick_timer, memory_order_relaxed);
+		st->early_timer += atomic_load_explicit(&w->st_early_timer, memory_order_relaxed);
 		st->kick_lead += atomic_load_explicit(&w->st_kick_lead, memory_order_relaxed);
 		st->lazy += atomic_load_explicit(&w->st_lazy, memory_order_relaxed);
 		st->soon += atomic_load_explicit(&w->st_soon, memory_order_relaxed);

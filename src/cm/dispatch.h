@@ -156,13 +156,14 @@ struct cep_dispatch_stats {
 	uint64_t yields;    /* sched_yield calls of idle workers */
 	uint64_t armed;     /* timers armed now (each worker's last pass) */
 	/* sleeping workers woken now, by cause: a MAD posted, a work item
-	 * posted, the lead's backstop asked to let go; kick_timer: guests
-	 * that armed a timer due before the worker's wake-up
-	 * (cep_dispatch_leave), which sets its timerfd instead */
-	uint64_t kick_mad, kick_work, kick_timer, kick_lead;
+	 * posted, the lead's backstop asked to let go */
+	uint64_t kick_mad, kick_work, kick_lead;
+	uint64_t early_timer; /* guests that armed a timer due before the
+				 worker's wake-up (cep_dispatch_leave): its
+				 timerfd set, no wake-up now */
 	uint64_t lazy;      /* lazy work items that found their worker asleep */
 	uint64_t soon;      /* worker timerfds armed (an earlier wake-up, no
-			       wake-up now: kick_timer and lazy) */
+			       wake-up now: early_timer and lazy) */
 };
 void cep_dispatch_stats(struct cep_dispatch *d, struct cep_dispatch_stats *st);
 

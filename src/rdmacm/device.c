@@ -597,7 +597,7 @@ static void print_path_stats(struct cep_cm *cm)
 		" lead %" PRIu64 "; early wake-ups timer %" PRIu64 " lazy %" PRIu64 " armed %" PRIu64,
 		ds.mads, ds.inline_mads, ds.works, ds.timers, ds.sleeps, ds.timeouts, ds.kick_mad,
 		ds.kick_work,
-		ds.kick_lead, ds.kick_timer, ds.lazy, ds.soon);
+		ds.kick_lead, ds.early_timer, ds.lazy, ds.soon);
 	if (!cm->lead)
 		return;
 	cep_lead_stats(cm->lead, &ls);

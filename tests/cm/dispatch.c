@@ -621,7 +621,7 @@ static void guest_earlier_timer(void)
 	       (unsigned long long)(st.kick_mad + st.kick_work + st.kick_lead),
 	       (unsigned long long)st.soon);
 	CHECK(took >= 95 && took < 600);
-	CHECK_EQ(st.kick_timer, 1);
+	CHECK_EQ(st.early_timer, 1);
 	CHECK_EQ(st.soon, 1);
 	CHECK_EQ(st.kick_mad + st.kick_work + st.kick_lead, 0);
 	CHECK_EQ(st.timers, 1);
