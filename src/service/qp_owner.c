@@ -2,7 +2,8 @@
 /*
  * cepd_qp_owner(): who owns a QP, asked of the kernel's RDMA resource
  * tracking over NETLINK_RDMA (the nldev client that `rdma resource show qp`
- * reads). On one private socket per call: the QP by number
+ * reads). On a socket of its own for the call's length (kept in a small
+ * pool between calls, below): the QP by number
  * (RDMA_NLDEV_CMD_RES_QP_GET doit with RDMA_NLDEV_ATTR_RES_LQPN, one per
  * port) on the device's index, and only when the doit cannot answer, the
  * dump of the device's QPs scanned for the number. The index comes from a
@@ -15,8 +16,10 @@
  * unexpected reply (wrong sequence number, wrong message type, bad lengths,
  * a required attribute missing or repeated) is -EPROTO, never a read past
  * a buffer. Datagrams that do not come from the kernel are dropped, so a
- * local process cannot answer in the kernel's place. The cache of device
- * indexes is the only state kept between calls (under cache_lock).
+ * local process cannot answer in the kernel's place. Kept between calls:
+ * the cache of device indexes (under cache_lock) and idle sockets that
+ * answered their last check to its end (under pool_lock); nothing of one
+ * check can be read as another's answer (sequence numbers go on).
  *
  * Kernel facts this relies on (drivers/infiniband/core/nldev.c, restrack.c):
  * - the QP doit needs RDMA_NLDEV_ATTR_PORT_INDEX and answers -EAGAIN when
@@ -611,21 +614,19 @@ static bool args_ok(const char *ibdev, uint32_t qpn, const pid_t *pid)
 	       strnlen(ibdev, IB_DEVICE_NAME_MAX) < IB_DEVICE_NAME_MAX && qpn <= QPN_MASK;
 }
 
-int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
-		      uint32_t qpn, pid_t *pid)
+/* The whole check over @ops, replies read into @buf (CEPD_NL_RECV_CAP
+ * bytes), requests numbered from *seq + 1 on (*seq is the last one sent on
+ * return, whatever the answer). */
+static int query(const struct cepd_nl_ops *ops, uint8_t *buf, uint32_t *seq,
+		 const char *ibdev, uint32_t qpn, pid_t *pid)
 {
 	struct dev_find d = { .name = ibdev };
 	struct qp_find f = { .dev_name = ibdev, .qpn = qpn };
-	struct nlq q = { .ops = ops };
+	struct nlq q = { .ops = ops, .buf = buf, .seq = *seq };
 	bool cached;
 	pid_t tgid;
 	int ret;
 
-	if (!ops || !args_ok(ibdev, qpn, pid))
-		return -EINVAL;
-	q.buf = malloc(CEPD_NL_RECV_CAP);
-	if (!q.buf)
-		return -ENOMEM;
 	cached = cache_get(ibdev, &d);
 	if (!cached) {
 		ret = find_device(&q, ibdev, &d);
@@ -677,7 +678,24 @@ int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
 	if (ret == 0)
 		*pid = tgid;
 out:
-	free(q.buf);
+	*seq = q.seq;
+	return ret;
+}
+
+int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
+		      uint32_t qpn, pid_t *pid)
+{
+	uint32_t seq = 0;
+	uint8_t *buf;
+	int ret;
+
+	if (!ops || !args_ok(ibdev, qpn, pid))
+		return -EINVAL;
+	buf = malloc(CEPD_NL_RECV_CAP);
+	if (!buf)
+		return -ENOMEM;
+	ret = query(ops, buf, &seq, ibdev, qpn, pid);
+	free(buf);
 	return ret;
 }
 
@@ -718,13 +736,32 @@ int cepd_parse_tgid(const char *status, size_t len, pid_t *tgid)
 	return -EPROTO;
 }
 
+/* The real socket, and when its answers must have come. */
+struct nl_sock {
+	int fd;
+	uint32_t seq;             /* the last request's number on this socket */
+	uint8_t *buf;             /* CEPD_NL_RECV_CAP bytes for its replies */
+	struct timespec deadline; /* CLOCK_MONOTONIC, this check's */
+	pid_t expect;             /* the caller's expected owner, or 0 */
+};
+
 static int proc_tgid(void *ctx, pid_t tid, pid_t *tgid)
 {
+	const struct nl_sock *ns = ctx;
 	char path[48], text[2048];
 	size_t len = 0;
 	int fd;
 
-	(void)ctx;
+	/* The caller's expected process: a thread whose id is a process's id
+	 * is that process's main thread (threads and processes draw their
+	 * ids from one space), so its process is @tid itself - what
+	 * pidfd_open() below would say, without the two system calls. A
+	 * caller that expects a pid it does not know to be alive learns
+	 * nothing new: pidfd_open() would have said the same. */
+	if (ns->expect > 0 && tid == ns->expect) {
+		*tgid = tid;
+		return 0;
+	}
 #ifdef SYS_pidfd_open
 	/* The common case, a QP created by the main thread, without
 	 * generating a status file: pidfd_open() accepts only a thread-group
@@ -762,12 +799,6 @@ static int proc_tgid(void *ctx, pid_t tid, pid_t *tgid)
 	close(fd);
 	return cepd_parse_tgid(text, len, tgid);
 }
-
-/* The real socket, and when its answers must have come. */
-struct nl_sock {
-	int fd;
-	struct timespec deadline; /* CLOCK_MONOTONIC */
-};
 
 static bool past(const struct timespec *deadline)
 {
@@ -827,20 +858,47 @@ static ssize_t nl_recv(void *ctx, void *buf, size_t cap)
 	}
 }
 
-int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid)
+/* ---- sockets kept between checks -----------------------------------------
+ * A check used to open, set up, connect and close a socket of its own: four
+ * system calls around a conversation of two. Now a check takes an idle
+ * socket (with its reply buffer) from this pool, or opens one when none is
+ * idle, and gives it back after a check that answered 0; any other outcome
+ * closes it. Why a socket that answered 0 is clean for the next check: a
+ * doit was read to its one reply and a dump to its NLMSG_DONE (nl_transact
+ * checks nothing follows either in the datagram), and the kernel sends
+ * nothing unasked on a socket that joined no group and asked for no ACKs.
+ * Should anything stale remain all the same, its sequence number is an
+ * earlier request's (a socket's numbers go on from check to check), so the
+ * next check fails -EPROTO - it never takes it for an answer - and that
+ * closes the socket. A pooled socket stays connected to the kernel, so no
+ * other process can queue datagrams on it (nl_recv's filter stays too).
+ * At most NL_POOL_IDLE sockets wait idle: enough for cepd's concurrent
+ * checks (one per client thread, and a check lasts one round trip),
+ * bounded whatever the number of clients. Lock: pool_lock, held only to
+ * take or put an entry. */
+
+#define NL_POOL_IDLE 4
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nl_sock pool[NL_POOL_IDLE];
+static unsigned int pool_n;
+
+static int sock_open(struct nl_sock *ns)
 {
 	struct timeval tv = { .tv_sec = NL_TIMEOUT_S };
 	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-	struct cepd_nl_ops ops = { .send = nl_send, .recv = nl_recv, .tgid = proc_tgid };
-	struct nl_sock ns;
 	int fd, ret;
 
-	if (!args_ok(ibdev, qpn, pid))
-		return -EINVAL;
+	ns->buf = malloc(CEPD_NL_RECV_CAP);
+	if (!ns->buf)
+		return -ENOMEM;
 	fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_RDMA);
-	if (fd < 0)
+	if (fd < 0) {
 		/* No NETLINK_RDMA in this kernel (ib_core absent). */
-		return errno == EPROTONOSUPPORT || errno == EAFNOSUPPORT ? -EOPNOTSUPP : -errno;
+		ret = errno == EPROTONOSUPPORT || errno == EAFNOSUPPORT ? -EOPNOTSUPP : -errno;
+		free(ns->buf);
+		return ret;
+	}
 	/* Connected to the kernel (port 0), the socket is refused unicasts
 	 * from any other socket (netlink_getsockbyportid: ECONNREFUSED to the
 	 * sender); nl_recv checks the sender as well. */
@@ -848,13 +906,67 @@ int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid)
 	    connect(fd, (struct sockaddr *)&kernel, sizeof(kernel)) < 0) {
 		ret = -errno;
 		close(fd);
+		free(ns->buf);
 		return ret;
 	}
-	ns.fd = fd;
+	ns->fd = fd;
+	ns->seq = 0;
+	return 0;
+}
+
+static void sock_close(struct nl_sock *ns)
+{
+	close(ns->fd);
+	free(ns->buf);
+}
+
+static int sock_take(struct nl_sock *ns)
+{
+	bool got = false;
+
+	pthread_mutex_lock(&pool_lock);
+	if (pool_n > 0) {
+		*ns = pool[--pool_n];
+		got = true;
+	}
+	pthread_mutex_unlock(&pool_lock);
+	return got ? 0 : sock_open(ns);
+}
+
+/* Back to the pool after a check that answered 0; closed otherwise, or when
+ * NL_POOL_IDLE wait already. */
+static void sock_give(struct nl_sock *ns, int ret)
+{
+	bool kept = false;
+
+	if (ret == 0) {
+		pthread_mutex_lock(&pool_lock);
+		if (pool_n < NL_POOL_IDLE) {
+			pool[pool_n++] = *ns;
+			kept = true;
+		}
+		pthread_mutex_unlock(&pool_lock);
+	}
+	if (!kept)
+		sock_close(ns);
+}
+
+int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t expect, pid_t *pid)
+{
+	struct cepd_nl_ops ops = { .send = nl_send, .recv = nl_recv, .tgid = proc_tgid };
+	struct nl_sock ns;
+	int ret;
+
+	if (!args_ok(ibdev, qpn, pid))
+		return -EINVAL;
+	ret = sock_take(&ns);
+	if (ret < 0)
+		return ret;
 	clock_gettime(CLOCK_MONOTONIC, &ns.deadline);
 	ns.deadline.tv_sec += NL_TIMEOUT_S;
+	ns.expect = expect;
 	ops.ctx = &ns;
-	ret = cepd_qp_owner_ops(&ops, ibdev, qpn, pid);
-	close(fd);
+	ret = query(&ops, ns.buf, &ns.seq, ibdev, qpn, pid);
+	sock_give(&ns, ret);
 	return ret;
 }

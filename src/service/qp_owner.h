@@ -32,6 +32,10 @@
  * Owner: the kernel records the thread that called ibv_create_qp; *pid is
  * that thread's process (the thread's own id when it is the main thread,
  * else its Tgid from /proc), the same id SO_PEERCRED gives for a socket.
+ * @expect: the process the caller expects (cepd: its client's pid), or 0.
+ * It changes no answer, only its cost: a creating thread whose id is
+ * @expect is that process's main thread, so the check of the thread's
+ * process (a pidfd_open() and a close()) is skipped.
  *
  * Pid namespaces: the kernel shows a QP only to a caller in the pid
  * namespace of the QP's creator (kernel QPs only in the initial one) and
@@ -44,14 +48,17 @@
  * The answer is a snapshot: the QP may be destroyed and its number reused
  * right after; callers that need more hold a reference on their side.
  *
- * Any thread, any time: each call opens its own netlink socket; the only
- * shared state is a small cache of device indexes by name (a mutex held to
- * copy an entry), checked against the device handle of every reply and
- * looked up again when it is out of date. Blocking: usually one netlink
- * round trip (the doit) and a pidfd_open(); a QP in RESET, QP0/1 or an old
+ * Any thread, any time: a call has a netlink socket to itself, taken from
+ * a pool of at most four idle ones (or opened) and given back when the
+ * call answered 0 (closed otherwise); the other shared state is a small
+ * cache of device indexes by name, checked against the device handle of
+ * every reply and looked up again when it is out of date (a mutex each,
+ * held only to copy an entry). Blocking: usually one netlink round trip
+ * (the doit: a sendto() and a recvmsg()); a QP in RESET, QP0/1 or an old
  * kernel costs a dump of the device's QPs; a QP created by a thread other
- * than the main one costs a /proc read. Not for a CM callback.
+ * than @expect's main thread costs a pidfd_open(), and for a thread other
+ * than a main thread a /proc read. Not for a CM callback.
  */
-int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t *pid);
+int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t expect, pid_t *pid);
 
 #endif

@@ -51,7 +51,7 @@ static int kernel_owned(struct client *c, uint32_t qpn)
 #ifdef CEPD_HAVE_QP_OWNER
 	{
 		pid_t owner;
-		int ret = cepd_qp_owner(c->port->dev, qpn, &owner);
+		int ret = cepd_qp_owner(c->port->dev, qpn, c->id.pid, &owner);
 
 		if (ret)
 			return ret;

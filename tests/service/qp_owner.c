@@ -630,8 +630,8 @@ static void t_args(void)
 	CHECK_EQ(cepd_qp_owner_ops(NULL, "rxe0", 0x11, &pid), -EINVAL);
 	CHECK_EQ(K.nreqs, 0);
 	/* the real entry point checks before it opens a socket */
-	CHECK_EQ(cepd_qp_owner("", 0x11, &pid), -EINVAL);
-	CHECK_EQ(cepd_qp_owner("rxe0", 0x1000000, &pid), -EINVAL);
+	CHECK_EQ(cepd_qp_owner("", 0x11, 0, &pid), -EINVAL);
+	CHECK_EQ(cepd_qp_owner("rxe0", 0x1000000, 0, &pid), -EINVAL);
 }
 
 /* The device index cache: one doit per check once the index is known, and
