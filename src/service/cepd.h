@@ -116,7 +116,8 @@ struct sid {
 	int requested;                 /* c->lk: the client's DESTROY_ID did it:
 					  its DESTROYED went out then */
 	int listening;                 /* port->lk: in the listener registry */
-	int auto_rtu;                  /* client thread, before CONNECT: its
+	int auto_rtu;                  /* client thread, before CONNECT of an
+					  IDLE id (nothing reads it then): its
 					  REP_RECEIVED is followed at once by
 					  ESTABLISHED (sent together) */
 	uint32_t qpn;                  /* client thread: the QP CONNECT or ACCEPT

@@ -205,8 +205,14 @@ static int op_connect(struct req *q, struct out *o)
 	p.manual_drep = w.manual_drep;
 	p.ece_vendor_id = w.ece_vendor_id;
 	p.ece_options = w.ece_options;
-	/* before the REP can come: the worker reads it after connect */
-	q->s->auto_rtu = !w.manual_rtu;
+	/* Before the REP can come: the worker reads it after connect. Only
+	 * for an id that can connect (IDLE): a second CONNECT, which the
+	 * engine refuses, must not write what a worker may be reading for
+	 * the first one's REP (a data race TSan saw, and a refused connect
+	 * with another manual_rtu would change the first's). An id leaves
+	 * IDLE only by this client thread's own requests. */
+	if (cep_cm_id_state(q->s->id) == CEP_CM_IDLE)
+		q->s->auto_rtu = !w.manual_rtu;
 	ret = cep_cm_connect(q->s->id, &p);
 	if (!ret)
 		q->s->qpn = w.qpn;
