@@ -438,6 +438,13 @@ int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 	return cm->ops->qp_destroy(cm, qpn);
 }
 
+int cm_qp_destroy_nowait(struct cep_cm *cm, uint32_t qpn)
+{
+	if (!cm)
+		return -EINVAL;
+	return cm->ops->qp_destroy_nowait(cm, qpn);
+}
+
 int cep_cm_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 {
 	if (!cm)
@@ -462,6 +469,7 @@ const struct cm_ops cm_local_ops = {
 	.on_callback_thread = cm_local_on_callback_thread,
 	.qp_register = cm_local_qp_register,
 	.qp_destroy = cm_local_qp_destroy,
+	.qp_destroy_nowait = cm_local_qp_destroy, /* done when it returns */
 	.quiesce = cm_local_quiesce,
 	.get_stats = cm_local_get_stats,
 	.create_id = cm_local_create_id,

@@ -411,6 +411,17 @@ void cm_request_taken(struct cep_cm_id *id);
  * to retry (the kernel's answer to -ENOMEM). 0, or -EINVAL (answered, or
  * an id of cepd's). */
 int cm_request_drop(struct cep_cm_id *id);
+/* cep_cm_qp_destroy() for a caller that has no use for its answer (the
+ * librdmacm drop-in's rdma_destroy_qp): in a context of this process the
+ * same call; in an attached one the request leaves for cepd and the call
+ * returns without its reply - cepd answers only a failure (proto.h:
+ * CEPD_F_QUIET) - so no round trip, and no thread is woken. cepd
+ * serves a client's requests in the order sent, so a later register of
+ * the number (the kernel reuses QPNs) comes after it. 0, -EINVAL (NULL),
+ * -ENOENT (a local context: not registered), -ECONNRESET (cepd gone: it
+ * has destroyed the client's QPs already). Any thread, as
+ * cep_cm_qp_destroy(). */
+int cm_qp_destroy_nowait(struct cep_cm *cm, uint32_t qpn);
 /* The engine's operations of cm_local_ops (cm_ops.h), each behind its
  * public function's common checks (cm.c's own are static there). */
 int cm_local_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, uint64_t flags,

@@ -37,6 +37,9 @@ struct cm_ops {
 	int (*on_callback_thread)(const struct cep_cm *cm);
 	int (*qp_register)(struct cep_cm *cm, uint32_t qpn);
 	int (*qp_destroy)(struct cep_cm *cm, uint32_t qpn);
+	/* cm_qp_destroy_nowait (cm_internal.h): qp_destroy, not waiting to
+	 * learn how it went. */
+	int (*qp_destroy_nowait)(struct cep_cm *cm, uint32_t qpn);
 	int (*quiesce)(struct cep_cm *cm, unsigned timeout_ms);
 	int (*get_stats)(struct cep_cm *cm, struct cep_cm_stats *st);
 

@@ -35,7 +35,7 @@
 #include <cep/rdma_cm.h>
 #include <cep/verbs.h>
 
-#include "cm/cm_internal.h" /* cm_request_drop */
+#include "cm/cm_internal.h" /* cm_request_drop, cm_qp_destroy_nowait */
 #include "ib.h"
 #include "rdmacm.h"
 
@@ -95,7 +95,7 @@ int rcm_qp_register(struct rcm_id *r, uint32_t qpn)
 		 * to a new QP since, so that QP is gone (ibv_destroy_qp, not
 		 * rdma_destroy_qp): its connection ends, the number is ours.
 		 * The other id's later unregister finds the entry taken. */
-		cep_cm_qp_destroy(cm, qpn);
+		cm_qp_destroy_nowait(cm, qpn); /* the register follows it */
 		ret = cep_cm_qp_register(cm, qpn);
 		if (!ret)
 			(*pp)->owner = r;
@@ -130,8 +130,8 @@ void rcm_qp_unregister(struct rcm_id *r)
 	if (pp && *pp && (*pp)->owner == r) {
 		q = *pp;
 		*pp = q->next;
-		if (cm)
-			cep_cm_qp_destroy(cm, r->qpn_registered);
+		if (cm) /* no answer to wait for: cepd's round trip saved */
+			cm_qp_destroy_nowait(cm, r->qpn_registered);
 	}
 	pthread_mutex_unlock(&r->port->qpn_mtx);
 	free(q);

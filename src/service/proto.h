@@ -14,8 +14,10 @@
  *
  * Conversation: the client sends HELLO first and waits for its reply;
  * then it sends requests (any number in flight: each carries a sequence
- * number its REPLY echoes) and receives REPLY and EVENTS messages in any
- * interleaving. Events of one id arrive in the order the engine delivered
+ * number its REPLY echoes; one flagged CEPD_F_QUIET is answered only when
+ * it fails) and receives REPLY and EVENTS messages in any interleaving.
+ * The service serves one client's requests one at a time, in the order
+ * they came. Events of one id arrive in the order the engine delivered
  * them; an EVENTS message carries one or more events (batched when several
  * are ready).
  */
@@ -133,6 +135,11 @@ struct cepd_hello_rep {
 			    answer is the create's error). Events about it
 			    may come before that reply: the client keeps
 			    them until it knows the handle */
+#define CEPD_F_QUIET 2u  /* no REPLY when the request succeeds (a failure
+			    is answered as always): for a request whose
+			    success the client does not wait for, so that
+			    no answer wakes it. Only on CEPD_QP_DESTROY
+			    and CEPD_DESTROY_ID */
 
 struct cepd_req {
 	struct cepd_hdr h;
@@ -246,7 +253,8 @@ static inline long cepd_param_size(uint32_t op)
 /* Whether @len bytes hold a well-formed request: 0, -EBADMSG (the
  * lengths disagree), -EMSGSIZE (a field longer than any message carries),
  * -EOPNOTSUPP (unknown op) or -EINVAL (unknown flags, CEPD_F_CREATE with a
- * handle or on an op that does not act on an id or answers a payload).
+ * handle or on an op that does not act on an id or answers a payload,
+ * CEPD_F_QUIET on another op than CEPD_QP_DESTROY and CEPD_DESTROY_ID).
  * Pure. */
 static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 {
@@ -259,7 +267,9 @@ static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 		return -EOPNOTSUPP;
 	if (r->pd_len > CEPD_PD_MAX || r->aux_len > CEPD_AUX_MAX)
 		return -EMSGSIZE;
-	if ((r->flags & ~CEPD_F_CREATE) ||
+	if ((r->flags & ~(CEPD_F_CREATE | CEPD_F_QUIET)) ||
+	    ((r->flags & CEPD_F_QUIET) && r->h.op != CEPD_QP_DESTROY &&
+	     r->h.op != CEPD_DESTROY_ID) ||
 	    ((r->flags & CEPD_F_CREATE) &&
 	     (r->handle || r->h.op == CEPD_DESTROY_ID || r->h.op == CEPD_ID_QUERY ||
 	      r->h.op == CEPD_INIT_QP_ATTR || r->h.op == CEPD_CREATE_ID ||

@@ -457,6 +457,11 @@ static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event 
 		pend_signal_locked(r);
 }
 
+/* Requests sent CEPD_F_QUIET (send_quiet) are numbered SEQ_QUIET | the
+ * handle they name (0: none): no call waits for them, and cepd answers
+ * only a failure. Calls' numbers count up from 1 and never reach it. */
+#define SEQ_QUIET (1ull << 63)
+
 static void send_async_destroy(struct cmr *r, uint32_t handle)
 {
 	struct cepd_req q;
@@ -464,11 +469,13 @@ static void send_async_destroy(struct cmr *r, uint32_t handle)
 	memset(&q, 0, sizeof(q));
 	q.h.op = CEPD_DESTROY_ID;
 	q.h.len = sizeof(q);
-	q.h.seq = 0; /* its reply matches no call and is dropped */
+	/* quiet (send_quiet): no answer unless it fails, and that one finds
+	 * no id of ours in quiet_failed */
+	q.h.seq = SEQ_QUIET | handle;
+	q.flags = CEPD_F_QUIET;
 	q.handle = handle;
 	(void)send(r->fd, &q, sizeof(q), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
-
 
 /* An event record kept until the id it names is known (see take_one). */
 struct park {
@@ -654,14 +661,34 @@ static void wakes_flush(struct wakes *k)
 	k->n = 0;
 }
 
+static void destroyed_here(struct cmr *r, struct rid *d);
+
+/* r->lk held: cepd refused a quiet request (@ret). A DESTROY_ID's id
+ * (@handle) then gets no DESTROYED from cepd: it ends here, as when the
+ * service is gone, so that nothing waits for it. A QP_DESTROY names no
+ * id: the number was not cepd's to forget (-ENOENT), nothing to do. */
+static void quiet_failed(struct cmr *r, uint32_t handle, int ret)
+{
+	struct rid *d = map_get(r, handle);
+
+	if (ret == 0 || !d || !d->gone)
+		return;
+	destroyed_here(r, d);
+}
+
 /* r->lk held. The answer to a call; a creating request's names its id.
- * Its caller is woken through @k, after the lock. */
+ * Its caller is woken through @k, after the lock. A quiet request's
+ * failure goes to quiet_failed. */
 static void take_reply(struct cmr *r, const uint8_t *buf, size_t len, struct wakes *k)
 {
 	const struct cepd_rep *m = (const struct cepd_rep *)buf;
 
 	if (len < sizeof(*m) || !m->h.seq)
 		return;
+	if (m->h.seq & SEQ_QUIET) {
+		quiet_failed(r, (uint32_t)m->h.seq, m->ret);
+		return;
+	}
 	for (struct call *c = r->calls; c; c = c->next)
 		if (c->seq == m->h.seq && !atomic_load_explicit(&c->done, memory_order_relaxed)) {
 			size_t n = len - sizeof(*m);
@@ -698,7 +725,6 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len, struct wak
 		}
 }
 
-static void destroyed_here(struct cmr *r, struct rid *d);
 static int cmr_destroy_id(struct cep_cm_id *id);
 
 /* r->lk held (r_unlock after): the service has gone. Fail every call;
@@ -750,10 +776,11 @@ static void die_locked(struct cmr *r)
 		}
 		route_event(r, d, &ev);
 	}
-	/* After a DESTROY_ID's reply its DESTROYED is the service's to send:
-	 * it never will now. Made here, once (destroyed_here skips an id that
-	 * has had it; cmr_destroy_id's own, for a call the death failed,
-	 * finds it had). A hidden id's frees it: the next is read first. */
+	/* After a DESTROY_ID (sent quiet: no reply) its DESTROYED is the
+	 * service's to send: it never will now. Made here, once
+	 * (destroyed_here skips an id that has had it; cmr_destroy_id's own,
+	 * for a send the death failed, or quiet_failed's, finds it had). A
+	 * hidden id's frees it: the next is read first. */
 	for (struct rid *d = r->all, *next; d; d = next) {
 		next = d->all_next;
 		if (d->gone || d->hidden)
@@ -1710,6 +1737,39 @@ static int cmr_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 	return call_pd(R(cm), CEPD_QP_DESTROY, 0, qpn, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
 
+/* @op on id @handle (0: none) with a = @a, sent CEPD_F_QUIET: cepd does it
+ * and answers only a failure (proto.h; take_reply gives that to
+ * quiet_failed), so the calling thread sends and goes on, and no thread of
+ * ours is woken for a success. A full socket blocks the send as
+ * call_len's (the reader thread keeps reading meanwhile). cepd serves our
+ * requests in the order they leave, and this one has left when the call
+ * returns: whatever this thread asks next comes after it. 0, or CMR_GONE
+ * when the socket has ended (cepd then ends all of ours itself). */
+static int send_quiet(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a)
+{
+	struct cepd_req q;
+	ssize_t n;
+
+	memset(&q, 0, sizeof(q));
+	q.h.op = op;
+	q.h.len = sizeof(q);
+	q.h.seq = SEQ_QUIET | handle;
+	q.flags = CEPD_F_QUIET;
+	q.handle = handle;
+	q.a = a;
+	do
+		n = send(r->fd, &q, sizeof(q), MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? CMR_GONE : 0;
+}
+
+/* No round trip: the drop-in's rdma_destroy_qp (cm_internal.h). A register
+ * of the number that follows comes after it (send_quiet). */
+static int cmr_qp_destroy_nowait(struct cep_cm *cm, uint32_t qpn)
+{
+	return send_quiet(R(cm), CEPD_QP_DESTROY, 0, qpn);
+}
+
 static int cmr_quiesce(struct cep_cm *cm, unsigned timeout_ms)
 {
 	return call_pd(R(cm), CEPD_QUIESCE, 0, timeout_ms, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
@@ -1784,7 +1844,8 @@ static int cmr_destroy_id(struct cep_cm_id *id)
 {
 	struct rid *d = RID(id);
 	struct cmr *r = d->r;
-	int ret, unmade;
+	uint32_t handle;
+	int ret;
 
 	pthread_mutex_lock(&r->lk);
 	if (d->gone) {
@@ -1792,24 +1853,27 @@ static int cmr_destroy_id(struct cep_cm_id *id)
 		return -EALREADY;
 	}
 	d->gone = 1;
-	cmr_id_get(id); /* the call's: DESTROYED may come before its reply */
+	cmr_id_get(id); /* the call's: DESTROYED may come before it returns */
 	/* not from the context's callbacks: wait for one of this id running
 	 * (on the callback thread or an inline runner) */
 	while (cb_self != r && d->delivering)
 		pthread_cond_wait(&r->cv, &r->lk);
 	wait_created(r, d);
-	unmade = !d->handle;
+	handle = d->handle; /* stable once made (wait_created) */
 	pthread_mutex_unlock(&r->lk);
 	if (id->channel)
 		cm_channel_purge(id->channel, id, 0);
-	if (unmade) {
+	if (!handle) {
 		/* never made in cepd: it ends here (DESTROYED made here) */
 		pthread_mutex_lock(&r->lk);
 		destroyed_here(r, d);
 		r_unlock(r);
 		ret = 0;
 	} else {
-		ret = id_req(id, CEPD_DESTROY_ID, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
+		/* No round trip (the destroy is asynchronous: DESTROYED
+		 * follows): sent quiet; a failure - nothing a live id of ours
+		 * meets - ends the id here (quiet_failed). */
+		ret = send_quiet(r, CEPD_DESTROY_ID, handle, 0);
 	}
 	if (ret == CMR_GONE) {
 		/* the service is gone: the id ends here, DESTROYED made here */
@@ -2138,6 +2202,7 @@ const struct cm_ops cmr_ops = {
 	.on_callback_thread = cmr_on_callback_thread,
 	.qp_register = cmr_qp_register,
 	.qp_destroy = cmr_qp_destroy,
+	.qp_destroy_nowait = cmr_qp_destroy_nowait,
 	.quiesce = cmr_quiesce,
 	.get_stats = cmr_get_stats,
 	.create_id = cmr_create_id,

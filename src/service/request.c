@@ -538,7 +538,9 @@ done:
 		atomic_fetch_add_explicit(&c->bad, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&svc.bad_messages, 1, memory_order_relaxed);
 	}
-	(void)reply(c, len >= sizeof(struct cepd_hdr) ? q.r->h.seq : 0, ret,
-		    o.text ? (const void *)o.text : (const void *)&o.u, o.len);
+	/* CEPD_F_QUIET: a success is not answered (proto.h) */
+	if (ret != 0 || !(q.r->flags & CEPD_F_QUIET))
+		(void)reply(c, len >= sizeof(struct cepd_hdr) ? q.r->h.seq : 0, ret,
+			    o.text ? (const void *)o.text : (const void *)&o.u, o.len);
 	free(o.text);
 }

@@ -8,12 +8,18 @@
  * scripted to die at an exact message, never answer the HELLO, or never
  * accept. One case runs a real `cepd --fabric 2`.
  *
- *   destroyed-after-death   cepd dies after its DESTROY_ID replies, before
- *                           the DESTROYED events (and with a DESTROY_ID in
+ *   destroyed-after-death   cepd dies after it did DESTROY_IDs, before the
+ *                           DESTROYED events (and with a DESTROY_ID in
  *                           flight): each destroyed id gets DESTROYED
  *                           exactly once, made here; the channel can then
  *                           be destroyed (cep_cm(3): "nothing waits for
  *                           ever").
+ *   destroy-refused         a DESTROY_ID goes quiet (no round trip: the
+ *                           service answers only a failure) and one the
+ *                           service refuses ends its id here: its DESTROYED
+ *                           made once, cep_cm_destroy_id_sync returns at
+ *                           once; one it does (no answer) ends with the
+ *                           service's DESTROYED, as always.
  *   destroy-quiet           cep_cm_destroy while a callback runs and an
  *                           event waits behind it, with ids in REQ_SENT,
  *                           REP_SENT and ESTABLISHED: no event is delivered
@@ -103,8 +109,9 @@ struct hello_seen {
 	int pidfd_of_us;         /* exactly one, a pidfd whose pid is ours */
 };
 
-/* What a DESTROY_ID does to the fake (FAKE_REPLY otherwise). */
-enum { FAKE_REPLY, FAKE_REPLY_DIE, FAKE_DIE };
+/* What a DESTROY_ID does to the fake (FAKE_REPLY otherwise; FAKE_REFUSE:
+ * answer -EINVAL, as cepd answers a destroy it cannot do). */
+enum { FAKE_REPLY, FAKE_REPLY_DIE, FAKE_DIE, FAKE_REFUSE };
 
 struct fake {
 	char dir[64], path[108];
@@ -120,6 +127,7 @@ struct fake {
 	uint32_t next_handle;    /* mu */
 	_Atomic int eof;         /* a client closed its connection */
 	_Atomic int died;        /* the fake closed a connection on purpose */
+	_Atomic int quiet;       /* DESTROY_IDs that came CEPD_F_QUIET */
 };
 
 static struct fake F;
@@ -327,11 +335,15 @@ static void *fake_conn(void *arg)
 		}
 		if ((size_t)n < sizeof(*q))
 			continue;
+		if (q->h.op == CEPD_DESTROY_ID && (q->flags & CEPD_F_QUIET))
+			atomic_fetch_add(&F.quiet, 1);
 		if (q->h.op == CEPD_DESTROY_ID && F.on_destroy)
 			act = F.on_destroy(q->handle);
 		if (act == FAKE_DIE)
 			break;
-		if (q->h.seq && ((q->flags & CEPD_F_CREATE) || q->h.op == CEPD_CREATE_ID)) {
+		if (act == FAKE_REFUSE) {
+			send_reply(fd, q->h.seq, -EINVAL, NULL, 0);
+		} else if (q->h.seq && ((q->flags & CEPD_F_CREATE) || q->h.op == CEPD_CREATE_ID)) {
 			struct cepd_id_rep idr;
 
 			pthread_mutex_lock(&F.mu);
@@ -562,6 +574,12 @@ static void case_destroyed_after_death(void)
 	 * whichever of the death and the failed call makes DESTROYED */
 	CHECK_EQ(cep_cm_destroy_id(z), 0);
 	CHECK(wait_flag(&F.died, 5000));
+	/* The destroys went without waiting for an answer (quiet), so the
+	 * death is noticed when the client next reads: X's and Z's DESTROYED
+	 * (made here then, with Y's on the channel) come after it. */
+	for (int i = 0; i < 500 && !(atomic_load(&seen[0][CEP_CM_EV_DESTROYED]) &&
+				     atomic_load(&seen[2][CEP_CM_EV_DESTROYED])); i++)
+		usleep(10000);
 	/* W's DESTROYED is made after every other: once handled, all before
 	 * it have been (one callback thread, in order) */
 	CHECK_EQ(cep_cm_destroy_id_sync(w), 0);
@@ -579,6 +597,50 @@ static void case_destroyed_after_death(void)
 	CHECK_EQ(other, 0);
 	/* Y's DESTROYED acked: the channel is free of it */
 	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
+	CHECK_EQ(cep_cm_destroy(cm), 0);
+	fake_stop();
+}
+
+/* ---- destroy-refused -------------------------------------------------------------- */
+
+static _Atomic uint32_t h_refuse; /* read by the fake's thread */
+
+static int refuse_script(uint32_t h)
+{
+	return h == atomic_load(&h_refuse) ? FAKE_REFUSE : FAKE_REPLY;
+}
+
+static void case_destroy_refused(void)
+{
+	struct cep_cm_id *x, *y;
+	struct cep_cm *cm;
+	struct timespec t0, t1;
+	uint32_t hy, ty = CEP_CM_EV_DESTROYED;
+
+	fake_start(16, 1, 1, refuse_script);
+	cm = attach_fake();
+	x = new_id(cm, 0, NULL);
+	y = new_id(cm, 1, NULL);
+	CHECK_EQ(cep_cm_listen(x, 0x100, ~0ull), 0);
+	CHECK_EQ(cep_cm_listen(y, 0x101, ~0ull), 0);
+	atomic_store(&h_refuse, handle_of(x));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_EQ(cep_cm_destroy_id_sync(x), 0); /* refused: ends here */
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 5000);
+	CHECK_EQ(atomic_load(&seen[0][CEP_CM_EV_DESTROYED]), 1);
+	hy = handle_of(y);
+	CHECK_EQ(cep_cm_destroy_id(y), 0);
+	for (int i = 0; i < 500 && atomic_load(&F.quiet) < 2; i++)
+		usleep(10000); /* the fake's thread counts it when it reads it */
+	CHECK_EQ(atomic_load(&F.quiet), 2);
+	/* done, unanswered: its DESTROYED is the service's */
+	CHECK_EQ(atomic_load(&seen[1][CEP_CM_EV_DESTROYED]), 0);
+	fake_events(1, &hy, &ty);
+	for (int i = 0; i < 500 && !atomic_load(&seen[1][CEP_CM_EV_DESTROYED]); i++)
+		usleep(10000);
+	CHECK_EQ(atomic_load(&seen[1][CEP_CM_EV_DESTROYED]), 1);
+	CHECK_EQ(atomic_load(&seen[0][CEP_CM_EV_DESTROYED]), 1);
 	CHECK_EQ(cep_cm_destroy(cm), 0);
 	fake_stop();
 }
@@ -987,6 +1049,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (!strcmp(c, "destroyed-after-death"))
 		case_destroyed_after_death();
+	else if (!strcmp(c, "destroy-refused"))
+		case_destroy_refused();
 	else if (!strcmp(c, "destroy-quiet"))
 		case_destroy_quiet();
 	else if (!strcmp(c, "destroy-quiet-cepd"))

@@ -11,8 +11,10 @@
  *              REJ_RECEIVED at once; the dead client leaves nothing
  *   hostile  - a client speaking raw protocol: malformed, oversized and
  *              unknown requests, foreign handles and another client's QPN,
- *              a listen on another's service ID, a flood, then garbage: each
- *              refused, the others' connection unaffected
+ *              a listen on another's service ID, CEPD_F_QUIET (no answer to
+ *              a destroy that succeeded, one to a destroy that failed,
+ *              refused on other ops), a flood, then garbage: each refused,
+ *              the others' connection unaffected
  *   stress   - four active and two passive client processes connect,
  *              disconnect, destroy QPs under bound connections and ids,
  *              while one of each kind is killed at a random moment: every
@@ -21,6 +23,11 @@
  *              MAD of the node (both ports), 15 distinct ones for the
  *              three connections (by attribute and TID: a retry on a
  *              loaded host repeats one, an MRA may answer it)
+ *   nowait   - cm_qp_destroy_nowait (the drop-in's rdma_destroy_qp) of a
+ *              QP with an established connection: the peer gets the DREQ;
+ *              cepd forgets the number before the next request (destroy
+ *              and register 500 times in a row); its one answer, a
+ *              failure, is no call's
  *   restart  - SIGTERM of cepd with a REQ in flight: calls fail with
  *              -ECONNRESET, the ids get their error events, destroy still
  *              works (no hang); a new cepd on the same socket serves again
@@ -44,6 +51,7 @@
 #include <cep/pcap.h>
 
 #include "../common/check.h"
+#include "cm/cm_internal.h" /* cm_qp_destroy_nowait */
 #include "service/proto.h"
 
 #include "cepd_raw.h"
@@ -519,6 +527,74 @@ static void scenario_connect(void)
 	fputs(buf, stdout);
 }
 
+/* ---- a QP destroyed without waiting (cm_qp_destroy_nowait) ------------------------ */
+
+/* port 1: accepts one connection, then must see its DREQ. */
+static int nowait_server(void)
+{
+	struct cep_cm *cm = attach(1);
+	struct cep_cm_id *l;
+
+	register_qps(cm, 0xc00, 2);
+	l = new_id(cm, 0);
+	CHECK_EQ(cep_cm_listen(l, 0x7000, ~0ull), 0);
+	say('r');
+	CHECK(wait_ev(CEP_CM_EV_RTU_RECEIVED, NULL, 5000) != NULL);
+	/* the client's QP went without a wait: the teardown is under way */
+	CHECK(wait_ev(CEP_CM_EV_DREQ_RECEIVED, NULL, 5000) != NULL);
+	hear();
+	CHECK_EQ(cep_cm_destroy(cm), 0);
+	return child_end("nowait-server");
+}
+
+/* port 0: the drop-in's rdma_destroy_qp path. The destroy does what
+ * cep_cm_qp_destroy does (the connection ends with a DREQ), cepd takes it
+ * before the next request of ours (a register of the number right after it
+ * succeeds, 500 times), and an answer it does send (a failure) is no
+ * call's answer. */
+static int nowait_client(void)
+{
+	struct cep_cm *cm = attach(0);
+	struct cep_cm_id *a;
+
+	register_qps(cm, 0xb00, 2);
+	a = new_id(cm, 0);
+	hear();
+	CHECK_EQ(connect_to(a, 0, 1, 0x7000, 0xb00, NULL), 0);
+	CHECK(wait_ev(CEP_CM_EV_ESTABLISHED, a, 5000) != NULL);
+	CHECK_EQ(cm_qp_destroy_nowait(cm, 0xb00), 0);
+	CHECK(wait_ev(CEP_CM_EV_QP_DESTROYED, a, 5000) != NULL);
+	CHECK_EQ(cep_cm_qp_register(cm, 0xb00), 0); /* forgotten by cepd */
+	for (int i = 0; i < 500; i++) {
+		CHECK_EQ(cm_qp_destroy_nowait(cm, 0xb01), 0);
+		CHECK_EQ(cep_cm_qp_register(cm, 0xb01), 0);
+	}
+	CHECK_EQ(cm_qp_destroy_nowait(cm, 0xb01), 0);
+	/* not registered now: cepd answers -ENOENT, which matches no call */
+	CHECK_EQ(cm_qp_destroy_nowait(cm, 0xb01), 0);
+	CHECK_EQ(cep_cm_qp_destroy(cm, 0xb01), -ENOENT);
+	CHECK_EQ(cep_cm_qp_register(cm, 0xb01), 0);
+	CHECK_EQ(cep_cm_qp_destroy(cm, 0xb01), 0);
+	say('d');
+	CHECK_EQ(cep_cm_destroy_id_sync(a), 0);
+	CHECK_EQ(cep_cm_destroy(cm), 0);
+	return child_end("nowait-client");
+}
+
+static void scenario_nowait(void)
+{
+	struct child s = spawn(nowait_server), c = spawn(nowait_client);
+	char buf[8192];
+
+	CHECK_EQ(expect(&s), 'r');
+	tell(&c, 'g');
+	CHECK_EQ(expect(&c), 'd');
+	tell(&s, 'g');
+	CHECK_EQ(reap(&s), 0);
+	CHECK_EQ(reap(&c), 0);
+	CHECK(stats_until(no_clients, NULL, buf, sizeof(buf)));
+}
+
 /* ---- kill -9 ------------------------------------------------------------------- */
 
 /* Accepts the first REQ, leaves the second unanswered, then waits to die. */
@@ -684,6 +760,58 @@ static void scenario_hostile(void)
 	CHECK_EQ(req(h0, CEPD_QP_REGISTER, 0, 0x600, 0, NULL, 0), -EEXIST);
 	CHECK_EQ(req(h0, CEPD_QP_DESTROY, 0, 0x600, 0, NULL, 0), -ENOENT);
 	CHECK_EQ(req(h0, CEPD_QP_REGISTER, 0, 0x1000000, 0, NULL, 0), -EINVAL);
+	{
+		/* CEPD_F_QUIET: a destroy that succeeds is not answered, one
+		 * that fails is; another op with the flag is refused */
+		struct cepd_req qq;
+		struct pollfd pf = { .fd = h0, .events = POLLIN };
+
+		CHECK_EQ(req(h0, CEPD_QP_REGISTER, 0, 0x6f0, 0, NULL, 0), 0);
+		memset(&qq, 0, sizeof(qq));
+		qq.h.op = CEPD_QP_DESTROY;
+		qq.h.len = sizeof(qq);
+		qq.h.seq = 11;
+		qq.flags = CEPD_F_QUIET;
+		qq.a = 0x6f0;
+		CHECK(send(h0, &qq, sizeof(qq), MSG_NOSIGNAL) == (ssize_t)sizeof(qq));
+		CHECK_EQ(poll(&pf, 1, 300), 0);
+		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -ENOENT); /* gone now */
+		qq.a = 0x600; /* another client's */
+		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -ENOENT);
+		qq.h.op = CEPD_QP_REGISTER;
+		qq.a = 0x6f0;
+		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -EINVAL);
+		qq.h.op = CEPD_QP_DESTROY;
+		qq.flags = CEPD_F_QUIET | CEPD_F_CREATE;
+		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -EINVAL);
+		CHECK_EQ(req(h0, CEPD_QP_REGISTER, 0, 0x6f0, 0, NULL, 0), 0);
+		CHECK_EQ(req(h0, CEPD_QP_DESTROY, 0, 0x6f0, 0, NULL, 0), 0);
+		/* a DESTROY_ID: of an id not ours, answered -EINVAL; of
+		 * ours, not answered, and the id is gone */
+		{
+			struct cepd_id_rep mine;
+
+			CHECK_EQ(req(h0, CEPD_CREATE_ID, 0, 0, 0, &mine, sizeof(mine)), 0);
+			memset(&qq, 0, sizeof(qq));
+			qq.h.op = CEPD_DESTROY_ID;
+			qq.h.len = sizeof(qq);
+			qq.h.seq = 12;
+			qq.flags = CEPD_F_QUIET;
+			qq.handle = mine.handle ^ (1u << 20); /* a stale generation */
+			CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -EINVAL);
+			qq.handle = mine.handle;
+			CHECK(send(h0, &qq, sizeof(qq), MSG_NOSIGNAL) == (ssize_t)sizeof(qq));
+			CHECK_EQ(poll(&pf, 1, 300), 1); /* only its DESTROYED event */
+			{
+				_Alignas(8) uint8_t ev[CEPD_MSG_MAX];
+
+				CHECK(recv(h0, ev, sizeof(ev), 0) > 0 &&
+				      ((struct cepd_hdr *)ev)->op == CEPD_EVENTS);
+			}
+			CHECK_EQ(poll(&pf, 1, 300), 0);
+			CHECK(req(h0, CEPD_ID_QUERY, mine.handle, 0, 0, NULL, 0) < 0);
+		}
+	}
 	CHECK_EQ(req(h0, CEPD_CREATE_ID, 0, 0, 0, &idr, sizeof(idr)), 0);
 	{
 		struct {
@@ -1100,6 +1228,8 @@ int main(int argc, char **argv)
 		scenario_restart(&cepd);
 	else if (!strcmp(argv[2], "stress"))
 		scenario_stress();
+	else if (!strcmp(argv[2], "nowait"))
+		scenario_nowait();
 	else {
 		fprintf(stderr, "unknown scenario %s\n", argv[2]);
 		kill(cepd, SIGKILL);
