@@ -462,18 +462,27 @@ static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event 
  * only a failure. Calls' numbers count up from 1 and never reach it. */
 #define SEQ_QUIET (1ull << 63)
 
+/* A quiet request: @op on id @handle (0: none) with a = @a. */
+static void quiet_req(struct cepd_req *q, uint32_t op, uint32_t handle, uint32_t a)
+{
+	memset(q, 0, sizeof(*q));
+	q->h.op = op;
+	q->h.len = sizeof(*q);
+	q->h.seq = SEQ_QUIET | handle;
+	q->flags = CEPD_F_QUIET;
+	q->handle = handle;
+	q->a = a;
+}
+
+/* r->lk held: destroy an id cepd made that names nothing of ours. Quiet
+ * (no answer unless it fails, and that one finds no id of ours in
+ * quiet_failed); never blocking, under the lock: on a full socket it is
+ * lost, and the id stays in cepd until this client's socket ends. */
 static void send_async_destroy(struct cmr *r, uint32_t handle)
 {
 	struct cepd_req q;
 
-	memset(&q, 0, sizeof(q));
-	q.h.op = CEPD_DESTROY_ID;
-	q.h.len = sizeof(q);
-	/* quiet (send_quiet): no answer unless it fails, and that one finds
-	 * no id of ours in quiet_failed */
-	q.h.seq = SEQ_QUIET | handle;
-	q.flags = CEPD_F_QUIET;
-	q.handle = handle;
+	quiet_req(&q, CEPD_DESTROY_ID, handle, 0);
 	(void)send(r->fd, &q, sizeof(q), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
@@ -1750,13 +1759,7 @@ static int send_quiet(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a)
 	struct cepd_req q;
 	ssize_t n;
 
-	memset(&q, 0, sizeof(q));
-	q.h.op = op;
-	q.h.len = sizeof(q);
-	q.h.seq = SEQ_QUIET | handle;
-	q.flags = CEPD_F_QUIET;
-	q.handle = handle;
-	q.a = a;
+	quiet_req(&q, op, handle, a);
 	do
 		n = send(r->fd, &q, sizeof(q), MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
