@@ -487,6 +487,7 @@ const struct cm_ops cm_local_ops = {
 	.reject = cm_local_reject,
 	.mra = cm_local_mra,
 	.disconnect = cm_local_disconnect,
+	.disconnect_nowait = cm_local_disconnect_nowait,
 	.drep = cm_local_drep,
 	.lap = cm_local_lap,
 	.apr = cm_local_apr,

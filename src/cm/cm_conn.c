@@ -904,6 +904,17 @@ int cep_cm_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 	return id ? id->cm->ops->disconnect(id, pdata, len) : -EINVAL;
 }
 
+int cm_disconnect_nowait(struct cep_cm_id *id)
+{
+	return id ? id->cm->ops->disconnect_nowait(id) : -EINVAL;
+}
+
+/* cm_local_ops' disconnect_nowait: the engine answers at once anyway. */
+int cm_local_disconnect_nowait(struct cep_cm_id *id)
+{
+	return cm_local_disconnect(id, NULL, 0);
+}
+
 int cep_cm_drep(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	return id ? id->cm->ops->drep(id, pdata, len) : -EINVAL;

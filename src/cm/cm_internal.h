@@ -422,6 +422,13 @@ int cm_request_drop(struct cep_cm_id *id);
  * has destroyed the client's QPs already). Any thread, as
  * cep_cm_qp_destroy(). */
 int cm_qp_destroy_nowait(struct cep_cm *cm, uint32_t qpn);
+/* cep_cm_disconnect(@id, NULL, 0) for a caller that ignores its answer (the
+ * drop-in's rdma_disconnect, which returns 0 whatever the DREQ or DREP
+ * did, as the kernel's): local, the same call; attached, sent
+ * CEPD_F_QUIET - no round trip; a refusal (an id not connected) is
+ * answered and dropped. 0, -EINVAL (NULL; a local refusal; an id
+ * destroyed), -ECONNRESET. Any thread, as cep_cm_disconnect(). */
+int cm_disconnect_nowait(struct cep_cm_id *id);
 /* The engine's operations of cm_local_ops (cm_ops.h), each behind its
  * public function's common checks (cm.c's own are static there). */
 int cm_local_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, uint64_t flags,
@@ -441,6 +448,7 @@ int cm_local_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size
 		    const void *pdata, size_t len);
 int cm_local_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len);
 int cm_local_disconnect(struct cep_cm_id *id, const void *pdata, size_t len);
+int cm_local_disconnect_nowait(struct cep_cm_id *id);
 int cm_local_drep(struct cep_cm_id *id, const void *pdata, size_t len);
 int cm_local_lap(struct cep_cm_id *id, const struct cep_path *alt, uint8_t timeout,
 		 const void *pdata, size_t len);

@@ -65,6 +65,9 @@ struct cm_ops {
 		      const void *pdata, size_t len);
 	int (*mra)(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len);
 	int (*disconnect)(struct cep_cm_id *id, const void *pdata, size_t len);
+	/* cm_disconnect_nowait (cm_internal.h): disconnect without private
+	 * data, not waiting to learn how it went. */
+	int (*disconnect_nowait)(struct cep_cm_id *id);
 	int (*drep)(struct cep_cm_id *id, const void *pdata, size_t len);
 	int (*lap)(struct cep_cm_id *id, const struct cep_path *alt, uint8_t timeout,
 		   const void *pdata, size_t len);

@@ -35,7 +35,7 @@
 #include <cep/rdma_cm.h>
 #include <cep/verbs.h>
 
-#include "cm/cm_internal.h" /* cm_request_drop, cm_qp_destroy_nowait */
+#include "cm/cm_internal.h" /* cm_request_drop, cm_*_nowait */
 #include "ib.h"
 #include "rdmacm.h"
 
@@ -749,9 +749,10 @@ RCM_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	/* Start the disconnect, or answer the peer's DREQ with a DREP: both
 	 * are cep_cm_disconnect's (0 also when already disconnecting). Its
 	 * -EINVAL before the connection is up is ignored, as the kernel's
-	 * rdma_disconnect ignores ib_send_cm_dreq's and ib_send_cm_drep's. */
+	 * rdma_disconnect ignores ib_send_cm_dreq's and ib_send_cm_drep's -
+	 * so through cepd it need not be waited for (cm_disconnect_nowait). */
 	if (r->id.qp_type != IBV_QPT_UD)
-		(void)cep_cm_disconnect(r->cep, NULL, 0);
+		(void)cm_disconnect_nowait(r->cep);
 out:
 	pthread_mutex_unlock(&r->mtx);
 	return ret ? rcm_err(-ret) : rcm_complete(r);

@@ -457,10 +457,12 @@ static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event 
 		pend_signal_locked(r);
 }
 
-/* Requests sent CEPD_F_QUIET (send_quiet) are numbered SEQ_QUIET | the
- * handle they name (0: none): no call waits for them, and cepd answers
- * only a failure. Calls' numbers count up from 1 and never reach it. */
+/* Requests sent CEPD_F_QUIET (send_quiet) are numbered SEQ_QUIET | their
+ * op << 32 | the handle they name (0: none): no call waits for them, and
+ * cepd answers only a failure, which says what failed. Calls' numbers
+ * count up from 1 and never reach bit 63. */
 #define SEQ_QUIET (1ull << 63)
+#define QUIET_SEQ(op, handle) (SEQ_QUIET | (uint64_t)(op) << 32 | (handle))
 
 /* A quiet request: @op on id @handle (0: none) with a = @a. */
 static void quiet_req(struct cepd_req *q, uint32_t op, uint32_t handle, uint32_t a)
@@ -468,7 +470,7 @@ static void quiet_req(struct cepd_req *q, uint32_t op, uint32_t handle, uint32_t
 	memset(q, 0, sizeof(*q));
 	q->h.op = op;
 	q->h.len = sizeof(*q);
-	q->h.seq = SEQ_QUIET | handle;
+	q->h.seq = QUIET_SEQ(op, handle);
 	q->flags = CEPD_F_QUIET;
 	q->handle = handle;
 	q->a = a;
@@ -672,15 +674,17 @@ static void wakes_flush(struct wakes *k)
 
 static void destroyed_here(struct cmr *r, struct rid *d);
 
-/* r->lk held: cepd refused a quiet request (@ret). A DESTROY_ID's id
+/* r->lk held: cepd refused a quiet request (@op, @ret). A DESTROY_ID's id
  * (@handle) then gets no DESTROYED from cepd: it ends here, as when the
- * service is gone, so that nothing waits for it. A QP_DESTROY names no
- * id: the number was not cepd's to forget (-ENOENT), nothing to do. */
-static void quiet_failed(struct cmr *r, uint32_t handle, int ret)
+ * service is gone, so that nothing waits for it. The others change
+ * nothing a refusal could leave half done: a QP_DESTROY's number was not
+ * cepd's to forget (-ENOENT); a DISCONNECT's id was not connected
+ * (-EINVAL), as the caller's cm_disconnect_nowait allows. */
+static void quiet_failed(struct cmr *r, uint32_t op, uint32_t handle, int ret)
 {
 	struct rid *d = map_get(r, handle);
 
-	if (ret == 0 || !d || !d->gone)
+	if (ret == 0 || op != CEPD_DESTROY_ID || !d || !d->gone)
 		return;
 	destroyed_here(r, d);
 }
@@ -695,7 +699,8 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len, struct wak
 	if (len < sizeof(*m) || !m->h.seq)
 		return;
 	if (m->h.seq & SEQ_QUIET) {
-		quiet_failed(r, (uint32_t)m->h.seq, m->ret);
+		quiet_failed(r, (uint32_t)(m->h.seq >> 32) & 0x7fffffffu, (uint32_t)m->h.seq,
+			     m->ret);
 		return;
 	}
 	for (struct call *c = r->calls; c; c = c->next)
@@ -2109,6 +2114,25 @@ static int cmr_disconnect(struct cep_cm_id *id, const void *pdata, size_t len)
 	return id_call(id, CEPD_DISCONNECT, 0, pdata, len);
 }
 
+/* cm_disconnect_nowait: quiet (send_quiet). An id never made in cepd has
+ * no connection: -EINVAL, as cepd would answer, without asking. */
+static int cmr_disconnect_nowait(struct cep_cm_id *id)
+{
+	struct rid *d = RID(id);
+	struct cmr *r = d->r;
+	uint32_t handle;
+	int gone;
+
+	pthread_mutex_lock(&r->lk);
+	wait_created(r, d);
+	gone = d->gone;
+	handle = d->handle; /* stable once made (wait_created) */
+	pthread_mutex_unlock(&r->lk);
+	if (gone || !handle)
+		return -EINVAL;
+	return send_quiet(r, CEPD_DISCONNECT, handle, 0);
+}
+
 static int cmr_drep(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	return id_call(id, CEPD_DREP, 0, pdata, len);
@@ -2223,6 +2247,7 @@ const struct cm_ops cmr_ops = {
 	.reject = cmr_reject,
 	.mra = cmr_mra,
 	.disconnect = cmr_disconnect,
+	.disconnect_nowait = cmr_disconnect_nowait,
 	.drep = cmr_drep,
 	.lap = cmr_lap,
 	.apr = cmr_apr,

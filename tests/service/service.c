@@ -24,10 +24,12 @@
  *              three connections (by attribute and TID: a retry on a
  *              loaded host repeats one, an MRA may answer it)
  *   nowait   - cm_qp_destroy_nowait (the drop-in's rdma_destroy_qp) of a
- *              QP with an established connection: the peer gets the DREQ;
- *              cepd forgets the number before the next request (destroy
- *              and register 500 times in a row); its one answer, a
- *              failure, is no call's
+ *              QP with an established connection, cm_disconnect_nowait
+ *              (its rdma_disconnect) of another: the peer gets both DREQs,
+ *              the second's DREP comes back; cepd forgets the number
+ *              before the next request (destroy and register 500 times in
+ *              a row); its answers to refusals are no call's, and a
+ *              refused disconnect leaves its id alone
  *   restart  - SIGTERM of cepd with a REQ in flight: calls fail with
  *              -ECONNRESET, the ids get their error events, destroy still
  *              works (no hang); a new cepd on the same socket serves again
@@ -529,7 +531,7 @@ static void scenario_connect(void)
 
 /* ---- a QP destroyed without waiting (cm_qp_destroy_nowait) ------------------------ */
 
-/* port 1: accepts one connection, then must see its DREQ. */
+/* port 1: accepts two connections, then must see both DREQs. */
 static int nowait_server(void)
 {
 	struct cep_cm *cm = attach(1);
@@ -540,28 +542,42 @@ static int nowait_server(void)
 	CHECK_EQ(cep_cm_listen(l, 0x7000, ~0ull), 0);
 	say('r');
 	CHECK(wait_ev(CEP_CM_EV_RTU_RECEIVED, NULL, 5000) != NULL);
-	/* the client's QP went without a wait: the teardown is under way */
+	CHECK(wait_ev(CEP_CM_EV_RTU_RECEIVED, NULL, 5000) != NULL);
+	/* the client's QP went, and its other connection was disconnected,
+	 * without a wait: both teardowns are under way */
+	CHECK(wait_ev(CEP_CM_EV_DREQ_RECEIVED, NULL, 5000) != NULL);
 	CHECK(wait_ev(CEP_CM_EV_DREQ_RECEIVED, NULL, 5000) != NULL);
 	hear();
 	CHECK_EQ(cep_cm_destroy(cm), 0);
 	return child_end("nowait-server");
 }
 
-/* port 0: the drop-in's rdma_destroy_qp path. The destroy does what
- * cep_cm_qp_destroy does (the connection ends with a DREQ), cepd takes it
- * before the next request of ours (a register of the number right after it
- * succeeds, 500 times), and an answer it does send (a failure) is no
- * call's answer. */
+/* port 0: the drop-in's rdma_destroy_qp and rdma_disconnect paths. The
+ * destroy does what cep_cm_qp_destroy does (the connection ends with a
+ * DREQ), the disconnect what cep_cm_disconnect does (DREQ, then the
+ * peer's DREP); cepd takes each before the next request of ours (a
+ * register of the number right after its destroy succeeds, 500 times);
+ * an answer it does send (a failure) is no call's answer, and a refused
+ * disconnect leaves its id alone. */
 static int nowait_client(void)
 {
 	struct cep_cm *cm = attach(0);
-	struct cep_cm_id *a;
+	struct cep_cm_id *a, *b, *unmade;
 
-	register_qps(cm, 0xb00, 2);
+	register_qps(cm, 0xb00, 3);
 	a = new_id(cm, 0);
+	b = new_id(cm, 0);
+	unmade = new_id(cm, 0);
 	hear();
 	CHECK_EQ(connect_to(a, 0, 1, 0x7000, 0xb00, NULL), 0);
 	CHECK(wait_ev(CEP_CM_EV_ESTABLISHED, a, 5000) != NULL);
+	CHECK_EQ(connect_to(b, 0, 1, 0x7000, 0xb02, NULL), 0);
+	CHECK(wait_ev(CEP_CM_EV_ESTABLISHED, b, 5000) != NULL);
+	CHECK_EQ(cm_disconnect_nowait(b), 0);
+	CHECK(wait_ev(CEP_CM_EV_DREP_RECEIVED, b, 5000) != NULL);
+	/* not connected now: cepd refuses it (answered, dropped), b stays */
+	CHECK_EQ(cm_disconnect_nowait(b), 0);
+	CHECK_EQ(cm_disconnect_nowait(unmade), -EINVAL); /* never in cepd */
 	CHECK_EQ(cm_qp_destroy_nowait(cm, 0xb00), 0);
 	CHECK(wait_ev(CEP_CM_EV_QP_DESTROYED, a, 5000) != NULL);
 	CHECK_EQ(cep_cm_qp_register(cm, 0xb00), 0); /* forgotten by cepd */
@@ -577,6 +593,8 @@ static int nowait_client(void)
 	CHECK_EQ(cep_cm_qp_destroy(cm, 0xb01), 0);
 	say('d');
 	CHECK_EQ(cep_cm_destroy_id_sync(a), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(b), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(unmade), 0);
 	CHECK_EQ(cep_cm_destroy(cm), 0);
 	return child_end("nowait-client");
 }
@@ -810,6 +828,12 @@ static void scenario_hostile(void)
 			}
 			CHECK_EQ(poll(&pf, 1, 300), 0);
 			CHECK(req(h0, CEPD_ID_QUERY, mine.handle, 0, 0, NULL, 0) < 0);
+			/* a DISCONNECT of an id not connected: refused, answered */
+			CHECK_EQ(req(h0, CEPD_CREATE_ID, 0, 0, 0, &mine, sizeof(mine)), 0);
+			qq.h.op = CEPD_DISCONNECT;
+			qq.handle = mine.handle;
+			CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -EINVAL);
+			CHECK_EQ(req(h0, CEPD_DESTROY_ID, mine.handle, 0, 0, NULL, 0), 0);
 		}
 	}
 	CHECK_EQ(req(h0, CEPD_CREATE_ID, 0, 0, 0, &idr, sizeof(idr)), 0);
