@@ -375,6 +375,17 @@ static void register_qps(struct cep_cm *cm, uint32_t base, int n)
 	lg.next_qpn = base;
 }
 
+/* Port 1's side of a scenario: @n QPs from @qpn, accepted in turn as
+ * REQs come (lg.accept), and a callback listener on @sid. */
+static struct cep_cm *listening_server(uint32_t qpn, int n, uint64_t sid)
+{
+	struct cep_cm *cm = attach(1);
+
+	register_qps(cm, qpn, n);
+	CHECK_EQ(cep_cm_listen(new_id(cm, 0), sid, ~0ull), 0);
+	return cm;
+}
+
 /* port 1: listens on 0x1000 (callback) and 0x2000 (channel); connects to
  * the other's 0x3000 with a callback id. */
 static int conn_server(void)
@@ -534,12 +545,8 @@ static void scenario_connect(void)
 /* port 1: accepts two connections, then must see both DREQs. */
 static int nowait_server(void)
 {
-	struct cep_cm *cm = attach(1);
-	struct cep_cm_id *l;
+	struct cep_cm *cm = listening_server(0xc00, 2, 0x7000);
 
-	register_qps(cm, 0xc00, 2);
-	l = new_id(cm, 0);
-	CHECK_EQ(cep_cm_listen(l, 0x7000, ~0ull), 0);
 	say('r');
 	CHECK(wait_ev(CEP_CM_EV_RTU_RECEIVED, NULL, 5000) != NULL);
 	CHECK(wait_ev(CEP_CM_EV_RTU_RECEIVED, NULL, 5000) != NULL);
@@ -618,12 +625,7 @@ static void scenario_nowait(void)
 /* Accepts the first REQ, leaves the second unanswered, then waits to die. */
 static int kill_server(void)
 {
-	struct cep_cm *cm = attach(1);
-	struct cep_cm_id *l;
-
-	register_qps(cm, 0x300, 4);
-	l = new_id(cm, 0);
-	CHECK_EQ(cep_cm_listen(l, 0x4000, ~0ull), 0);
+	(void)listening_server(0x300, 4, 0x4000); /* held until the kill */
 	say('r');
 	CHECK(wait_ev(CEP_CM_EV_RTU_RECEIVED, NULL, 5000) != NULL);
 	pthread_mutex_lock(&lg.mu);
@@ -731,12 +733,8 @@ static int req(int fd, uint32_t op, uint32_t handle, uint32_t a, uint64_t x, voi
 
 static int hostile_server(void)
 {
-	struct cep_cm *cm = attach(1);
-	struct cep_cm_id *l;
+	struct cep_cm *cm = listening_server(0x500, 4, 0x6000);
 
-	register_qps(cm, 0x500, 4);
-	l = new_id(cm, 0);
-	CHECK_EQ(cep_cm_listen(l, 0x6000, ~0ull), 0);
 	say('r');
 	hear();
 	CHECK(wait_ev(CEP_CM_EV_RTU_RECEIVED, NULL, 5000) != NULL);
