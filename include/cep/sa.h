@@ -3,8 +3,9 @@
  * libcep subnet administrator client (IBTA vol. 1 ch. 15): PathRecord and
  * ClassPortInfo queries over libibumad (management class 0x03, version 2),
  * with timeouts and retries of its own and a path cache shared by the
- * process, flushed when the port's SM LID, LID or state changes. Also the
- * SA MAD and record codecs, usable without a port (tests, tools).
+ * process, flushed when the port's SM LID, LID or state changes; and
+ * MCMemberRecord Get, Set (join) and Delete (leave), never cached. Also
+ * the SA MAD and record codecs, usable without a port (tests, tools).
  */
 #ifndef CEP_SA_H
 #define CEP_SA_H
@@ -24,13 +25,18 @@ extern "C" {
 #define CEP_SA_DATA_SIZE        200  /* one MAD's record data (no RMPP) */
 #define CEP_SA_PATH_REC_SIZE    64   /* PathRecord, 15.2.5.16 */
 #define CEP_SA_CPI_SIZE         72   /* ClassPortInfo, 13.4.8.1 */
+#define CEP_SA_MCM_REC_SIZE     52   /* MCMemberRecord, 15.2.5.17 */
 
 #define CEP_SA_MGMT_CLASS       0x03
 #define CEP_SA_CLASS_VERSION    2
 #define CEP_SA_METHOD_GET       0x01
+#define CEP_SA_METHOD_SET       0x02
 #define CEP_SA_METHOD_GET_RESP  0x81
+#define CEP_SA_METHOD_DELETE    0x15
+#define CEP_SA_METHOD_DELETE_RESP 0x95
 #define CEP_SA_ATTR_CLASS_PORT_INFO 0x0001
 #define CEP_SA_ATTR_PATH_REC    0x0035
+#define CEP_SA_ATTR_MCMEMBER_REC 0x0038
 
 /* PathRecord component mask bits (15.2.5.16); ServiceID takes two. */
 #define CEP_SA_PR_SERVICE_ID    (UINT64_C(3) << 0)
@@ -54,6 +60,33 @@ extern "C" {
 #define CEP_SA_PR_PLT_SELECTOR  (UINT64_C(1) << 20)
 #define CEP_SA_PR_PLT           (UINT64_C(1) << 21)
 #define CEP_SA_PR_PREFERENCE    (UINT64_C(1) << 22)
+
+/* MCMemberRecord component mask bits (15.2.5.17). */
+#define CEP_SA_MCM_MGID          (UINT64_C(1) << 0)
+#define CEP_SA_MCM_PORT_GID      (UINT64_C(1) << 1)
+#define CEP_SA_MCM_QKEY          (UINT64_C(1) << 2)
+#define CEP_SA_MCM_MLID          (UINT64_C(1) << 3)
+#define CEP_SA_MCM_MTU_SELECTOR  (UINT64_C(1) << 4)
+#define CEP_SA_MCM_MTU           (UINT64_C(1) << 5)
+#define CEP_SA_MCM_TCLASS        (UINT64_C(1) << 6)
+#define CEP_SA_MCM_PKEY          (UINT64_C(1) << 7)
+#define CEP_SA_MCM_RATE_SELECTOR (UINT64_C(1) << 8)
+#define CEP_SA_MCM_RATE          (UINT64_C(1) << 9)
+#define CEP_SA_MCM_PLT_SELECTOR  (UINT64_C(1) << 10)
+#define CEP_SA_MCM_PLT           (UINT64_C(1) << 11)
+#define CEP_SA_MCM_SL            (UINT64_C(1) << 12)
+#define CEP_SA_MCM_FLOW_LABEL    (UINT64_C(1) << 13)
+#define CEP_SA_MCM_HOP_LIMIT     (UINT64_C(1) << 14)
+#define CEP_SA_MCM_SCOPE         (UINT64_C(1) << 15)
+#define CEP_SA_MCM_JOIN_STATE    (UINT64_C(1) << 16)
+#define CEP_SA_MCM_PROXY_JOIN    (UINT64_C(1) << 17)
+
+/* JoinState bits (15.2.5.17; the last one is IBTA 1.3's send-only full
+ * member, which rdma_cm's RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER asks). */
+#define CEP_SA_JOIN_FULL          0x1u
+#define CEP_SA_JOIN_NON           0x2u
+#define CEP_SA_JOIN_SENDONLY_NON  0x4u
+#define CEP_SA_JOIN_SENDONLY_FULL 0x8u
 
 /* Selectors of MTU, rate and packet life time (15.2.5.16). */
 enum cep_sa_selector {
@@ -88,6 +121,30 @@ struct cep_sa_path {
 	uint8_t packet_life_time_selector;
 	uint8_t packet_life_time;          /* 6 bits */
 	uint8_t preference;
+};
+
+/* An MCMemberRecord: a port's membership of a multicast group, or the
+ * group's parameters (Q_Key, MLID, MTU, rate, ...) as the SA answers them.
+ * Encodings as in struct cep_sa_path; GIDs as on the wire. */
+struct cep_sa_mcmember {
+	uint8_t mgid[16];
+	uint8_t port_gid[16];
+	uint32_t qkey;
+	uint16_t mlid;
+	uint8_t mtu_selector;              /* 2 bits each selector */
+	uint8_t mtu;                       /* 6 bits */
+	uint8_t traffic_class;
+	uint16_t pkey;
+	uint8_t rate_selector;
+	uint8_t rate;                      /* 6 bits */
+	uint8_t packet_life_time_selector;
+	uint8_t packet_life_time;          /* 6 bits */
+	uint8_t sl;                        /* 4 bits */
+	uint32_t flow_label;               /* 20 bits */
+	uint8_t hop_limit;
+	uint8_t scope;                     /* 4 bits */
+	uint8_t join_state;                /* 4 bits: CEP_SA_JOIN_* */
+	uint8_t proxy_join;                /* 1 bit */
 };
 
 /* The SA's ClassPortInfo (13.4.8.1), the fields a client uses. */
@@ -127,6 +184,10 @@ CEP_EXPORT void cep_sa_path_decode(const uint8_t rec[CEP_SA_PATH_REC_SIZE],
 				   struct cep_sa_path *p);
 CEP_EXPORT void cep_sa_cpi_decode(const uint8_t rec[CEP_SA_CPI_SIZE],
 				  struct cep_sa_class_port_info *c);
+CEP_EXPORT int cep_sa_mcmember_encode(const struct cep_sa_mcmember *m,
+				      uint8_t rec[CEP_SA_MCM_REC_SIZE]);
+CEP_EXPORT void cep_sa_mcmember_decode(const uint8_t rec[CEP_SA_MCM_REC_SIZE],
+				       struct cep_sa_mcmember *m);
 /* Write headers and @data_len bytes of @data (<= CEP_SA_DATA_SIZE) into a
  * zeroed 256-byte @mad. */
 CEP_EXPORT int cep_sa_mad_encode(uint8_t mad[CEP_SA_MAD_SIZE],
@@ -201,6 +262,27 @@ CEP_EXPORT int cep_sa_path_query(struct cep_sa *sa, uint64_t comp_mask,
  * cep_sa_path_query. */
 CEP_EXPORT int cep_sa_class_port_info(struct cep_sa *sa,
 				      struct cep_sa_class_port_info *out);
+/*
+ * One MCMemberRecord request: @method CEP_SA_METHOD_GET (the group's one
+ * record matching the fields of @rec named in @comp_mask), _SET (join:
+ * the port in rec->port_gid becomes a member with rec->join_state; the SA
+ * creates the group when the mask names what a new group needs, 15.2.5.17)
+ * or _DELETE (leave: those join-state bits of that port end). The SA's
+ * answer, the record as it now stands, goes to @out (may be NULL). Never
+ * cached. Blocks as cep_sa_path_query; any thread, concurrently. A Set or
+ * Delete is sent again, with the same TID, when no answer came within the
+ * timeout, so a Delete whose first answer was lost may come back with the
+ * SA's error for a membership that is already gone (-EINVAL).
+ * Returns 0; -EINVAL bad arguments (method, mask beyond bit 17, a value
+ * wider than its field) or the SA refused the request (ERR_REQ_INVALID,
+ * e.g. a join with parameters that do not match the group, or a Delete of
+ * no membership); -EHOSTUNREACH no such group (ERR_NO_RECORDS);
+ * -ETIMEDOUT, -ENETDOWN, -EBUSY, -EAGAIN, -EOPNOTSUPP, -EPROTO as
+ * cep_sa_path_query.
+ */
+CEP_EXPORT int cep_sa_mcmember(struct cep_sa *sa, uint8_t method, uint64_t comp_mask,
+			       const struct cep_sa_mcmember *rec,
+			       struct cep_sa_mcmember *out);
 /* Re-read the port now (flushing the cache if SM LID, LID or state
  * changed) and copy it to @out. */
 CEP_EXPORT int cep_sa_port_info(struct cep_sa *sa, struct cep_sa_port *out);
@@ -220,14 +302,14 @@ CEP_EXPORT int cep_sa_path_to_conn(const struct cep_sa_path *rec,
 
 /* Counters since open; each read atomically, the set is not a snapshot. */
 struct cep_sa_stats {
-	uint64_t queries;        /* cep_sa_path_query and ClassPortInfo calls */
+	uint64_t queries;        /* path, ClassPortInfo and MCMemberRecord calls */
 	uint64_t cache_hits;
 	uint64_t cache_misses;
 	uint64_t sent;           /* MADs sent, retries included */
 	uint64_t send_errors;
 	uint64_t retries;        /* sends after a query's first */
 	uint64_t timeouts;       /* queries that ended in -ETIMEDOUT */
-	uint64_t answers;        /* GetResp MADs matched to a waiting query */
+	uint64_t answers;        /* GetResp/DeleteResp MADs matched to a query */
 	uint64_t errors;         /* answers with a non-zero status */
 	uint64_t dropped;        /* received MADs that matched no query */
 	uint64_t invalidations;  /* cache flushes (port change or on demand) */

@@ -2,7 +2,8 @@
 /*
  * libcep SA client: the SA MAD and record codecs (one row per row of the
  * spec's tables, read by one generic big-endian bit-field access), and the
- * client over a backend: queries wait on their own timeout and resend
+ * client over a backend: requests (PathRecord and ClassPortInfo Gets,
+ * MCMemberRecord Get, Set and Delete) wait on their own timeout and resend
  * (the transport's timeouts are never relied on: ibsim ignores them), one
  * receive thread matches answers by the low 32 bits of the TID (the kernel
  * and ibsim rewrite the upper half), and a path cache is flushed when the
@@ -72,6 +73,27 @@
 	U(redirect_qp,              33, 0, 24, 0) \
 	U(redirect_qkey,            36, 0, 32, 0)
 
+/* 15.2.5.17, Table 207 (MCMemberRecord), 52 bytes. */
+#define SA_MCM_FIELDS(U, G) \
+	G(mgid,                      0,        CEP_SA_MCM_MGID)          \
+	G(port_gid,                 16,        CEP_SA_MCM_PORT_GID)      \
+	U(qkey,                     32, 0, 32, CEP_SA_MCM_QKEY)          \
+	U(mlid,                     36, 0, 16, CEP_SA_MCM_MLID)          \
+	U(mtu_selector,             38, 0, 2,  CEP_SA_MCM_MTU_SELECTOR)  \
+	U(mtu,                      38, 2, 6,  CEP_SA_MCM_MTU)           \
+	U(traffic_class,            39, 0, 8,  CEP_SA_MCM_TCLASS)        \
+	U(pkey,                     40, 0, 16, CEP_SA_MCM_PKEY)          \
+	U(rate_selector,            42, 0, 2,  CEP_SA_MCM_RATE_SELECTOR) \
+	U(rate,                     42, 2, 6,  CEP_SA_MCM_RATE)          \
+	U(packet_life_time_selector, 43, 0, 2, CEP_SA_MCM_PLT_SELECTOR)  \
+	U(packet_life_time,         43, 2, 6,  CEP_SA_MCM_PLT)           \
+	U(sl,                       44, 0, 4,  CEP_SA_MCM_SL)            \
+	U(flow_label,               44, 4, 20, CEP_SA_MCM_FLOW_LABEL)    \
+	U(hop_limit,                47, 0, 8,  CEP_SA_MCM_HOP_LIMIT)     \
+	U(scope,                    48, 0, 4,  CEP_SA_MCM_SCOPE)         \
+	U(join_state,               48, 4, 4,  CEP_SA_MCM_JOIN_STATE)    \
+	U(proxy_join,               49, 0, 1,  CEP_SA_MCM_PROXY_JOIN)
+
 /* 13.4.2 (common MAD header), 13.6.2.1 (RMPP header, left zero: no RMPP
  * here), 15.2.1.1 (SA header): 56 bytes before the data. */
 #define SA_HDR_FIELDS(U, G) \
@@ -99,10 +121,13 @@
 #define PATH_G(m, byte, mask) SA_ROW_G(struct cep_sa_path, CEP_SA_PATH_REC_SIZE, m, byte, mask)
 #define CPI_U(m, byte, bit, width, mask) SA_ROW_U(struct cep_sa_class_port_info, CEP_SA_CPI_SIZE, m, byte, bit, width, mask)
 #define CPI_G(m, byte, mask) SA_ROW_G(struct cep_sa_class_port_info, CEP_SA_CPI_SIZE, m, byte, mask)
+#define MCM_U(m, byte, bit, width, mask) SA_ROW_U(struct cep_sa_mcmember, CEP_SA_MCM_REC_SIZE, m, byte, bit, width, mask)
+#define MCM_G(m, byte, mask) SA_ROW_G(struct cep_sa_mcmember, CEP_SA_MCM_REC_SIZE, m, byte, mask)
 #define HDR_U(m, byte, bit, width, mask) SA_ROW_U(struct cep_sa_mad_hdr, CEP_SA_HDR_SIZE, m, byte, bit, width, mask)
 #define HDR_G(m, byte, mask) SA_ROW_G(struct cep_sa_mad_hdr, CEP_SA_HDR_SIZE, m, byte, mask)
 SA_PATH_FIELDS(PATH_U, PATH_G)
 SA_CPI_FIELDS(CPI_U, CPI_G)
+SA_MCM_FIELDS(MCM_U, MCM_G)
 SA_HDR_FIELDS(HDR_U, HDR_G)
 _Static_assert(CEP_SA_HDR_SIZE + CEP_SA_DATA_SIZE == CEP_SA_MAD_SIZE, "MAD size");
 
@@ -154,6 +179,15 @@ static int path_encode_masked(const struct cep_sa_path *p, uint64_t mask,
 	return 0;
 }
 
+/* The same for an MCMemberRecord: the rows @mask names. */
+static int mcm_encode_masked(const struct cep_sa_mcmember *p, uint64_t mask,
+			     uint8_t *rec)
+{
+	memset(rec, 0, CEP_SA_MCM_REC_SIZE);
+	SA_MCM_FIELDS(ENC_U, ENC_G)
+	return 0;
+}
+
 CEP_EXPORT int cep_sa_path_encode(const struct cep_sa_path *p,
 				  uint8_t rec[CEP_SA_PATH_REC_SIZE])
 {
@@ -178,6 +212,21 @@ CEP_EXPORT void cep_sa_cpi_decode(const uint8_t rec[CEP_SA_CPI_SIZE],
 {
 	memset(out, 0, sizeof(*out));
 	SA_CPI_FIELDS(DEC_U, DEC_G)
+}
+
+CEP_EXPORT int cep_sa_mcmember_encode(const struct cep_sa_mcmember *m,
+				      uint8_t rec[CEP_SA_MCM_REC_SIZE])
+{
+	if (!m || !rec)
+		return -EINVAL;
+	return mcm_encode_masked(m, ~UINT64_C(0), rec);
+}
+
+CEP_EXPORT void cep_sa_mcmember_decode(const uint8_t rec[CEP_SA_MCM_REC_SIZE],
+				       struct cep_sa_mcmember *out)
+{
+	memset(out, 0, sizeof(*out));
+	SA_MCM_FIELDS(DEC_U, DEC_G)
 }
 
 CEP_EXPORT int cep_sa_mad_encode(uint8_t mad[CEP_SA_MAD_SIZE],
@@ -268,6 +317,7 @@ struct sa_waiter {
 	struct sa_waiter *next, *prev;
 	uint32_t tid32;
 	uint16_t attr_id;
+	uint8_t resp;                    /* the answer's method */
 	bool done;
 	pthread_cond_t cond;
 	uint8_t mad[CEP_SA_MAD_SIZE];
@@ -472,17 +522,20 @@ static void deadline_ts(uint64_t ns, struct timespec *ts)
 }
 
 /*
- * One Get of @attr_id and its GetResp: resend every timeout_ms, at most
- * attempts sends; a BUSY answer waits for the next send. On success the
- * answer's data (one record) goes to @data (CEP_SA_DATA_SIZE bytes).
+ * One request (@method Get, Set or Delete of @attr_id) and its answer
+ * (GetResp, or DeleteResp for a Delete): resend, with the same TID, every
+ * timeout_ms, at most attempts sends; a BUSY answer waits for the next
+ * send. On success the answer's data (one record) goes to @data
+ * (CEP_SA_DATA_SIZE bytes).
  */
-static int sa_get(struct cep_sa *sa, uint16_t attr_id, uint64_t comp_mask,
-		  const uint8_t *rec, size_t rec_len, uint8_t *data)
+static int sa_request(struct cep_sa *sa, uint8_t method, uint16_t attr_id,
+		      uint64_t comp_mask, const uint8_t *rec, size_t rec_len,
+		      uint8_t *data)
 {
 	struct cep_sa_mad_hdr h = {
 		.base_version = 1, .mgmt_class = CEP_SA_MGMT_CLASS,
 		.class_version = CEP_SA_CLASS_VERSION,
-		.method = CEP_SA_METHOD_GET, .attr_id = attr_id,
+		.method = method, .attr_id = attr_id,
 		.comp_mask = comp_mask,
 	};
 	struct cep_sa_port port;
@@ -500,6 +553,8 @@ static int sa_get(struct cep_sa *sa, uint16_t attr_id, uint64_t comp_mask,
 	memset(&w, 0, sizeof(w));
 	w.tid32 = atomic_fetch_add_explicit(&sa->next_tid, 1, memory_order_relaxed);
 	w.attr_id = attr_id;
+	w.resp = method == CEP_SA_METHOD_DELETE ? CEP_SA_METHOD_DELETE_RESP
+						: CEP_SA_METHOD_GET_RESP;
 	h.tid = w.tid32;
 	ret = cep_sa_mad_encode(mad, &h, rec, rec_len);
 	if (ret)
@@ -570,7 +625,8 @@ static int sa_get(struct cep_sa *sa, uint16_t attr_id, uint64_t comp_mask,
 	return ret;
 }
 
-/* Receive thread: match GetResp MADs to waiters by the TID's low half. */
+/* Receive thread: match GetResp and DeleteResp MADs to waiters by the
+ * TID's low half, the attribute and the method the request expects. */
 static void dispatch(struct cep_sa *sa, const uint8_t *mad, size_t len)
 {
 	struct cep_sa_mad_hdr h;
@@ -578,13 +634,14 @@ static void dispatch(struct cep_sa *sa, const uint8_t *mad, size_t len)
 	bool matched = false;
 
 	if (len < CEP_SA_HDR_SIZE || cep_sa_mad_decode(mad, len, &h) != 0 ||
-	    h.method != CEP_SA_METHOD_GET_RESP) {
+	    (h.method != CEP_SA_METHOD_GET_RESP && h.method != CEP_SA_METHOD_DELETE_RESP)) {
 		count(&sa->dropped);
 		return;
 	}
 	pthread_mutex_lock(&sa->lock);
 	for (w = sa->waiters.next; w != &sa->waiters; w = w->next) {
-		if (w->tid32 == (uint32_t)h.tid && w->attr_id == h.attr_id) {
+		if (w->tid32 == (uint32_t)h.tid && w->attr_id == h.attr_id &&
+		    w->resp == h.method) {
 			if (!w->done) {
 				memset(w->mad, 0, sizeof(w->mad));
 				memcpy(w->mad, mad, len < sizeof(w->mad) ? len : sizeof(w->mad));
@@ -735,7 +792,8 @@ CEP_EXPORT int cep_sa_path_query(struct cep_sa *sa, uint64_t comp_mask,
 		}
 	}
 	count(&sa->cache_misses);
-	ret = sa_get(sa, CEP_SA_ATTR_PATH_REC, comp_mask, key, sizeof(key), data);
+	ret = sa_request(sa, CEP_SA_METHOD_GET, CEP_SA_ATTR_PATH_REC, comp_mask, key,
+			 sizeof(key), data);
 	if (ret)
 		return ret;
 	cep_sa_path_decode(data, out);
@@ -767,7 +825,8 @@ CEP_EXPORT int cep_sa_class_port_info(struct cep_sa *sa,
 		return 0;
 	}
 	count(&sa->cache_misses);
-	ret = sa_get(sa, CEP_SA_ATTR_CLASS_PORT_INFO, 0, NULL, 0, data);
+	ret = sa_request(sa, CEP_SA_METHOD_GET, CEP_SA_ATTR_CLASS_PORT_INFO, 0, NULL, 0,
+			 data);
 	if (ret)
 		return ret;
 	cep_sa_cpi_decode(data, out);
@@ -776,6 +835,28 @@ CEP_EXPORT int cep_sa_class_port_info(struct cep_sa *sa,
 	sa->cpi_valid = true;
 	pthread_mutex_unlock(&sa->lock);
 	return 0;
+}
+
+CEP_EXPORT int cep_sa_mcmember(struct cep_sa *sa, uint8_t method, uint64_t comp_mask,
+			       const struct cep_sa_mcmember *rec,
+			       struct cep_sa_mcmember *out)
+{
+	uint8_t key[CEP_SA_MCM_REC_SIZE], data[CEP_SA_DATA_SIZE];
+	int ret;
+
+	if (!sa || !rec || (comp_mask & ~((UINT64_C(1) << 18) - 1)) ||
+	    (method != CEP_SA_METHOD_GET && method != CEP_SA_METHOD_SET &&
+	     method != CEP_SA_METHOD_DELETE))
+		return -EINVAL;
+	ret = mcm_encode_masked(rec, comp_mask, key);
+	if (ret)
+		return ret;
+	count(&sa->queries);
+	ret = sa_request(sa, method, CEP_SA_ATTR_MCMEMBER_REC, comp_mask, key,
+			 sizeof(key), data);
+	if (ret == 0 && out)
+		cep_sa_mcmember_decode(data, out);
+	return ret;
 }
 
 CEP_EXPORT int cep_sa_port_info(struct cep_sa *sa, struct cep_sa_port *out)

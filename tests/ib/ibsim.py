@@ -13,6 +13,12 @@ PathRecord (to Hca2, by LID and by GID) must be saquery's, and every REQ
 of the storm must carry it (LIDs, GIDs, P_Key, MTU, SL, rate, and the ACK
 timeout from its packet life time); the CM's MADs cross the in-process
 fabric, only the SA query goes to ibsim.
+Multicast: sa-ibsim reads IPoIB's broadcast group (MCMemberRecord Get,
+compared with saquery -g), joins a group of rdma_cm's signature from Hca1
+and Hca2 with that group's parameters (OpenSM creates it, both get its
+MLID, saquery -g lists it), and leaves: the group stays while Hca2 is a
+member and is gone (ERR_NO_RECORDS) after its last member left; a second
+leave is refused.
 Exit 77 (skip) with the reason when ibsim, OpenSM or saquery is missing.
 Usage: ibsim.py SA_IBSIM_BINARY [CEP_STORM CEP_BENCH]"""
 import ipaddress
@@ -101,6 +107,56 @@ def parse_saquery(text):
         if m:
             fields[m.group(1).strip()] = m.group(2).strip()
     return fields
+
+
+def parse_groups(text):
+    """saquery -g: {MGID: fields} of each 'group dump'."""
+    out = {}
+    for block in text.split('MCMemberRecord group dump:')[1:]:
+        f = parse_saquery(block)
+        if 'MGID' in f:
+            out[value(f['MGID'])] = f
+    return out
+
+
+def multicast(run, prog):
+    bcast, group = 'ff12:401b:ffff::ffff:ffff', 'ff12:4001:ffff::e001:203'
+    rc, ref, err = run(['saquery', '-g'], 'Hca1')
+    check(rc == 0, f'saquery -g {err.strip()}')
+    groups = parse_groups(ref) if rc == 0 else {}
+    rc, out, err = run([prog, 'mcast-get', bcast], 'Hca1')
+    check(rc == 0, f'sa-ibsim mcast-get of the broadcast group {out.split()} {err.strip()}')
+    got, want = parse_kv(out), groups.get(value(bcast), {})
+    for theirs, mine in (('Mlid', 'mlid'), ('Mtu', 'mtu'), ('pkey', 'pkey'),
+                         ('Rate', 'rate'), ('SL', 'sl')):
+        check(theirs in want and mine in got and value(want[theirs]) == value(got[mine]),
+              f'broadcast group {mine}: saquery {want.get(theirs)} libcep {got.get(mine)}')
+    joined = {}
+    for host in ('Hca1', 'Hca2'):
+        rc, out, err = run([prog, 'mcast-join', group, bcast], host)
+        check(rc == 0, f'{host} joins {group}: {out.split()} {err.strip()}')
+        joined[host] = parse_kv(out)
+    mlids = {h: j.get('mlid') for h, j in joined.items()}
+    check(len(set(mlids.values())) == 1 and None not in mlids.values(),
+          f'both joins got the one MLID: {mlids}')
+    rc, ref, err = run(['saquery', '-g'], 'Hca1')
+    want = parse_groups(ref).get(value(group), {}) if rc == 0 else {}
+    check('Mlid' in want and value(want['Mlid']) == value(mlids['Hca1'] or '-1'),
+          f'saquery -g lists {group} with that MLID: {want.get("Mlid")}')
+    check(value(want.get('pkey', '-1')) == value(joined['Hca1'].get('pkey', '-2')),
+          f'and its P_Key: {want.get("pkey")}')
+    rc, out, err = run([prog, 'mcast-leave', group], 'Hca1')
+    check(rc == 0, f'Hca1 leaves {err.strip()}')
+    rc, out, err = run([prog, 'mcast-get', group], 'Hca1')
+    check(rc == 0 and value(parse_kv(out).get('mlid', '-1')) == value(mlids['Hca1'] or '-2'),
+          f'the group stays while Hca2 is a member: {out.split()[-2:]} {err.strip()}')
+    rc, out, err = run([prog, 'mcast-leave', group], 'Hca2')
+    check(rc == 0, f'Hca2 leaves {err.strip()}')
+    rc, out, err = run([prog, 'mcast-get', group], 'Hca1')
+    check(rc == 1 and 'error -113' in out,
+          f'the group is gone after its last member left (ERR_NO_RECORDS): {out.strip()}')
+    rc, out, err = run([prog, 'mcast-leave', group], 'Hca2')
+    check(rc == 1 and 'error -22' in out, f'a second leave is refused: {out.strip()}')
 
 
 def parse_kv(text):
@@ -283,6 +339,8 @@ def main():
                                  ('Redirect QKey', 'redirect_qkey')):
                 check(theirs in want and value(want[theirs]) == value(got.get(mine, '-1')),
                       f'ClassPortInfo {mine}: saquery {want.get(theirs)} libcep {got.get(mine)}')
+
+        multicast(run, prog)
 
         # No such LID: the SA answers with an error or not at all; either
         # way the query ends within its bound (300 ms x 2, + 5 s on a loaded host).

@@ -12,6 +12,12 @@
  *   sa-ibsim cpi                       the SA's ClassPortInfo
  *   sa-ibsim fail SLID DLID MS N       must fail (any error) within N x MS
  *   sa-ibsim timeout SLID DLID MS N    must end in -ETIMEDOUT after N sends
+ *   sa-ibsim mcast-get MGID            the group's MCMemberRecord (Get)
+ *   sa-ibsim mcast-join MGID TEMPLATE  join MGID as a full member with the
+ *                                      TEMPLATE group's parameters, as the
+ *                                      kernel's rdma_cm joins with IPoIB's
+ *                                      broadcast group's; prints the answer
+ *   sa-ibsim mcast-leave MGID          end this port's full membership
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -49,6 +55,21 @@ static void print_path(const struct cep_sa_path *p)
 	printf("preference 0x%x\n", p->preference);
 }
 
+static void print_mcm(const struct cep_sa_mcmember *m)
+{
+	print_gid("mgid", m->mgid);
+	print_gid("port_gid", m->port_gid);
+	printf("mlid 0x%x\nqkey 0x%x\n", m->mlid, m->qkey);
+	printf("mtu 0x%x\n", m->mtu_selector << 6 | m->mtu);
+	printf("tclass 0x%x\npkey 0x%x\n", m->traffic_class, m->pkey);
+	printf("rate 0x%x\n", m->rate_selector << 6 | m->rate);
+	printf("pkt_life 0x%x\n", m->packet_life_time_selector << 6 | m->packet_life_time);
+	printf("sl 0x%x\nflow_label 0x%x\nhop_limit 0x%x\n", m->sl, m->flow_label,
+	       m->hop_limit);
+	printf("scope_state 0x%x\nproxy_join %u\n", m->scope << 4 | m->join_state,
+	       m->proxy_join);
+}
+
 static uint64_t ms_now(void)
 {
 	struct timespec ts;
@@ -79,7 +100,8 @@ static struct cep_sa_path lid_query(const char *s, const char *d)
 static int usage(void)
 {
 	fprintf(stderr, "usage: sa-ibsim port | path-lid S D | path-gid S D | cpi | "
-		"fail S D MS N | timeout S D MS N\n");
+		"fail S D MS N | timeout S D MS N | mcast-get MGID | "
+		"mcast-join MGID TEMPLATE | mcast-leave MGID\n");
 	return 2;
 }
 
@@ -172,6 +194,68 @@ int main(int argc, char **argv)
 			ok = ok && ret == -ETIMEDOUT && st.sent == attr.attempts &&
 			     st.timeouts == 1 && dt >= (uint64_t)attr.timeout_ms * attr.attempts;
 		ret = 0;
+	} else if (!strcmp(mode, "mcast-get") && argc == 3) {
+		struct cep_sa_mcmember q, m;
+
+		memset(&q, 0, sizeof(q));
+		if (inet_pton(AF_INET6, argv[2], q.mgid) != 1)
+			return usage();
+		ret = cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &q, &m);
+		if (ret == 0) {
+			print_mcm(&m);
+			ok = memcmp(m.mgid, q.mgid, 16) == 0;
+		}
+	} else if (!strcmp(mode, "mcast-join") && argc == 4) {
+		struct cep_sa_mcmember q, t, m;
+		struct cep_sa_port p;
+
+		memset(&q, 0, sizeof(q));
+		if (inet_pton(AF_INET6, argv[3], q.mgid) != 1)
+			return usage();
+		ret = cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &q, &t);
+		if (ret == 0)
+			ret = cep_sa_port_info(sa, &p);
+		if (ret == 0) {
+			/* cma_join_ib_multicast's record and mask (RDMA_PS_UDP) */
+			q = t;
+			if (inet_pton(AF_INET6, argv[2], q.mgid) != 1)
+				return usage();
+			memcpy(q.port_gid, p.gid, 16);
+			q.qkey = 0x01234567;       /* RDMA_UDP_QKEY */
+			q.join_state = CEP_SA_JOIN_FULL;
+			ret = cep_sa_mcmember(sa, CEP_SA_METHOD_SET,
+					      CEP_SA_MCM_MGID | CEP_SA_MCM_PORT_GID |
+					      CEP_SA_MCM_PKEY | CEP_SA_MCM_JOIN_STATE |
+					      CEP_SA_MCM_QKEY | CEP_SA_MCM_SL |
+					      CEP_SA_MCM_FLOW_LABEL | CEP_SA_MCM_TCLASS,
+					      &q, &m);
+		}
+		if (ret == 0) {
+			print_mcm(&m);
+			ok = memcmp(m.mgid, q.mgid, 16) == 0 &&
+			     memcmp(m.port_gid, p.gid, 16) == 0 && m.qkey == q.qkey &&
+			     m.pkey == t.pkey && m.mlid >= 0xc000 &&
+			     (m.join_state & CEP_SA_JOIN_FULL);
+		}
+	} else if (!strcmp(mode, "mcast-leave") && argc == 3) {
+		struct cep_sa_mcmember q, m;
+		struct cep_sa_port p;
+
+		memset(&q, 0, sizeof(q));
+		if (inet_pton(AF_INET6, argv[2], q.mgid) != 1)
+			return usage();
+		ret = cep_sa_port_info(sa, &p);
+		if (ret == 0) {
+			memcpy(q.port_gid, p.gid, 16);
+			q.join_state = CEP_SA_JOIN_FULL;
+			ret = cep_sa_mcmember(sa, CEP_SA_METHOD_DELETE,
+					      CEP_SA_MCM_MGID | CEP_SA_MCM_PORT_GID |
+					      CEP_SA_MCM_JOIN_STATE, &q, &m);
+		}
+		if (ret == 0) {
+			print_mcm(&m);
+			ok = 1;
+		}
 	} else {
 		cep_sa_put(sa);
 		return usage();

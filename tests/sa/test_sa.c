@@ -2,9 +2,10 @@
 /*
  * SA client without a fabric: the codecs against golden bytes written by
  * hand from the spec's tables (IBTA vol. 1 13.4.2 MAD header, 15.2.1.1 SA
- * header, 15.2.5.16 PathRecord, 13.4.8.1 ClassPortInfo), and the client
- * (cache, retries, timeouts, invalidation, status codes, concurrency)
- * against a fake SA plugged in as its backend.
+ * header, 15.2.5.16 PathRecord, 13.4.8.1 ClassPortInfo, 15.2.5.17
+ * MCMemberRecord), and the client (cache, retries, timeouts, invalidation,
+ * status codes, concurrency, multicast Get / Set / Delete and the answer's
+ * method) against a fake SA plugged in as its backend.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -77,6 +78,36 @@ static const uint8_t golden_cpi[CEP_SA_CPI_SIZE] = {
 	/* 40..71: trap fields */
 };
 
+/* An MCMemberRecord with every field set, bytes from Table 207. */
+static const uint8_t golden_mcm[CEP_SA_MCM_REC_SIZE] = {
+	/* 0: MGID ff12:401b:ffff::1 */
+	0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
+	/* 16: PortGID fe80::10:3 */
+	0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0x03,
+	/* 32: Q_Key 0x80010000; 36: MLID 0xc001 */
+	0x80, 0x01, 0x00, 0x00, 0xc0, 0x01,
+	/* 38: MTUSelector 2 MTU 4; 39: TClass 0x25 */
+	0x84, 0x25,
+	/* 40: P_Key 0xffff; 42: RateSelector 2 Rate 3; 43: PLTSelector 2
+	 * PacketLifeTime 0x12 */
+	0xff, 0xff, 0x83, 0x92,
+	/* 44: SL 5 (4 bits), FlowLabel 0xabcde (20), HopLimit 0x40:
+	 * 0101 1010 1011 1100 1101 1110 0100 0000 */
+	0x5a, 0xbc, 0xde, 0x40,
+	/* 48: Scope 2, JoinState 1; ProxyJoin 1, Reserved 23 bits */
+	0x21, 0x80, 0x00, 0x00,
+};
+
+static const struct cep_sa_mcmember golden_mcm_fields = {
+	.mgid = { 0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, [15] = 0x01 },
+	.port_gid = { 0xfe, 0x80, [13] = 0x10, [15] = 0x03 },
+	.qkey = 0x80010000u, .mlid = 0xc001,
+	.mtu_selector = 2, .mtu = 4, .traffic_class = 0x25, .pkey = 0xffff,
+	.rate_selector = 2, .rate = 3, .packet_life_time_selector = 2,
+	.packet_life_time = 0x12, .sl = 5, .flow_label = 0xabcde,
+	.hop_limit = 0x40, .scope = 2, .join_state = 1, .proxy_join = 1,
+};
+
 static void test_codecs(void)
 {
 	uint8_t rec[CEP_SA_PATH_REC_SIZE], mad[CEP_SA_MAD_SIZE];
@@ -138,6 +169,21 @@ static void test_codecs(void)
 	mad[1] = 0x07;                     /* the CM's class */
 	CHECK_EQ(cep_sa_mad_decode(mad, sizeof(mad), &d), -EPROTO);
 	CHECK_EQ(cep_sa_mad_encode(mad, &h, golden_path, CEP_SA_DATA_SIZE + 1), -EINVAL);
+
+	uint8_t mrec[CEP_SA_MCM_REC_SIZE];
+	struct cep_sa_mcmember m;
+
+	CHECK_EQ(cep_sa_mcmember_encode(&golden_mcm_fields, mrec), 0);
+	CHECK(memcmp(mrec, golden_mcm, sizeof(mrec)) == 0);
+	cep_sa_mcmember_decode(golden_mcm, &m);
+	CHECK(memcmp(&m, &golden_mcm_fields, sizeof(m)) == 0);
+	m = golden_mcm_fields;
+	m.join_state = 16;                 /* 5 bits */
+	CHECK_EQ(cep_sa_mcmember_encode(&m, mrec), -EINVAL);
+	m = golden_mcm_fields;
+	m.proxy_join = 2;
+	CHECK_EQ(cep_sa_mcmember_encode(&m, mrec), -EINVAL);
+	CHECK_EQ(cep_sa_mcmember_encode(NULL, mrec), -EINVAL);
 }
 
 /* A PathRecord into a REQ's parameters, as the kernel's cm_format_req
@@ -194,6 +240,12 @@ struct fake {
 	uint16_t last_dlid;
 	struct cep_sa_mad_hdr last;
 	struct cep_sa_path last_path;
+	/* multicast: one group, the members' join states by port GID low byte */
+	bool group;
+	struct cep_sa_mcmember grp;
+	uint8_t member[256];
+	bool wrong_resp;        /* answer a Delete with GetResp (a bad SA) */
+	struct cep_sa_mcmember last_mcm;
 };
 
 static void push(struct fake *f, const uint8_t *mad)
@@ -255,6 +307,50 @@ static int fake_send(void *ctx, const uint8_t *mad, size_t len, uint16_t dlid,
 	}
 	if (h.attr_id == CEP_SA_ATTR_CLASS_PORT_INFO) {
 		cep_sa_mad_encode(out, &h, golden_cpi, sizeof(golden_cpi));
+	} else if (h.attr_id == CEP_SA_ATTR_MCMEMBER_REC) {
+		struct cep_sa_mcmember m, r;
+		uint8_t mrec[CEP_SA_MCM_REC_SIZE];
+		uint8_t method = f->last.method;
+
+		cep_sa_mcmember_decode(mad + CEP_SA_HDR_SIZE, &m);
+		f->last_mcm = m;
+		memset(&r, 0, sizeof(r));
+		if (method == CEP_SA_METHOD_SET) {
+			if (!f->group) {
+				/* a new group: what the join named, our MLID */
+				f->grp = m;
+				f->grp.mlid = 0xc001;
+				memset(f->grp.port_gid, 0, 16);
+				f->grp.join_state = 0;
+				f->group = true;
+			}
+			if (memcmp(m.mgid, f->grp.mgid, 16) != 0 ||
+			    ((f->last.comp_mask & CEP_SA_MCM_QKEY) && m.qkey != f->grp.qkey)) {
+				h.status = 0x0200;      /* ERR_REQ_INVALID */
+			} else {
+				f->member[m.port_gid[15]] |= m.join_state;
+				r = f->grp;
+				memcpy(r.port_gid, m.port_gid, 16);
+				r.join_state = f->member[m.port_gid[15]];
+			}
+		} else if (method == CEP_SA_METHOD_DELETE) {
+			h.method = f->wrong_resp ? CEP_SA_METHOD_GET_RESP
+						 : CEP_SA_METHOD_DELETE_RESP;
+			if (!f->group || !(f->member[m.port_gid[15]] & m.join_state)) {
+				h.status = 0x0200;
+			} else {
+				f->member[m.port_gid[15]] &= (uint8_t)~m.join_state;
+				r = f->grp;
+				memcpy(r.port_gid, m.port_gid, 16);
+				r.join_state = m.join_state;
+			}
+		} else if (!f->group || memcmp(m.mgid, f->grp.mgid, 16) != 0) {
+			h.status = 0x0300;              /* ERR_NO_RECORDS */
+		} else {
+			r = f->grp;
+		}
+		cep_sa_mcmember_encode(&r, mrec);
+		cep_sa_mad_encode(out, &h, mrec, sizeof(mrec));
 	} else {
 		/* The answer: the asked LIDs (or GIDs), a fixed 2048/10G path. */
 		memset(&a, 0, sizeof(a));
@@ -535,6 +631,86 @@ static void test_status(void)
 	fake_free(f);
 }
 
+/* MCMemberRecord Get, Set and Delete: the method on the wire, the mask,
+ * the answer decoded, a DeleteResp matched and a GetResp to a Delete not,
+ * and the SA's refusals as errors. */
+static void test_mcmember(void)
+{
+	struct fake *f = fake_new();
+	struct cep_sa *sa = client(f, 2000, 2, 60000);
+	struct cep_sa_mcmember j, out;
+	struct cep_sa_stats st;
+	const uint64_t join_mask = CEP_SA_MCM_MGID | CEP_SA_MCM_PORT_GID |
+				   CEP_SA_MCM_QKEY | CEP_SA_MCM_PKEY |
+				   CEP_SA_MCM_JOIN_STATE | CEP_SA_MCM_SL |
+				   CEP_SA_MCM_FLOW_LABEL | CEP_SA_MCM_TCLASS;
+
+	j = golden_mcm_fields;
+	j.mlid = 0;
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &j, &out),
+		 -EHOSTUNREACH);
+	CHECK_EQ(f->last.method, CEP_SA_METHOD_GET);
+	CHECK_EQ(f->last.attr_id, CEP_SA_ATTR_MCMEMBER_REC);
+	CHECK(f->last.comp_mask == CEP_SA_MCM_MGID);
+
+	/* join: only the named fields go out; the answer has the MLID */
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_SET, join_mask, &j, &out), 0);
+	CHECK_EQ(f->last.method, CEP_SA_METHOD_SET);
+	CHECK(f->last.comp_mask == join_mask);
+	CHECK_EQ(f->last_mcm.mlid, 0);
+	CHECK_EQ(f->last_mcm.mtu, 0);      /* not in the mask */
+	CHECK_EQ(f->last_mcm.hop_limit, 0);
+	CHECK_EQ(f->last_mcm.qkey, 0x80010000u);
+	CHECK_EQ(f->last_mcm.flow_label, 0xabcde);
+	CHECK_EQ(out.mlid, 0xc001);
+	CHECK_EQ(out.join_state, CEP_SA_JOIN_FULL);
+	CHECK(memcmp(out.port_gid, j.port_gid, 16) == 0);
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &j, &out), 0);
+	CHECK_EQ(out.qkey, 0x80010000u);
+	CHECK_EQ(out.mlid, 0xc001);
+
+	/* a join whose Q_Key is not the group's: the SA's ERR_REQ_INVALID */
+	j.qkey = 0x11111111u;
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_SET, join_mask, &j, NULL), -EINVAL);
+	j.qkey = golden_mcm_fields.qkey;
+
+	/* leave: DeleteResp matched */
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_DELETE, join_mask, &j, &out), 0);
+	CHECK_EQ(f->last.method, CEP_SA_METHOD_DELETE);
+	CHECK_EQ(out.join_state, CEP_SA_JOIN_FULL);
+	/* again: no such membership, the SA refuses */
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_DELETE, join_mask, &j, NULL), -EINVAL);
+
+	/* a Delete answered with GetResp is no answer to it: 2 sends, timeout */
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_SET, join_mask, &j, NULL), 0);
+	cep_sa_put(sa);
+	sa = client(f, 100, 2, 60000);
+	f->wrong_resp = true;
+	pthread_mutex_lock(&f->lock);
+	f->sends = 0;
+	pthread_mutex_unlock(&f->lock);
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_DELETE, join_mask, &j, NULL), -ETIMEDOUT);
+	CHECK_EQ(sends(f), 2);
+	CHECK_EQ(cep_sa_get_stats(sa, &st), 0);
+	CHECK_EQ(st.answers, 0);
+	CHECK(st.dropped >= 1);
+
+	/* bad arguments change nothing and send nothing */
+	CHECK_EQ(cep_sa_mcmember(sa, 0x14, join_mask, &j, NULL), -EINVAL);
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_SET, UINT64_C(1) << 18, &j, NULL), -EINVAL);
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_SET, join_mask, NULL, NULL), -EINVAL);
+	CHECK_EQ(cep_sa_mcmember(NULL, CEP_SA_METHOD_SET, join_mask, &j, NULL), -EINVAL);
+	j.sl = 16;
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_SET, join_mask, &j, NULL), -EINVAL);
+	j.sl = 5;
+	j.mtu = 64;                        /* wider than 6 bits, but not asked */
+	f->wrong_resp = false;
+	CHECK_EQ(cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &j, NULL), 0);
+	CHECK_EQ(sends(f), 3);
+	cep_sa_put(sa);
+	fake_free(f);
+}
+
 static void test_port_changes(void)
 {
 	struct fake *f = fake_new();
@@ -640,6 +816,7 @@ int main(void)
 	test_query_cache();
 	test_retry_timeout();
 	test_status();
+	test_mcmember();
 	test_port_changes();
 	test_threads();
 	return check_done("test-sa");
