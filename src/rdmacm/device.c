@@ -108,6 +108,7 @@ static int init_dev(struct rcm_dev *d, struct ibv_device *dev)
 			read_pkeys(p, pa.pkey_tbl_len);
 		pthread_mutex_init(&p->svc_mtx, NULL);
 		pthread_mutex_init(&p->qpn_mtx, NULL);
+		pthread_mutex_init(&p->mc_mtx, NULL);
 	}
 	return 0;
 }
@@ -518,6 +519,7 @@ int rcm_port_cm(struct rcm_port *p, struct cep_cm **out)
 			 * rdma_get_cm_event), not on a callback thread */
 			(void)cmr_callbacks_inline(cm);
 			p->info = *cm_port(cm);
+			p->attached = 1; /* published with cm (release) */
 			atomic_store_explicit(&p->cm, cm, memory_order_release);
 			*out = cm;
 			goto out;

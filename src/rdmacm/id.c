@@ -917,6 +917,7 @@ static void id_teardown(struct rcm_id *r)
 	deferred = rcm_evq_take(&r->deferred);
 	held = rcm_evq_take(&r->held);
 	pthread_mutex_unlock(&r->mtx);
+	rcm_mc_end_ib(r); /* InfiniBand: the SA's Deletes, outside the lock */
 	unlisten(r);
 	rcm_unbind(r);
 	drop_list(rcm_channel_take(rcm_channel_of(r->id.channel), r));

@@ -2,7 +2,8 @@
 /*
  * librdmacm on libcep, multicast: rdma_join_multicast,
  * rdma_join_multicast_ex and rdma_leave_multicast as librdmacm and the
- * kernel's rdma_cm give them on RoCE (cma_iboe_join_multicast). A RoCE
+ * kernel's rdma_cm give them on RoCE (cma_iboe_join_multicast) and on
+ * InfiniBand (cma_join_ib_multicast, below). A RoCE
  * join asks nothing of the fabric or of the CM: the MGID comes from the
  * group's address, the node's membership of the IP group (what lets
  * snooping switches forward the group to this port) is held by a socket
@@ -15,10 +16,20 @@
  *
  * As the kernel: the id must be bound to a device or have resolved its
  * address (ADDR_BOUND with a device, or ADDR_RESOLVED) and be of a UD QP
- * type, else EINVAL; a zero address EINVAL; an InfiniBand port's join
- * (MCMemberRecord through the SA) is not built: ENOSYS. Stricter: the
+ * type, else EINVAL; on RoCE a zero address EINVAL. Stricter: the
  * address must be a multicast group (IPv4 224/4, IPv6 or an AF_IB GID in
  * ff00::/8) - the kernel would join a unicast "group".
+ *
+ * InfiniBand: a join is the port's membership at the SA (MCMemberRecord
+ * Set, Delete at leave), which this process counts per group and
+ * JoinState as the kernel's ib_multicast counts the node's (struct
+ * rcm_ib_group on the port, under its mc_mtx): the first join of a
+ * JoinState sends the Set and the last leave the Delete; the others
+ * share the record. The call waits for the SA, then queues MULTICAST_JOIN
+ * (or MULTICAST_ERROR with the SA's failure). The SA knows ports, not
+ * processes: a process's count is not another's, and a dead process's
+ * memberships stay; through cepd, which would have to hold them, a join
+ * is ENOSYS (not built). The SA requests run under no id's mutex.
  *
  * MGID (cma_iboe_set_mgid, RoCE v2 - the only GID type libcep's ids use):
  * an IPv4 group a.b.c.d gives ::ffff:a.b.c.d, an IPv6 group itself, an
@@ -36,7 +47,7 @@
  * memberships (the sockets) at once; the structs go with the id.
  *
  * Guarantees: any thread; the calls take the id's mutex, and rcm.lock
- * (read the GID cache) never under it.
+ * (read the GID cache) and a port's mc_mtx never under it.
  */
 #include <arpa/inet.h>
 #include <net/if.h>
@@ -130,14 +141,239 @@ static int membership(const uint8_t mgid[16], int ifindex)
 	return fd;
 }
 
+/* ---- InfiniBand: memberships through the SA ----------------------------- */
+
+#define IB_SA_TIMEOUT_MS 1000u
+#define IB_BCAST_SCOPE   0x2   /* IPoIB's broadcast group: link-local */
+#define IB_JOIN_MASK (CEP_SA_MCM_MGID | CEP_SA_MCM_PORT_GID | CEP_SA_MCM_PKEY |  \
+		      CEP_SA_MCM_JOIN_STATE | CEP_SA_MCM_QKEY | CEP_SA_MCM_SL |   \
+		      CEP_SA_MCM_FLOW_LABEL | CEP_SA_MCM_TCLASS)
+
+static int zero16(const uint8_t *b)
+{
+	static const uint8_t z[16];
+
+	return !memcmp(b, z, 16);
+}
+
+/* The MGID of group @a on an InfiniBand port (the kernel's cma_set_mgid),
+ * with IPoIB's default broadcast address standing for the interface's:
+ * scope 2 and the id's P_Key, full member. A zero address gives a zero
+ * MGID, which the SA replaces by one it assigns. An IPv4 group maps as
+ * ip_ib_mc_map, an IPv6 group as ipv6_ib_mc_map, both with rdma_cm's
+ * signature (0x01 for IPoIB's 0x1b) in RDMA_PS_UDP; an IPv6 address of
+ * the SA's form (ff1x:a01b::) and an AF_IB one are the MGID. Stricter
+ * than the kernel: a unicast address is -EINVAL. */
+static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t mgid[16])
+{
+	uint8_t sig = ps == RDMA_PS_UDP ? 0x01 : 0x1b;
+
+	memset(mgid, 0, 16);
+	pkey |= 0x8000;
+	switch (a->sa_family) {
+	case AF_INET: {
+		uint32_t h = ntohl(((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr);
+
+		if (!h)
+			return 0;
+		if (!IN_MULTICAST(h))
+			return -EINVAL;
+		mgid[12] = (uint8_t)((h >> 24) & 0x0f);
+		mgid[13] = (uint8_t)(h >> 16);
+		mgid[14] = (uint8_t)(h >> 8);
+		mgid[15] = (uint8_t)h;
+		mgid[2] = 0x40;
+		break;
+	}
+	case AF_INET6: {
+		const uint8_t *g = ((const struct sockaddr_in6 *)(const void *)a)->sin6_addr.s6_addr;
+
+		if (zero16(g))
+			return 0;
+		if (g[0] != 0xff)
+			return -EINVAL;
+		if ((g[1] & 0xf0) == 0x10 && g[2] == 0xa0 && g[3] == 0x1b) {
+			memcpy(mgid, g, 16); /* an MGID the SA assigned */
+			return 0;
+		}
+		memcpy(mgid + 6, g + 6, 10);
+		mgid[2] = 0x60;
+		break;
+	}
+	case AF_IB: {
+		const uint8_t *g = ((const struct sockaddr_ib *)(const void *)a)->sib_addr.sib_raw;
+
+		if (!zero16(g) && g[0] != 0xff)
+			return -EINVAL;
+		memcpy(mgid, g, 16);
+		return 0;
+	}
+	default:
+		return -EAFNOSUPPORT;
+	}
+	mgid[0] = 0xff;
+	mgid[1] = 0x10 | IB_BCAST_SCOPE;
+	mgid[3] = sig;
+	mgid[4] = (uint8_t)(pkey >> 8);
+	mgid[5] = (uint8_t)pkey;
+	return 0;
+}
+
+/* Under p->mc_mtx. */
+static struct rcm_ib_group *ib_group_find(struct rcm_port *p, const uint8_t mgid[16],
+					  const uint8_t port_gid[16])
+{
+	struct rcm_ib_group *g;
+
+	for (g = p->groups; g; g = g->next)
+		if (!memcmp(g->mgid, mgid, 16) && !memcmp(g->port_gid, port_gid, 16))
+			break;
+	return g;
+}
+
+/*
+ * Join @mc's group (mc->mgid, its JoinState bit mc->ib_bit) from the port
+ * GID @sgid of InfiniBand port @p, as the kernel's cma_join_ib_multicast
+ * and ib_multicast: the first join of a JoinState on this process's port
+ * sends the SA a Set with IPoIB's broadcast group's SL, flow label and
+ * traffic class, rdma_cm's Q_Key and the id's P_Key; later ones share its
+ * answer. Returns 0 with the group's record in @rec (mc->mgid, mc->mlid
+ * and mc->ib_port set) or an SA failure in @status (the kernel's event
+ * statuses: -ETIMEDOUT, -ENETDOWN, else -EINVAL for the SA's refusal); or
+ * a negative errno for the call (-EADDRNOTAVAIL: no broadcast group to
+ * take the parameters from, the kernel's cache miss; the client's errors;
+ * -ENOMEM). Takes p->mc_mtx; blocks on the SA.
+ */
+static int ib_join(struct rcm_port *p, struct rcm_mc *mc, const uint8_t sgid[16],
+		   uint16_t pkey, int *status, struct cep_sa_mcmember *rec)
+{
+	unsigned bit = mc->ib_bit;
+	struct cep_sa_mcmember q, t;
+	struct rcm_ib_group *g = NULL;
+	struct cep_sa *sa;
+	int ret;
+
+	*status = 0;
+	ret = rcm_port_sa(p, IB_SA_TIMEOUT_MS, &sa);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&p->mc_mtx);
+	if (!zero16(mc->mgid.raw))
+		g = ib_group_find(p, mc->mgid.raw, sgid);
+	if (g && g->members[bit]) {
+		*rec = g->rec;
+		goto joined;
+	}
+	memset(&q, 0, sizeof(q));
+	q.mgid[0] = 0xff;
+	q.mgid[1] = 0x10 | IB_BCAST_SCOPE;
+	q.mgid[2] = 0x40;
+	q.mgid[3] = 0x1b;
+	q.mgid[4] = (uint8_t)((pkey | 0x8000) >> 8);
+	q.mgid[5] = (uint8_t)pkey;
+	memset(q.mgid + 12, 0xff, 4);
+	ret = cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &q, &t);
+	if (ret) {
+		ret = ret == -EHOSTUNREACH ? -EADDRNOTAVAIL : ret;
+		goto out;
+	}
+	q = t;
+	memcpy(q.mgid, mc->mgid.raw, 16);
+	memcpy(q.port_gid, sgid, 16);
+	q.qkey = RDMA_UDP_QKEY;
+	q.pkey = pkey;
+	q.join_state = (uint8_t)(1u << bit);
+	ret = cep_sa_mcmember(sa, CEP_SA_METHOD_SET, IB_JOIN_MASK, &q, rec);
+	if (ret) {
+		*status = ret == -ETIMEDOUT || ret == -ENETDOWN ? ret : -EINVAL;
+		ret = 0;
+		goto out;
+	}
+	if (!zero16(q.mgid))
+		memcpy(rec->mgid, q.mgid, 16); /* the group asked for, whatever came */
+	if (!g)
+		g = ib_group_find(p, rec->mgid, sgid);
+	if (!g) {
+		g = calloc(1, sizeof(*g));
+		if (!g) {
+			/* joined, but nothing to count it in: leave again */
+			memcpy(q.mgid, rec->mgid, 16);
+			(void)cep_sa_mcmember(sa, CEP_SA_METHOD_DELETE, CEP_SA_MCM_MGID |
+					      CEP_SA_MCM_PORT_GID | CEP_SA_MCM_JOIN_STATE, &q, NULL);
+			ret = -ENOMEM;
+			goto out;
+		}
+		memcpy(g->mgid, rec->mgid, 16);
+		memcpy(g->port_gid, sgid, 16);
+		g->next = p->groups;
+		p->groups = g;
+	}
+	g->rec = *rec;
+joined:
+	g->members[bit]++;
+	memcpy(mc->mgid.raw, g->mgid, 16);
+	memcpy(mc->ib_gid, sgid, 16);
+	mc->mlid = rec->mlid;
+	mc->ib_port = p;
+out:
+	pthread_mutex_unlock(&p->mc_mtx);
+	return ret;
+}
+
+/* One join of @mgid's JoinState @bit from @port_gid ends: the last of
+ * this process's for that bit sends the SA a Delete of it (its answer
+ * changes nothing here: the membership is ours no longer either way).
+ * Takes p->mc_mtx; blocks on the SA. */
+static void ib_leave(struct rcm_port *p, const uint8_t mgid[16], const uint8_t port_gid[16],
+		     unsigned bit)
+{
+	struct rcm_ib_group *g, **pp;
+	struct cep_sa *sa;
+	int have_sa = rcm_port_sa(p, IB_SA_TIMEOUT_MS, &sa) == 0; /* open since the join */
+
+	pthread_mutex_lock(&p->mc_mtx);
+	g = ib_group_find(p, mgid, port_gid);
+	if (g && g->members[bit] && --g->members[bit] == 0 && have_sa) {
+		struct cep_sa_mcmember q;
+
+		memset(&q, 0, sizeof(q));
+		memcpy(q.mgid, mgid, 16);
+		memcpy(q.port_gid, port_gid, 16);
+		q.join_state = (uint8_t)(1u << bit);
+		(void)cep_sa_mcmember(sa, CEP_SA_METHOD_DELETE, CEP_SA_MCM_MGID |
+				      CEP_SA_MCM_PORT_GID | CEP_SA_MCM_JOIN_STATE, &q, NULL);
+	}
+	if (g && !g->members[0] && !g->members[1] && !g->members[2] && !g->members[3]) {
+		for (pp = &p->groups; *pp != g; pp = &(*pp)->next)
+			;
+		*pp = g->next;
+		free(g);
+	}
+	pthread_mutex_unlock(&p->mc_mtx);
+}
+
+/* Under the id's mutex: take @mc's InfiniBand membership out of it, to be
+ * ended (ib_leave) after the lock; NULL when it holds none. */
+static struct rcm_port *ib_take(struct rcm_mc *mc)
+{
+	struct rcm_port *p = mc->ib_port;
+
+	mc->ib_port = NULL;
+	return p;
+}
+
 static int join(struct rcm_id *r, const struct sockaddr *addr, socklen_t addrlen,
 		uint16_t flags, void *context)
 {
+	struct cep_sa_mcmember rec;
 	struct rcm_mc *mc;
 	struct rcm_event *e;
 	struct rcm_port *port;
-	uint8_t gid_index;
+	struct cep_cm *cm;
+	uint8_t gid_index, sgid[16];
+	uint16_t pkey = 0;
 	int ret, send_only = flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER, ifindex;
+	int ib = 0, ps, status = 0;
 
 	mc = calloc(1, sizeof(*mc));
 	if (!mc)
@@ -145,25 +381,46 @@ static int join(struct rcm_id *r, const struct sockaddr *addr, socklen_t addrlen
 	mc->igmp_fd = -1;
 	mc->context = context;
 	mc->join_flags = flags;
+	/* ucma: BIT(FULLMEMBER_JOIN) or BIT(SENDONLY_FULLMEMBER_JOIN) */
+	mc->ib_bit = send_only ? 3 : 0;
 	memcpy(&mc->addr, addr, addrlen);
 	mc->addrlen = addrlen;
-	ret = mgid_of(addr, mc->mgid.raw);
-	if (ret)
-		goto err;
 	pthread_mutex_lock(&r->mtx);
 	/* cma's rdma_join_multicast: a device, an address, a UD QP type */
 	if (r->destroying || !r->port ||
 	    (r->state != RCM_ADDR_BOUND && r->state != RCM_ADDR_RESOLVED) ||
 	    r->id.qp_type != IBV_QPT_UD)
 		ret = -EINVAL;
+	else if (r->port->link_layer == IBV_LINK_LAYER_INFINIBAND)
+		ret = 0, ib = 1;
 	else if (r->port->link_layer != IBV_LINK_LAYER_ETHERNET)
-		ret = -ENOSYS; /* InfiniBand: the SA's MCMemberRecord, not built */
+		ret = -ENOSYS; /* neither RoCE nor InfiniBand (the kernel's) */
+	else
+		ret = 0;
 	port = r->port;
 	gid_index = r->sgid_index;
+	ps = r->id.ps;
+	memcpy(sgid, r->id.route.addr.addr.ibaddr.sgid.raw, 16);
+	if (ib)
+		pkey = be16toh(r->id.route.addr.addr.ibaddr.pkey);
 	pthread_mutex_unlock(&r->mtx);
+	if (!ret)
+		ret = ib ? ib_mgid_of(addr, ps, pkey, mc->mgid.raw) : mgid_of(addr, mc->mgid.raw);
 	if (ret)
 		goto err;
-	if (!send_only) { /* cma_igmp_send: a send-only member does not join */
+	if (ib) {
+		/* Memberships are the port's at the SA: through cepd they must
+		 * be cepd's, released when a client dies, and a process's own
+		 * would neither be nor be shared with other processes'. */
+		cm = atomic_load_explicit(&port->cm, memory_order_acquire);
+		if (cm && port->attached) { /* opened at bind or resolve */
+			ret = -ENOSYS;
+			goto err;
+		}
+		ret = ib_join(port, mc, sgid, pkey, &status, &rec);
+		if (ret)
+			goto err;
+	} else if (!send_only) { /* cma_igmp_send: a send-only member does not join */
 		ifindex = netdev_of(port, gid_index);
 		if (!ifindex) {
 			ret = -ENODEV; /* as the kernel without the netdev */
@@ -176,21 +433,37 @@ static int join(struct rcm_id *r, const struct sockaddr *addr, socklen_t addrlen
 			goto err;
 		}
 	}
-	e = rcm_event_new(r, RDMA_CM_EVENT_MULTICAST_JOIN, 0);
+	e = rcm_event_new(r, status ? RDMA_CM_EVENT_MULTICAST_ERROR : RDMA_CM_EVENT_MULTICAST_JOIN,
+			  status);
 	if (!e) {
 		ret = -ENOMEM;
 		goto err;
 	}
 	e->mc = mc;
-	e->work = RCM_WORK_JOIN;
 	e->ev.param.ud.private_data = context; /* librdmacm: the join's context */
-	e->ev.param.ud.qp_num = MC_QPN;
-	e->ev.param.ud.qkey = RDMA_UDP_QKEY; /* cma_set_default_qkey: UDP and IB */
-	e->ev.param.ud.ah_attr.is_global = 1;
-	e->ev.param.ud.ah_attr.port_num = port->port_num;
-	e->ev.param.ud.ah_attr.grh.dgid = mc->mgid;
-	e->ev.param.ud.ah_attr.grh.sgid_index = gid_index;
-	e->ev.param.ud.ah_attr.grh.hop_limit = MC_HOP_LIMIT;
+	if (!status) {
+		struct ibv_ah_attr *ah = &e->ev.param.ud.ah_attr;
+
+		e->work = RCM_WORK_JOIN;
+		e->ev.param.ud.qp_num = MC_QPN;
+		ah->is_global = 1;
+		ah->port_num = port->port_num;
+		ah->grh.dgid = mc->mgid;
+		ah->grh.sgid_index = gid_index;
+		if (ib) {
+			/* ib_init_ah_from_mcmember: the group's record */
+			e->ev.param.ud.qkey = rec.qkey;
+			ah->dlid = rec.mlid;
+			ah->sl = rec.sl;
+			ah->static_rate = rec.rate;
+			ah->grh.flow_label = rec.flow_label;
+			ah->grh.hop_limit = rec.hop_limit;
+			ah->grh.traffic_class = rec.traffic_class;
+		} else {
+			e->ev.param.ud.qkey = RDMA_UDP_QKEY; /* cma_set_default_qkey */
+			ah->grh.hop_limit = MC_HOP_LIMIT;
+		}
+	}
 	atomic_fetch_add_explicit(&mc->pending, 1, memory_order_relaxed);
 	pthread_mutex_lock(&r->mtx);
 	if (r->destroying) {
@@ -207,6 +480,8 @@ static int join(struct rcm_id *r, const struct sockaddr *addr, socklen_t addrlen
 	pthread_mutex_unlock(&r->mtx);
 	return rcm_complete(r); /* a synchronous id waits for it */
 err:
+	if (mc->ib_port)
+		ib_leave(mc->ib_port, mc->mgid.raw, mc->ib_gid, mc->ib_bit);
 	if (mc->igmp_fd >= 0)
 		close(mc->igmp_fd);
 	free(mc);
@@ -247,6 +522,7 @@ RCM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr
 {
 	struct rcm_id *r;
 	struct rcm_mc *mc, **pp;
+	struct rcm_port *ib_port = NULL;
 	int len = addr ? rcm_addr_len(addr) : 0;
 
 	if (!id || !len)
@@ -264,10 +540,13 @@ RCM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr
 			ibv_detach_mcast(r->id.qp, &mc->mgid, mc->mlid);
 		mc->attached = 0;
 		mc->left = 1; /* an event being taken now attaches nothing */
+		ib_port = ib_take(mc);
 	}
 	pthread_mutex_unlock(&r->mtx);
 	if (!mc)
 		return rcm_err(EADDRNOTAVAIL);
+	if (ib_port) /* then the port's membership (cma_leave_ib_mc_group) */
+		ib_leave(ib_port, mc->mgid.raw, mc->ib_gid, mc->ib_bit);
 	/* A synchronous id keeps its last event until its next call: if that
 	 * is the join's, it is acked here rather than waited for forever. */
 	if (r->sync && r->id.event &&
@@ -337,11 +616,34 @@ void rcm_mc_end(struct rcm_id *r)
 		}
 }
 
+void rcm_mc_end_ib(struct rcm_id *r)
+{
+	for (;;) {
+		struct rcm_port *p = NULL;
+		struct rcm_mc *mc;
+
+		pthread_mutex_lock(&r->mtx);
+		for (mc = r->mc_list; mc; mc = mc->next) {
+			p = ib_take(mc);
+			if (p)
+				break;
+		}
+		pthread_mutex_unlock(&r->mtx);
+		if (!p)
+			return;
+		/* mc stays on the list (so its MGID too) until the id is freed */
+		ib_leave(p, mc->mgid.raw, mc->ib_gid, mc->ib_bit);
+	}
+}
+
 void rcm_mc_free(struct rcm_id *r)
 {
 	while (r->mc_list) {
 		struct rcm_mc *mc = r->mc_list;
+		struct rcm_port *p = ib_take(mc);
 
+		if (p) /* an id freed without its teardown (never published) */
+			ib_leave(p, mc->mgid.raw, mc->ib_gid, mc->ib_bit);
 		r->mc_list = mc->next;
 		if (mc->igmp_fd >= 0)
 			close(mc->igmp_fd);

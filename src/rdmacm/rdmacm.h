@@ -27,6 +27,7 @@
 
 #include <cep/cm.h>
 #include <cep/qp.h>
+#include <cep/sa.h>
 #include <cep/transport.h>
 
 /* The one way a symbol leaves librdmacm.so.1 (librdmacm.map versions it). */
@@ -81,6 +82,11 @@ struct rcm_port {
 					  known (RoCE, a stand-in) */
 	uint16_t npkeys;
 	int open_err;                  /* sticky: the open failed with -errno */
+	uint8_t attached;              /* the CM is cepd's (written before cm is
+					  published, read after it was read) */
+	pthread_mutex_t mc_mtx;        /* InfiniBand: groups; held across their
+					  SA requests, taken under no other lock */
+	struct rcm_ib_group *groups;   /* InfiniBand: this process's memberships */
 	pthread_mutex_t svc_mtx;       /* services list */
 	struct rcm_service *services;  /* never freed: see rcm_service */
 	pthread_mutex_t qpn_mtx;       /* qpns (a leaf lock) */
@@ -141,6 +147,17 @@ enum rcm_work {
 	RCM_WORK_JOIN,                 /* MULTICAST_JOIN: attach the QP */
 };
 
+/* This process's membership of a group on an InfiniBand port (mcast.c):
+ * how many joins hold each JoinState bit, and the SA's record of the
+ * port's membership. On its port's groups list under mc_mtx. */
+struct rcm_ib_group {
+	struct rcm_ib_group *next;
+	uint8_t mgid[16];
+	uint8_t port_gid[16];
+	unsigned members[4];           /* joins per JoinState bit */
+	struct cep_sa_mcmember rec;    /* the SA's answer to the last Set */
+};
+
 /* A multicast join of an id (mcast.c): on the id's mc_list (its mutex)
  * until rdma_leave_multicast, freed with the id otherwise. */
 struct rcm_mc {
@@ -154,6 +171,11 @@ struct rcm_mc {
 	int igmp_fd;                   /* holds the IP group membership, or -1 */
 	uint8_t attached;              /* the id's QP is attached (id mutex) */
 	uint8_t left;                  /* unlinked by leave (id mutex) */
+	uint8_t ib_bit;                /* InfiniBand: its JoinState bit (0-3) */
+	uint8_t ib_gid[16];            /* InfiniBand: the port GID it joined from */
+	struct rcm_port *ib_port;      /* InfiniBand: holds a count of the port's
+					  group mgid (id mutex; cleared by whoever
+					  ends it) */
 	_Atomic unsigned pending;      /* its events not yet acked or dropped */
 };
 
@@ -467,6 +489,10 @@ void rcm_mc_join_taken(struct rcm_id *r, struct rcm_event *e);
 /* rdma_destroy_id: end @r's group memberships now. r->mtx held (the
  * teardown's own section: no lock of its own on every destroy). */
 void rcm_mc_end(struct rcm_id *r);
+/* rdma_destroy_id, after that section: @r's InfiniBand memberships end
+ * (an SA Delete where it held the process's last join of a JoinState).
+ * Takes r->mtx and the port's mc_mtx; blocks on the SA. */
+void rcm_mc_end_ib(struct rcm_id *r);
 /* The last reference to @r went: free its joins (no event points to them). */
 void rcm_mc_free(struct rcm_id *r);
 

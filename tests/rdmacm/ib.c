@@ -435,7 +435,64 @@ static struct {
 	uint16_t status;
 	struct cep_sa_mad_hdr last;
 	struct cep_sa_path last_path, answer;
+	/* MCMemberRecords: Gets answer the broadcast group (none with
+	 * no_bcast), Sets the joined group with MLID 0xc00a (an SA-assigned
+	 * MGID for a zero one), or mc_status */
+	unsigned mc_gets, mc_sets, mc_dels;
+	int no_bcast;
+	uint16_t mc_status;
+	struct cep_sa_mad_hdr mc_last;
+	struct cep_sa_mcmember mc_get, mc_set, mc_del;
 } fsa = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+#define ASSIGNED_MGID "ff12:a01b:8001::abcd"
+
+/* Under fsa.lock: the answer to an MCMemberRecord request @h (changed to
+ * the answer's header) asking @m. */
+static void fsa_mcmember(struct cep_sa_mad_hdr *h, const struct cep_sa_mcmember *m,
+			 struct cep_sa_mcmember *a)
+{
+	static const uint8_t zero[16];
+
+	fsa.mc_last = *h;
+	*a = *m;
+	h->status = 0;
+	if (h->method == CEP_SA_METHOD_GET) {
+		fsa.mc_gets++;
+		fsa.mc_get = *m;
+		if (fsa.no_bcast)
+			h->status = 0x0300; /* ERR_NO_RECORDS */
+		/* the broadcast group's parameters */
+		a->qkey = 0xb1b;
+		a->mlid = 0xc000;
+		a->mtu_selector = a->rate_selector = 2;
+		a->mtu = 4;
+		a->rate = 3;
+		a->sl = 3;
+		a->flow_label = 0x12345;
+		a->traffic_class = 0x40;
+		a->hop_limit = 2;
+		a->pkey = 0x8001;
+		a->scope = 2;
+	} else if (h->method == CEP_SA_METHOD_SET) {
+		fsa.mc_sets++;
+		fsa.mc_set = *m;
+		h->status = fsa.mc_status;
+		a->mlid = 0xc00a;
+		a->hop_limit = 2;
+		a->mtu_selector = a->rate_selector = 2;
+		a->mtu = 4;
+		a->rate = 3;
+		if (!memcmp(a->mgid, zero, 16))
+			inet_pton(AF_INET6, ASSIGNED_MGID, a->mgid);
+	} else {
+		fsa.mc_dels++;
+		fsa.mc_del = *m;
+		h->method = CEP_SA_METHOD_DELETE_RESP;
+		return;
+	}
+	h->method = CEP_SA_METHOD_GET_RESP;
+}
 
 static int fsa_send(void *ctx, const uint8_t *mad, size_t len, uint16_t dlid, uint8_t sl)
 {
@@ -447,6 +504,21 @@ static int fsa_send(void *ctx, const uint8_t *mad, size_t len, uint16_t dlid, ui
 		return -EINVAL;
 	pthread_mutex_lock(&fsa.lock);
 	fsa.sends++;
+	if (h.attr_id == CEP_SA_ATTR_MCMEMBER_REC) {
+		struct cep_sa_mcmember m, a;
+		uint8_t mrec[CEP_SA_MCM_REC_SIZE];
+
+		cep_sa_mcmember_decode(mad + CEP_SA_HDR_SIZE, &m);
+		fsa_mcmember(&h, &m, &a);
+		h.comp_mask = 0;
+		CHECK_EQ(cep_sa_mcmember_encode(&a, mrec), 0);
+		if (fsa.tail - fsa.head < 8) {
+			cep_sa_mad_encode(fsa.q[fsa.tail++ % 8], &h, mrec, sizeof(mrec));
+			pthread_cond_broadcast(&fsa.cond);
+		}
+		pthread_mutex_unlock(&fsa.lock);
+		return 0;
+	}
 	fsa.last = h;
 	cep_sa_path_decode(mad + CEP_SA_HDR_SIZE, &fsa.last_path);
 	h.method = CEP_SA_METHOD_GET_RESP;
@@ -875,6 +947,187 @@ static void pkey_table(struct rcm_channel *ch, struct rcm_port *ports, const uin
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
 }
 
+/* One event off @ch, copied, acked. */
+static struct rdma_cm_event take_event(struct rcm_channel *ch)
+{
+	struct rdma_cm_event *ev, copy;
+
+	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	copy = *ev;
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	return copy;
+}
+
+static unsigned mc_count(const unsigned *c)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&fsa.lock);
+	n = *c;
+	pthread_mutex_unlock(&fsa.lock);
+	return n;
+}
+
+/* Multicast on the stand-in InfiniBand port (ib0: P_Key 0x8001, GID
+ * @ga), as the kernel's cma_join_ib_multicast and ib_multicast: the
+ * group's MGID, the broadcast group's parameters, the Set's record and
+ * mask, MULTICAST_JOIN from the SA's answer, one Set and one Delete per
+ * JoinState however many ids of the process join, Deletes at leave and at
+ * destroy, the SA's refusal as MULTICAST_ERROR, no broadcast group as
+ * EADDRNOTAVAIL, an SA-assigned MGID, and none through cepd. */
+static void ib_multicast(struct rcm_channel *ch, struct rcm_port *ports, const uint8_t ga[16])
+{
+	struct sockaddr_in src = { .sin_family = AF_INET }, grp = { .sin_family = AF_INET };
+	struct sockaddr_in6 g6 = { .sin6_family = AF_INET6 };
+	struct rdma_cm_join_mc_attr_ex ex = { 0 };
+	struct rdma_cm_event ev;
+	struct rcm_id *a, *b;
+	uint8_t want[16];
+	int ctx_a, ctx_b;
+	unsigned sets, dels;
+
+	src.sin_addr.s_addr = htonl(0x0a000001);
+	grp.sin_addr.s_addr = htonl(0xe0010203);        /* 224.1.2.3 */
+	a = rcm_id_new(ch, NULL, RDMA_PS_UDP, IBV_QPT_UD);
+	b = rcm_id_new(ch, NULL, RDMA_PS_UDP, IBV_QPT_UD);
+	CHECK(a && b);
+	CHECK_EQ(rdma_bind_addr(&a->id, (struct sockaddr *)&src), 0);
+	CHECK_EQ(rdma_bind_addr(&b->id, (struct sockaddr *)&src), 0);
+	CHECK(a->port == &ports[0]);
+
+	/* the first join: the broadcast group, then the Set */
+	CHECK_EQ(rdma_join_multicast(&a->id, (struct sockaddr *)&grp, &ctx_a), 0);
+	CHECK_EQ(mc_count(&fsa.mc_gets), 1);
+	CHECK_EQ(mc_count(&fsa.mc_sets), 1);
+	inet_pton(AF_INET6, "ff12:401b:8001::ffff:ffff", want);
+	CHECK(!memcmp(fsa.mc_get.mgid, want, 16));
+	/* ip_ib_mc_map, rdma_cm's signature: ff12:4001:P_Key::0.1.2.3 */
+	inet_pton(AF_INET6, "ff12:4001:8001::1:203", want);
+	CHECK(!memcmp(fsa.mc_set.mgid, want, 16));
+	CHECK(!memcmp(fsa.mc_set.port_gid, ga, 16));
+	CHECK(fsa.mc_last.comp_mask == (CEP_SA_MCM_MGID | CEP_SA_MCM_PORT_GID | CEP_SA_MCM_PKEY |
+					CEP_SA_MCM_JOIN_STATE | CEP_SA_MCM_QKEY | CEP_SA_MCM_SL |
+					CEP_SA_MCM_FLOW_LABEL | CEP_SA_MCM_TCLASS));
+	CHECK_EQ(fsa.mc_set.qkey, RDMA_UDP_QKEY);
+	CHECK_EQ(fsa.mc_set.pkey, 0x8001);
+	CHECK_EQ(fsa.mc_set.join_state, CEP_SA_JOIN_FULL);
+	CHECK_EQ(fsa.mc_set.sl, 3);                 /* the broadcast group's */
+	CHECK_EQ(fsa.mc_set.flow_label, 0x12345);
+	CHECK_EQ(fsa.mc_set.traffic_class, 0x40);
+	ev = take_event(ch);
+	CHECK_EQ(ev.event, RDMA_CM_EVENT_MULTICAST_JOIN);
+	CHECK_EQ(ev.status, 0);
+	CHECK(ev.id == &a->id);
+	CHECK(ev.param.ud.private_data == &ctx_a);
+	CHECK_EQ(ev.param.ud.qp_num, 0xffffff);
+	CHECK_EQ(ev.param.ud.qkey, RDMA_UDP_QKEY);
+	CHECK_EQ(ev.param.ud.ah_attr.dlid, 0xc00a);
+	CHECK_EQ(ev.param.ud.ah_attr.sl, 3);
+	CHECK_EQ(ev.param.ud.ah_attr.static_rate, 3);
+	CHECK_EQ(ev.param.ud.ah_attr.port_num, 1);
+	CHECK_EQ(ev.param.ud.ah_attr.is_global, 1);
+	CHECK(!memcmp(ev.param.ud.ah_attr.grh.dgid.raw, want, 16));
+	CHECK_EQ(ev.param.ud.ah_attr.grh.flow_label, 0x12345);
+	CHECK_EQ(ev.param.ud.ah_attr.grh.hop_limit, 2);
+	CHECK_EQ(ev.param.ud.ah_attr.grh.traffic_class, 0x40);
+
+	/* a second id of the process joins the group: the port is a member
+	 * already, nothing goes to the SA; its leave sends nothing either */
+	CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), 0);
+	CHECK_EQ(mc_count(&fsa.mc_sets), 1);
+	CHECK_EQ(mc_count(&fsa.mc_gets), 1);
+	ev = take_event(ch);
+	CHECK_EQ(ev.event, RDMA_CM_EVENT_MULTICAST_JOIN);
+	CHECK(ev.param.ud.private_data == &ctx_b);
+	CHECK_EQ(ev.param.ud.ah_attr.dlid, 0xc00a);
+	CHECK_EQ(rdma_leave_multicast(&a->id, (struct sockaddr *)&grp), 0);
+	CHECK_EQ(mc_count(&fsa.mc_dels), 0);
+	CHECK_EQ(rdma_leave_multicast(&a->id, (struct sockaddr *)&grp), -1);
+	CHECK_EQ(errno, EADDRNOTAVAIL);
+	/* the last one's leave: the port's membership ends */
+	CHECK_EQ(rdma_leave_multicast(&b->id, (struct sockaddr *)&grp), 0);
+	CHECK_EQ(mc_count(&fsa.mc_dels), 1);
+	CHECK(!memcmp(fsa.mc_del.mgid, want, 16));
+	CHECK(!memcmp(fsa.mc_del.port_gid, ga, 16));
+	CHECK_EQ(fsa.mc_del.join_state, CEP_SA_JOIN_FULL);
+	CHECK(fsa.mc_last.comp_mask == (CEP_SA_MCM_MGID | CEP_SA_MCM_PORT_GID |
+					CEP_SA_MCM_JOIN_STATE));
+
+	/* send-only full member (JoinState bit 3), an IPv6 group
+	 * (ipv6_ib_mc_map: ff12:6001:P_Key + the group's last 10 bytes);
+	 * destroying the id ends it */
+	inet_pton(AF_INET6, "ff0e::1:2:3:4", &g6.sin6_addr);
+	ex.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+	ex.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+	ex.addr = (struct sockaddr *)&g6;
+	CHECK_EQ(rdma_join_multicast_ex(&a->id, &ex, &ctx_a), 0);
+	CHECK_EQ(mc_count(&fsa.mc_sets), 2);
+	CHECK_EQ(fsa.mc_set.join_state, CEP_SA_JOIN_SENDONLY_FULL);
+	inet_pton(AF_INET6, "ff12:6001:8001:0:1:2:3:4", want);
+	CHECK(!memcmp(fsa.mc_set.mgid, want, 16));
+	CHECK_EQ(take_event(ch).event, RDMA_CM_EVENT_MULTICAST_JOIN);
+	CHECK_EQ(rdma_destroy_id(&a->id), 0);
+	CHECK_EQ(mc_count(&fsa.mc_dels), 2);
+	CHECK(!memcmp(fsa.mc_del.mgid, want, 16));
+	CHECK_EQ(fsa.mc_del.join_state, CEP_SA_JOIN_SENDONLY_FULL);
+
+	/* the SA refuses the Set: MULTICAST_ERROR -EINVAL (the kernel's
+	 * status for an SA error), the join's context; leave sends nothing */
+	pthread_mutex_lock(&fsa.lock);
+	fsa.mc_status = 0x0200;
+	pthread_mutex_unlock(&fsa.lock);
+	CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), 0);
+	ev = take_event(ch);
+	CHECK_EQ(ev.event, RDMA_CM_EVENT_MULTICAST_ERROR);
+	CHECK_EQ(ev.status, -EINVAL);
+	CHECK(ev.param.ud.private_data == &ctx_b);
+	dels = mc_count(&fsa.mc_dels);
+	CHECK_EQ(rdma_leave_multicast(&b->id, (struct sockaddr *)&grp), 0);
+	CHECK_EQ(mc_count(&fsa.mc_dels), dels);
+	pthread_mutex_lock(&fsa.lock);
+	fsa.mc_status = 0;
+	fsa.no_bcast = 1;
+	pthread_mutex_unlock(&fsa.lock);
+
+	/* no broadcast group (IPoIB not up): EADDRNOTAVAIL, no Set */
+	sets = mc_count(&fsa.mc_sets);
+	CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), -1);
+	CHECK_EQ(errno, EADDRNOTAVAIL);
+	CHECK_EQ(mc_count(&fsa.mc_sets), sets);
+	pthread_mutex_lock(&fsa.lock);
+	fsa.no_bcast = 0;
+	pthread_mutex_unlock(&fsa.lock);
+
+	/* a unicast address: EINVAL (stricter than the kernel), nothing sent */
+	grp.sin_addr.s_addr = htonl(0x0a000007);
+	CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), -1);
+	CHECK_EQ(errno, EINVAL);
+	CHECK_EQ(mc_count(&fsa.mc_sets), sets);
+
+	/* the zero address: the SA assigns the MGID, which the event gives */
+	grp.sin_addr.s_addr = 0;
+	CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), 0);
+	CHECK_EQ(mc_count(&fsa.mc_sets), sets + 1);
+	memset(want, 0, 16);
+	CHECK(!memcmp(fsa.mc_set.mgid, want, 16));
+	ev = take_event(ch);
+	CHECK_EQ(ev.event, RDMA_CM_EVENT_MULTICAST_JOIN);
+	inet_pton(AF_INET6, ASSIGNED_MGID, want);
+	CHECK(!memcmp(ev.param.ud.ah_attr.grh.dgid.raw, want, 16));
+	CHECK_EQ(rdma_leave_multicast(&b->id, (struct sockaddr *)&grp), 0);
+	CHECK(!memcmp(fsa.mc_del.mgid, want, 16));
+
+	/* through cepd: memberships would have to be cepd's, not built */
+	ports[0].attached = 1;
+	grp.sin_addr.s_addr = htonl(0xe0010203);
+	CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), -1);
+	CHECK_EQ(errno, ENOSYS);
+	ports[0].attached = 0;
+	CHECK_EQ(mc_count(&fsa.mc_sets), sets + 1);
+	CHECK_EQ(rdma_destroy_id(&b->id), 0);
+	CHECK(ports[0].groups == NULL);
+}
+
 static void resolve(void)
 {
 	static struct ibv_device fdev;
@@ -1068,6 +1321,7 @@ static void resolve(void)
 	pkey_table(ch, ports, gb);
 	ports[0].pkeys = NULL;
 	ports[0].npkeys = 0;
+	ib_multicast(ch, ports, ga);
 
 	if (ports[0].sa)
 		cep_sa_put(ports[0].sa);

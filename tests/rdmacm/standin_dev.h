@@ -29,6 +29,7 @@ static void standin_dev(struct rcm_dev *dev, struct ibv_context *ctx, struct ibv
 		ports[i].port_num = (uint8_t)(i + 1);
 		pthread_mutex_init(&ports[i].svc_mtx, NULL);
 		pthread_mutex_init(&ports[i].qpn_mtx, NULL);
+		pthread_mutex_init(&ports[i].mc_mtx, NULL);
 	}
 }
 
