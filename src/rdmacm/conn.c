@@ -152,7 +152,8 @@ static uint8_t dev_max(int v)
 
 /* The attributes for @state (kernel rdma_init_qp_attr): INIT before any
  * connection; after it, libcep's glue from the exchanged messages. Caller
- * holds r->mtx. 0 or -errno. */
+ * holds r->mtx; a UD id's first INIT may ask the SA (rcm_qkey: IPoIB's
+ * space). 0 or -errno. */
 static int get_qp_attr(struct rcm_id *r, enum ibv_qp_state state, struct ibv_qp_attr *a,
 		       int *mask)
 {
@@ -173,9 +174,12 @@ static int get_qp_attr(struct rcm_id *r, enum ibv_qp_state state, struct ibv_qp_
 		a->qp_state = state;
 		*mask = IBV_QP_STATE;
 		if (state == IBV_QPS_INIT) {
+			/* cma_ib_init_qp_attr: the id's Q_Key, set now if not yet */
+			ret = rcm_qkey(r, &a->qkey);
+			if (ret)
+				return ret;
 			a->pkey_index = pkey_index;
 			a->port_num = r->id.port_num;
-			a->qkey = RDMA_UDP_QKEY;
 			*mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
 		} else if (state == IBV_QPS_RTS) {
 			a->sq_psn = 0;
@@ -602,9 +606,14 @@ RCM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
 	set_depths(r, conn_param, 1);
 	acc.qpn = r->id.qp ? r->id.qp->qp_num : conn_param->qp_num;
 	if (r->id.qp_type == IBV_QPT_UD) {
-		/* SIDR_REP with rdma_cm's Q_Key (kernel cma_send_sidr_rep). */
-		ret = cep_cm_sidr_rep(r->cep, CEP_SIDR_SUCCESS, acc.qpn, RDMA_UDP_QKEY,
-				      acc.private_data, acc.private_data_len);
+		uint32_t qkey;
+
+		/* SIDR_REP with the id's Q_Key (kernel cma_send_sidr_rep):
+		 * rdma_cm's, or in IPoIB's space the broadcast group's */
+		ret = rcm_qkey(r, &qkey);
+		if (!ret)
+			ret = cep_cm_sidr_rep(r->cep, CEP_SIDR_SUCCESS, acc.qpn, qkey,
+					      acc.private_data, acc.private_data_len);
 		pthread_mutex_unlock(&r->mtx);
 		return ret ? rcm_err(-ret) : 0;
 	}

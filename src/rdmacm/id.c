@@ -366,13 +366,13 @@ static void bind_device(struct rcm_id *r, const struct sockaddr *src, const stru
 
 /* IPoIB's port space on the port @p: the kernel's device acquisition
  * refuses it on a netdev that is not IPoIB (cma_acquire_dev_by_src_ip:
- * -EINVAL); on InfiniBand its Q_Key is the IPoIB broadcast group's, from
- * the SA's MCMemberRecord, which is not built (-ENOSYS). 0 otherwise. */
+ * -EINVAL); on InfiniBand it is a UD space whose Q_Key is the IPoIB
+ * broadcast group's (rcm_qkey). 0 otherwise. */
 static int ipoib_check(const struct rcm_id *r, const struct rcm_port *p)
 {
 	if (r->id.ps != RDMA_PS_IPOIB)
 		return 0;
-	return p->link_layer == IBV_LINK_LAYER_INFINIBAND ? -ENOSYS : -EINVAL;
+	return p->link_layer == IBV_LINK_LAYER_INFINIBAND ? 0 : -EINVAL;
 }
 
 RCM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
@@ -511,8 +511,7 @@ RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
 		goto out;
 	}
 	if (dst_addr->sa_family == AF_IB) {
-		/* IPoIB's space over AF_IB: the broadcast group's Q_Key, not built */
-		ret = r->id.ps == RDMA_PS_IPOIB ? -ENOSYS : resolve_ib(r, src_addr, dst_addr);
+		ret = resolve_ib(r, src_addr, dst_addr);
 		goto out;
 	}
 	/* an id bound to AF_IB resolves only AF_IB (the kernel compares
@@ -533,8 +532,6 @@ RCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
 		status = r->port ? 0 : rcm_find_addr((struct sockaddr *)&src, &dev);
 	if (!status && !r->port) {
 		ret = ipoib_check(r, dev.port);
-		if (ret == -ENOSYS)
-			goto out; /* not built: say so now */
 		status = ret; /* the kernel's ADDR_ERROR -EINVAL */
 		ret = 0;
 	}

@@ -148,6 +148,9 @@ static int membership(const uint8_t mgid[16], int ifindex)
 #define IB_JOIN_MASK (CEP_SA_MCM_MGID | CEP_SA_MCM_PORT_GID | CEP_SA_MCM_PKEY |  \
 		      CEP_SA_MCM_JOIN_STATE | CEP_SA_MCM_QKEY | CEP_SA_MCM_SL |   \
 		      CEP_SA_MCM_FLOW_LABEL | CEP_SA_MCM_TCLASS)
+#define IB_JOIN_MASK_IPOIB (CEP_SA_MCM_RATE | CEP_SA_MCM_RATE_SELECTOR |      \
+			    CEP_SA_MCM_MTU_SELECTOR | CEP_SA_MCM_MTU |              \
+			    CEP_SA_MCM_HOP_LIMIT)
 
 static int zero16(const uint8_t *b)
 {
@@ -219,6 +222,49 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 	return 0;
 }
 
+/* IPoIB's broadcast group's record (its MGID ff12:401b:P_Key::ffff:ffff,
+ * the P_Key with the full-member bit) from the SA: what the kernel reads
+ * from its cache of the groups IPoIB joined. -EADDRNOTAVAIL when the SA
+ * has none (the kernel's cache miss), else the client's errors. */
+static int bcast_rec(struct cep_sa *sa, uint16_t pkey, struct cep_sa_mcmember *out)
+{
+	struct cep_sa_mcmember q;
+	int ret;
+
+	memset(&q, 0, sizeof(q));
+	q.mgid[0] = 0xff;
+	q.mgid[1] = 0x10 | IB_BCAST_SCOPE;
+	q.mgid[2] = 0x40;
+	q.mgid[3] = 0x1b;
+	q.mgid[4] = (uint8_t)((pkey | 0x8000) >> 8);
+	q.mgid[5] = (uint8_t)pkey;
+	memset(q.mgid + 12, 0xff, 4);
+	ret = cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &q, out);
+	return ret == -EHOSTUNREACH ? -EADDRNOTAVAIL : ret;
+}
+
+int rcm_qkey(struct rcm_id *r, uint32_t *out)
+{
+	struct cep_sa_mcmember t;
+	struct cep_sa *sa;
+	int ret;
+
+	if (!r->qkey && r->id.ps != RDMA_PS_IPOIB) {
+		r->qkey = RDMA_UDP_QKEY; /* cma_set_default_qkey */
+	} else if (!r->qkey) {
+		if (!r->port || r->port->link_layer != IBV_LINK_LAYER_INFINIBAND)
+			return -EINVAL;
+		ret = rcm_port_sa(r->port, IB_SA_TIMEOUT_MS, &sa);
+		if (!ret)
+			ret = bcast_rec(sa, be16toh(r->id.route.addr.addr.ibaddr.pkey), &t);
+		if (ret)
+			return ret;
+		r->qkey = t.qkey;
+	}
+	*out = r->qkey;
+	return 0;
+}
+
 /* Under p->mc_mtx. */
 static struct rcm_ib_group *ib_group_find(struct rcm_port *p, const uint8_t mgid[16],
 					  const uint8_t port_gid[16])
@@ -236,7 +282,8 @@ static struct rcm_ib_group *ib_group_find(struct rcm_port *p, const uint8_t mgid
  * GID @sgid of InfiniBand port @p, as the kernel's cma_join_ib_multicast
  * and ib_multicast: the first join of a JoinState on this process's port
  * sends the SA a Set with IPoIB's broadcast group's SL, flow label and
- * traffic class, rdma_cm's Q_Key and the id's P_Key; later ones share its
+ * traffic class (in RDMA_PS_IPOIB also its rate, MTU and hop limit),
+ * the id's Q_Key (rcm_qkey's) and P_Key; later ones share its
  * answer. Returns 0 with the group's record in @rec (mc->mgid, mc->mlid
  * and mc->ib_port set) or an SA failure in @status (the kernel's event
  * statuses: -ETIMEDOUT, -ENETDOWN, else -EINVAL for the SA's refusal); or
@@ -245,7 +292,7 @@ static struct rcm_ib_group *ib_group_find(struct rcm_port *p, const uint8_t mgid
  * -ENOMEM). Takes p->mc_mtx; blocks on the SA.
  */
 static int ib_join(struct rcm_port *p, struct rcm_mc *mc, const uint8_t sgid[16],
-		   uint16_t pkey, int *status, struct cep_sa_mcmember *rec)
+		   uint16_t pkey, int ps, int *status, struct cep_sa_mcmember *rec)
 {
 	unsigned bit = mc->ib_bit;
 	struct cep_sa_mcmember q, t;
@@ -264,26 +311,18 @@ static int ib_join(struct rcm_port *p, struct rcm_mc *mc, const uint8_t sgid[16]
 		*rec = g->rec;
 		goto joined;
 	}
-	memset(&q, 0, sizeof(q));
-	q.mgid[0] = 0xff;
-	q.mgid[1] = 0x10 | IB_BCAST_SCOPE;
-	q.mgid[2] = 0x40;
-	q.mgid[3] = 0x1b;
-	q.mgid[4] = (uint8_t)((pkey | 0x8000) >> 8);
-	q.mgid[5] = (uint8_t)pkey;
-	memset(q.mgid + 12, 0xff, 4);
-	ret = cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &q, &t);
-	if (ret) {
-		ret = ret == -EHOSTUNREACH ? -EADDRNOTAVAIL : ret;
+	ret = bcast_rec(sa, pkey, &t);
+	if (ret)
 		goto out;
-	}
 	q = t;
 	memcpy(q.mgid, mc->mgid.raw, 16);
 	memcpy(q.port_gid, sgid, 16);
-	q.qkey = RDMA_UDP_QKEY;
+	/* the id's Q_Key: IPoIB's space's is the broadcast group's */
+	q.qkey = ps == RDMA_PS_IPOIB ? t.qkey : RDMA_UDP_QKEY;
 	q.pkey = pkey;
 	q.join_state = (uint8_t)(1u << bit);
-	ret = cep_sa_mcmember(sa, CEP_SA_METHOD_SET, IB_JOIN_MASK, &q, rec);
+	ret = cep_sa_mcmember(sa, CEP_SA_METHOD_SET, IB_JOIN_MASK |
+			      (ps == RDMA_PS_IPOIB ? IB_JOIN_MASK_IPOIB : 0), &q, rec);
 	if (ret) {
 		*status = ret == -ETIMEDOUT || ret == -ENETDOWN ? ret : -EINVAL;
 		ret = 0;
@@ -417,7 +456,7 @@ static int join(struct rcm_id *r, const struct sockaddr *addr, socklen_t addrlen
 			ret = -ENOSYS;
 			goto err;
 		}
-		ret = ib_join(port, mc, sgid, pkey, &status, &rec);
+		ret = ib_join(port, mc, sgid, pkey, ps, &status, &rec);
 		if (ret)
 			goto err;
 	} else if (!send_only) { /* cma_igmp_send: a send-only member does not join */

@@ -275,6 +275,8 @@ struct rcm_id {
 	enum rcm_state state;
 	int destroying;                /* rdma_destroy_id began: no more events */
 	int sync;                      /* own private channel (rdma_create_ep) */
+	uint32_t qkey;                 /* UD: the id's Q_Key once set (mtx; cma's
+					  id_priv->qkey), 0 before */
 	_Atomic unsigned events_reported; /* handed out by rdma_get_cm_event */
 	unsigned queued;               /* in its channel: that channel's mutex */
 	unsigned events_completed;     /* acked */
@@ -489,6 +491,13 @@ void rcm_mc_join_taken(struct rcm_id *r, struct rcm_event *e);
 /* rdma_destroy_id: end @r's group memberships now. r->mtx held (the
  * teardown's own section: no lock of its own on every destroy). */
 void rcm_mc_end(struct rcm_id *r);
+/* A UD id's Q_Key, set on first use as the kernel's cma_set_qkey(id, 0):
+ * rdma_cm's (RDMA_UDP_QKEY) in RDMA_PS_UDP and RDMA_PS_IB, the IPoIB
+ * broadcast group's (the SA's MCMemberRecord) in RDMA_PS_IPOIB - which
+ * gets a device only on InfiniBand. 0 and @out, or -errno
+ * (-EADDRNOTAVAIL: no broadcast group). r->mtx held; may block on the
+ * SA. */
+int rcm_qkey(struct rcm_id *r, uint32_t *out);
 /* rdma_destroy_id, after that section: @r's InfiniBand memberships end
  * (an SA Delete where it held the process's last join of a JoinState).
  * Takes r->mtx and the port's mc_mtx; blocks on the SA. */

@@ -32,7 +32,9 @@
  * the P_Key sib_pkey (0xffff when 0), a source of another family EINVAL;
  * the SA query's service ID is the destination's sib_sid; rdma_getaddrinfo
  * with AF_IB hints and rdma_create_ep in RDMA_PS_IB and with given paths;
- * the port's P_Key table (INIT's P_Key index, a P_Key the port lacks).
+ * the port's P_Key table (INIT's P_Key index, a P_Key the port lacks);
+ * multicast through the SA (MCMemberRecords of a fake SA) and IPoIB's port
+ * space, whose Q_Key is the broadcast group's.
  * The layer's objects are linked in. Usage: test-rdmacm-ib [resolve].
  */
 #include <arpa/inet.h>
@@ -741,12 +743,13 @@ static void af_ib_endpoints(struct rcm_port *ports, const uint8_t ga[16], const 
 	errno = 0;
 	CHECK_EQ(rdma_create_ep(&id, res, NULL, NULL), -1);
 	CHECK_EQ(errno, EINVAL);
-	/* IPoIB's space on this InfiniBand port: not built */
+	/* IPoIB's space over AF_IB: no space of the kernel's cma_select_ib_ps
+	 * takes it (EPROTONOSUPPORT) */
 	res->ai_port_space = RDMA_PS_IPOIB;
 	res->ai_qp_type = IBV_QPT_UD;
 	errno = 0;
 	CHECK_EQ(rdma_create_ep(&id, res, NULL, NULL), -1);
-	CHECK_EQ(errno, ENOSYS);
+	CHECK_EQ(errno, EPROTONOSUPPORT);
 	rdma_freeaddrinfo(res);
 }
 
@@ -763,19 +766,19 @@ static void af_ib_layer(struct rcm_channel *ch, struct rcm_port *ports, const ui
 	uint16_t pn;
 
 	/* librdmacm's rdma_create_id: RDMA_PS_IB is RC, RDMA_PS_IPOIB UD; an
-	 * IPoIB id on an InfiniBand port wants the broadcast group's Q_Key
-	 * (not built): bind and resolve say ENOSYS, the id untouched */
+	 * AF_IB address has no IPoIB space (cma_select_ib_ps: bind and
+	 * resolve EPROTONOSUPPORT), the id untouched */
 	CHECK_EQ(rdma_create_id(&ch->ch, &id2, NULL, RDMA_PS_IPOIB), 0);
 	CHECK_EQ(id2->qp_type, IBV_QPT_UD);
 	sib_set(&a, ga, 0, 0, 0);
 	errno = 0;
 	CHECK_EQ(rdma_bind_addr(id2, (struct sockaddr *)&a), -1);
-	CHECK_EQ(errno, ENOSYS);
+	CHECK_EQ(errno, EPROTONOSUPPORT);
 	CHECK_EQ(rcm_id_of(id2)->state, RCM_IDLE);
 	sib_set(&d, gb, 0, 0, 0);
 	errno = 0;
 	CHECK_EQ(rdma_resolve_addr(id2, NULL, (struct sockaddr *)&d, 2000), -1);
-	CHECK_EQ(errno, ENOSYS);
+	CHECK_EQ(errno, EPROTONOSUPPORT);
 	CHECK_EQ(rcm_id_of(id2)->state, RCM_IDLE);
 	CHECK_EQ(rdma_destroy_id(id2), 0);
 	CHECK_EQ(rdma_create_id(&ch->ch, &id, NULL, RDMA_PS_IB), 0);
@@ -1117,13 +1120,66 @@ static void ib_multicast(struct rcm_channel *ch, struct rcm_port *ports, const u
 	CHECK_EQ(rdma_leave_multicast(&b->id, (struct sockaddr *)&grp), 0);
 	CHECK(!memcmp(fsa.mc_del.mgid, want, 16));
 
+	/* IPoIB's space on the IPoIB address: bound; its Q_Key the broadcast
+	 * group's, asked once (cma_set_qkey) when the QP's INIT attributes
+	 * need it; its join keeps IPoIB's signature (ff12:401b) and asks the
+	 * group's rate, MTU and hop limit too (cma_join_ib_multicast) */
+	{
+		struct rcm_id *ip = rcm_id_new(ch, NULL, RDMA_PS_IPOIB, IBV_QPT_UD);
+		struct ibv_qp_attr qa;
+		unsigned gets;
+		int qmask;
+
+		CHECK(ip != NULL);
+		CHECK_EQ(rdma_bind_addr(&ip->id, (struct sockaddr *)&src), 0);
+		CHECK(ip->port == &ports[0]);
+		gets = mc_count(&fsa.mc_gets);
+		qa.qp_state = IBV_QPS_INIT;
+		CHECK_EQ(rdma_init_qp_attr(&ip->id, &qa, &qmask), 0);
+		CHECK_EQ(qa.qkey, 0xb1b);
+		CHECK(qmask & IBV_QP_QKEY);
+		CHECK_EQ(mc_count(&fsa.mc_gets), gets + 1);
+		CHECK_EQ(rdma_init_qp_attr(&ip->id, &qa, &qmask), 0);
+		CHECK_EQ(qa.qkey, 0xb1b);
+		CHECK_EQ(mc_count(&fsa.mc_gets), gets + 1); /* the id keeps it */
+		grp.sin_addr.s_addr = htonl(0xe0010203);
+		CHECK_EQ(rdma_join_multicast(&ip->id, (struct sockaddr *)&grp, &ctx_b), 0);
+		inet_pton(AF_INET6, "ff12:401b:8001::1:203", want);
+		CHECK(!memcmp(fsa.mc_set.mgid, want, 16));
+		CHECK_EQ(fsa.mc_set.qkey, 0xb1b);
+		CHECK_EQ(fsa.mc_set.hop_limit, 2);
+		CHECK_EQ(fsa.mc_set.mtu, 4);
+		CHECK(fsa.mc_last.comp_mask & CEP_SA_MCM_RATE);
+		CHECK(fsa.mc_last.comp_mask & CEP_SA_MCM_HOP_LIMIT);
+		ev = take_event(ch);
+		CHECK_EQ(ev.event, RDMA_CM_EVENT_MULTICAST_JOIN);
+		CHECK_EQ(ev.param.ud.qkey, 0xb1b);
+		CHECK_EQ(rdma_destroy_id(&ip->id), 0);
+		CHECK(!memcmp(fsa.mc_del.mgid, want, 16));
+		/* no broadcast group: the INIT attributes fail, as the kernel's
+		 * cache miss (EADDRNOTAVAIL) */
+		ip = rcm_id_new(ch, NULL, RDMA_PS_IPOIB, IBV_QPT_UD);
+		CHECK_EQ(rdma_bind_addr(&ip->id, (struct sockaddr *)&src), 0);
+		pthread_mutex_lock(&fsa.lock);
+		fsa.no_bcast = 1;
+		pthread_mutex_unlock(&fsa.lock);
+		errno = 0;
+		CHECK_EQ(rdma_init_qp_attr(&ip->id, &qa, &qmask), -1);
+		CHECK_EQ(errno, EADDRNOTAVAIL);
+		pthread_mutex_lock(&fsa.lock);
+		fsa.no_bcast = 0;
+		pthread_mutex_unlock(&fsa.lock);
+		CHECK_EQ(rdma_destroy_id(&ip->id), 0);
+		sets = mc_count(&fsa.mc_sets);
+	}
+
 	/* through cepd: memberships would have to be cepd's, not built */
 	ports[0].attached = 1;
 	grp.sin_addr.s_addr = htonl(0xe0010203);
 	CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), -1);
 	CHECK_EQ(errno, ENOSYS);
 	ports[0].attached = 0;
-	CHECK_EQ(mc_count(&fsa.mc_sets), sets + 1);
+	CHECK_EQ(mc_count(&fsa.mc_sets), sets);
 	CHECK_EQ(rdma_destroy_id(&b->id), 0);
 	CHECK(ports[0].groups == NULL);
 }
