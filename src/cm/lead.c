@@ -553,4 +553,7 @@ void cep_lead_stats(struct cep_lead *l, struct cep_lead_stats *st)
 	st->kicks = atomic_load_explicit(&l->st_kicks, memory_order_relaxed);
 	st->handovers = atomic_load_explicit(&l->st_handovers, memory_order_relaxed);
 	st->asides = atomic_load_explicit(&l->st_asides, memory_order_relaxed);
+	pthread_mutex_lock(&l->mtx);
+	st->backstop_now = l->holder == H_BACKSTOP;
+	pthread_mutex_unlock(&l->mtx);
 }

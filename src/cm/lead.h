@@ -132,7 +132,10 @@ struct cep_lead_stats {
 	uint64_t kicks;          /* backstops asked to let go */
 	uint64_t handovers;      /* leaders that woke a follower */
 	uint64_t asides;         /* leads given up inside a drain (step aside) */
+	uint64_t backstop_now;   /* 1 while the backstop holds the lead (read
+				    under the lead's mutex: a state, not a count) */
 };
+/* Any thread; takes the lead's mutex for backstop_now only. */
 void cep_lead_stats(struct cep_lead *l, struct cep_lead_stats *st);
 
 #endif /* CEP_CM_LEAD_H */

@@ -359,7 +359,9 @@ static void *channel_waiter(void *p)
 /* The start of a scenario with one waiter: the contexts, a channel for
  * @a, B listening (its REQs on that channel if @reqs_on_channel, else
  * answered by server_cb), and three leases for B's worker to have looked
- * (and, nobody waiting, to lead B's queue as the backstop). */
+ * - and, nobody waiting, to lead B's queue as the backstop: waited for
+ * (5 s at most), since on a loaded host the worker may look later than
+ * three leases (a fixed 60 ms failed cm-lead-app once there). */
 static void setup_waiter(struct cep_cm_channel **ch, struct waiter_arg *a, int reqs_on_channel)
 {
 	setup();
@@ -368,6 +370,9 @@ static void setup_waiter(struct cep_cm_channel **ch, struct waiter_arg *a, int r
 	a->ch = *ch;
 	a->cm = cm_b;
 	usleep(LEAD_LEASE_MS * 3000);
+	for (int i = 0; i < 5000 && !lead_stats(cm_b).backstop_now; i++)
+		usleep(1000);
+	CHECK_EQ(lead_stats(cm_b).backstop_now, 1);
 }
 
 /* Start a thread waiting on @a's channel and return once it leads B's
