@@ -186,6 +186,10 @@ struct cmr {
 				    whose creating request's reply is on its
 				    way), newest first */
 	unsigned creating;       /* lk: such requests in flight */
+	uint32_t *unsent;        /* lk: DESTROY_IDs a full socket refused
+				    (send_async_destroy), oldest first from
+				    unsent_head, sent again by flush_unsent */
+	size_t unsent_head, unsent_n, unsent_cap; /* lk */
 	int dead;                /* lk: the service has gone */
 	int closing;             /* lk: cep_cm_destroy has decided: no event
 				    reaches the user any more, the callback
@@ -476,16 +480,66 @@ static void quiet_req(struct cepd_req *q, uint32_t op, uint32_t handle, uint32_t
 	q->a = a;
 }
 
-/* r->lk held: destroy an id cepd made that names nothing of ours. Quiet
- * (no answer unless it fails, and that one finds no id of ours in
- * quiet_failed); never blocking, under the lock: on a full socket it is
- * lost, and the id stays in cepd until this client's socket ends. */
-static void send_async_destroy(struct cmr *r, uint32_t handle)
+/* r->lk held. A quiet DESTROY_ID of @handle, never blocking: 1 sent (or
+ * the socket is broken: cepd then ends every id of ours itself), 0 the
+ * socket is full. */
+static int try_async_destroy(struct cmr *r, uint32_t handle)
 {
 	struct cepd_req q;
+	ssize_t n;
 
 	quiet_req(&q, CEPD_DESTROY_ID, handle, 0);
-	(void)send(r->fd, &q, sizeof(q), MSG_NOSIGNAL | MSG_DONTWAIT);
+	n = send(r->fd, &q, sizeof(q), MSG_NOSIGNAL | MSG_DONTWAIT);
+	return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS);
+}
+
+/* r->lk held. The DESTROY_IDs a full socket refused, in order, until the
+ * socket is full again. Run at every send_async_destroy, every call, and
+ * whenever a message from cepd is read (cepd reads ours again sooner or
+ * later: an id it holds for us ends by its own timeout at the latest,
+ * with an event that brings us here). */
+static void flush_unsent(struct cmr *r)
+{
+	while (r->unsent_n && try_async_destroy(r, r->unsent[r->unsent_head])) {
+		r->unsent_head++;
+		r->unsent_n--;
+	}
+	if (!r->unsent_n)
+		r->unsent_head = 0;
+}
+
+/* r->lk held. Ask cepd to end an id it made for us that names nothing of
+ * ours (a REQ's whose listener is gone, or one we could not take): quiet
+ * (no answer unless it fails, and that one finds no id of ours in
+ * quiet_failed), never blocking, under the lock. On a full socket it waits
+ * in r->unsent for flush_unsent, after the ones before it (nothing else
+ * names such an id, and cepd cannot give its handle to another before it
+ * ends, so the delay changes nothing but when it ends); only if that list
+ * cannot grow is it lost, and the id stays in cepd until this client's
+ * socket ends (said on stderr). */
+static void send_async_destroy(struct cmr *r, uint32_t handle)
+{
+	flush_unsent(r);
+	if (!r->unsent_n && try_async_destroy(r, handle))
+		return;
+	if (r->unsent_head + r->unsent_n == r->unsent_cap) {
+		size_t cap = r->unsent_cap ? r->unsent_cap * 2 : 64;
+		uint32_t *u;
+
+		if (r->unsent_head) { /* room at the front: move down first */
+			memmove(r->unsent, r->unsent + r->unsent_head,
+				r->unsent_n * sizeof(*r->unsent));
+			r->unsent_head = 0;
+		} else if ((u = realloc(r->unsent, cap * sizeof(*r->unsent)))) {
+			r->unsent = u;
+			r->unsent_cap = cap;
+		} else {
+			fprintf(stderr, "libcep: remote CM: out of memory: an id of cepd's "
+				"left until this process's connection ends\n");
+			return;
+		}
+	}
+	r->unsent[r->unsent_head + r->unsent_n++] = handle;
 }
 
 /* An event record kept until the id it names is known (see take_one). */
@@ -818,6 +872,8 @@ static void take_msg(struct cmr *r, const uint8_t *buf, size_t len, struct wakes
 	default:
 		break;
 	}
+	if (r->unsent_n)
+		flush_unsent(r);
 }
 
 /* ---- callbacks ------------------------------------------------------------ */
@@ -1105,6 +1161,8 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 		pthread_mutex_unlock(&r->lk);
 		return CMR_GONE;
 	}
+	if (r->unsent_n)
+		flush_unsent(r); /* before ours: they waited longer */
 	c.seq = ++r->seq;
 	q->h.seq = c.seq;
 	if (made)
@@ -1728,6 +1786,7 @@ static int cmr_destroy(struct cep_cm *cm)
 		r->parked = p->next;
 		free(p);
 	}
+	free(r->unsent); /* cepd ends them with the socket */
 	free(r->map);
 	lead_shut(r);
 	close(r->fd);

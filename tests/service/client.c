@@ -128,6 +128,8 @@ struct fake {
 	_Atomic int eof;         /* a client closed its connection */
 	_Atomic int died;        /* the fake closed a connection on purpose */
 	_Atomic int quiet;       /* DESTROY_IDs that came CEPD_F_QUIET */
+	_Atomic int pause;       /* read no request while set */
+	_Atomic uint64_t quiet_sum; /* the handles of those, summed */
 };
 
 static struct fake F;
@@ -325,9 +327,13 @@ static void *fake_conn(void *arg)
 		}
 	}
 	for (;;) {
-		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		ssize_t n;
 		const struct cepd_req *q = (const struct cepd_req *)buf;
 		int act = FAKE_REPLY;
+
+		while (atomic_load(&F.pause))
+			usleep(1000);
+		n = recv(fd, buf, sizeof(buf), 0);
 
 		if (n <= 0) {
 			atomic_store(&F.eof, 1);
@@ -335,8 +341,10 @@ static void *fake_conn(void *arg)
 		}
 		if ((size_t)n < sizeof(*q))
 			continue;
-		if (q->h.op == CEPD_DESTROY_ID && (q->flags & CEPD_F_QUIET))
+		if (q->h.op == CEPD_DESTROY_ID && (q->flags & CEPD_F_QUIET)) {
 			atomic_fetch_add(&F.quiet, 1);
+			atomic_fetch_add(&F.quiet_sum, q->handle);
+		}
 		if (q->h.op == CEPD_DESTROY_ID && F.on_destroy)
 			act = F.on_destroy(q->handle);
 		if (act == FAKE_DIE)
@@ -691,6 +699,85 @@ static void case_destroy_quiet(void)
 	CHECK_EQ(atomic_load(&seen[0][CEP_CM_EV_REQ_ERROR]), 0);
 	CHECK_EQ(atomic_load(&seen[1][CEP_CM_EV_REP_ERROR]), 0);
 	CHECK_EQ(atomic_load(&seen[2][CEP_CM_EV_DREQ_ERROR]), 0);
+	fake_stop();
+}
+
+/* ---- destroy-unsent ---------------------------------------------------------------- */
+
+/* REQ_RECEIVED records for the listener @listen, ids @first.. @first + n - 1,
+ * 8 to a message, on the latest connection. */
+static void fake_reqs(uint32_t listen, uint32_t first, int n)
+{
+	_Alignas(8) uint8_t buf[sizeof(struct cepd_events) + 8 * (sizeof(struct cepd_ev) + 8)];
+	struct cepd_events *m = (struct cepd_events *)buf;
+	size_t rec = (sizeof(struct cepd_ev) + 7) & ~(size_t)7;
+	int fd;
+
+	pthread_mutex_lock(&F.mu);
+	fd = F.fd;
+	pthread_mutex_unlock(&F.mu);
+	for (int i = 0; i < n; i += 8) {
+		size_t off = sizeof(*m);
+		int k = n - i < 8 ? n - i : 8;
+
+		memset(buf, 0, sizeof(buf));
+		m->h.op = CEPD_EVENTS;
+		m->count = (uint32_t)k;
+		for (int j = 0; j < k; j++) {
+			struct cepd_ev e;
+
+			memset(&e, 0, sizeof(e));
+			e.len = (uint32_t)rec;
+			e.type = CEP_CM_EV_REQ_RECEIVED;
+			e.handle = first + (uint32_t)(i + j);
+			e.listen_handle = listen;
+			e.local_comm_id = 0x1000 + e.handle;
+			memcpy(buf + off, &e, sizeof(e));
+			off += rec;
+		}
+		m->h.len = (uint32_t)off;
+		CHECK(fd >= 0 && send(fd, buf, off, MSG_NOSIGNAL) == (ssize_t)off);
+	}
+}
+
+/* REQs that reach a listener the application has destroyed: the client
+ * asks cepd to end each new id (quiet DESTROY_ID, never blocking, under
+ * its lock). With the service not reading, the socket fills: the ones it
+ * refuses wait and go when the client next hears from cepd - every one
+ * arrives, once (before, those were lost and the ids stayed in cepd). */
+static void case_destroy_unsent(void)
+{
+	const int n = 3000;
+	const uint32_t first = 100000;
+	struct cep_cm_id *l;
+	struct cep_cm *cm;
+	uint32_t hl, ts[1] = { CEP_CM_EV_MRA_RECEIVED };
+	uint64_t want;
+
+	fake_start(16, 1, 1, NULL);
+	cm = attach_fake();
+	l = new_id(cm, 0, NULL);
+	CHECK_EQ(cep_cm_listen(l, 0x1234, ~0ull), 0);
+	hl = handle_of(l);
+	CHECK_EQ(cep_cm_destroy_id(l), 0);   /* quiet; its DESTROYED never comes */
+	for (int i = 0; i < 5000 && atomic_load(&F.quiet) < 1; i++)
+		usleep(1000);
+	CHECK_EQ(atomic_load(&F.quiet), 1);
+	atomic_store(&F.pause, 1);
+	fake_reqs(hl, first, n);
+	usleep(300 * 1000);                  /* the client has read them all */
+	atomic_store(&F.pause, 0);
+	/* what the full socket took arrives; the rest waits for cepd's next
+	 * message: any (here an event of the gone listener's) */
+	usleep(300 * 1000);
+	fake_events(1, &hl, ts);
+	want = (uint64_t)hl + (uint64_t)n * first + (uint64_t)n * (n - 1) / 2;
+	for (int i = 0; i < 5000 && atomic_load(&F.quiet) < 1 + n; i++)
+		usleep(1000);
+	printf("destroy-unsent: %d quiet DESTROY_IDs of %d\n", atomic_load(&F.quiet), 1 + n);
+	CHECK_EQ(atomic_load(&F.quiet), 1 + n);
+	CHECK(atomic_load(&F.quiet_sum) == want); /* each handle once */
+	CHECK_EQ(cep_cm_destroy(cm), 0);
 	fake_stop();
 }
 
@@ -1052,6 +1139,8 @@ int main(int argc, char **argv)
 		case_destroy_quiet();
 	else if (!strcmp(c, "destroy-quiet-cepd"))
 		case_destroy_quiet_cepd();
+	else if (!strcmp(c, "destroy-unsent"))
+		case_destroy_unsent();
 	else if (!strcmp(c, "destroy-race"))
 		case_destroy_race(200);
 	else if (!strcmp(c, "attach-timeout-hello"))
