@@ -70,7 +70,7 @@ struct cep_lead {
 	unsigned users;                 /* mtx: waits that may still touch it */
 	/* statistics: relaxed, no order with anything */
 	_Atomic uint64_t st_app_leads, st_app_drains, st_backstop_drains, st_kicks, st_handovers;
-	_Atomic uint64_t st_asides;
+	_Atomic uint64_t st_asides, st_backstop_looks;
 };
 
 static uint64_t now_ms(void)
@@ -491,6 +491,7 @@ int cep_lead_backstop_take(struct cep_lead *l, int *sleep_ms, void (*kick)(void 
 	uint64_t t = now_ms();
 	int took = 0, clip = -1;
 
+	atomic_fetch_add_explicit(&l->st_backstop_looks, 1, memory_order_relaxed);
 	pthread_mutex_lock(&l->mtx);
 	if (l->closed) {
 		/* nothing: the context stops */
@@ -553,6 +554,7 @@ void cep_lead_stats(struct cep_lead *l, struct cep_lead_stats *st)
 	st->kicks = atomic_load_explicit(&l->st_kicks, memory_order_relaxed);
 	st->handovers = atomic_load_explicit(&l->st_handovers, memory_order_relaxed);
 	st->asides = atomic_load_explicit(&l->st_asides, memory_order_relaxed);
+	st->backstop_looks = atomic_load_explicit(&l->st_backstop_looks, memory_order_relaxed);
 	pthread_mutex_lock(&l->mtx);
 	st->backstop_now = l->holder == H_BACKSTOP;
 	pthread_mutex_unlock(&l->mtx);

@@ -132,6 +132,8 @@ struct cep_lead_stats {
 	uint64_t kicks;          /* backstops asked to let go */
 	uint64_t handovers;      /* leaders that woke a follower */
 	uint64_t asides;         /* leads given up inside a drain (step aside) */
+	uint64_t backstop_looks; /* cep_lead_backstop_take calls: a backstop's
+				    wake-ups (each sleep begins with one) */
 	uint64_t backstop_now;   /* 1 while the backstop holds the lead (read
 				    under the lead's mutex: a state, not a count) */
 };

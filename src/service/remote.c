@@ -83,6 +83,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -160,6 +161,9 @@ struct cmr {
 	int pend_efd;            /* readable: queued callbacks nobody is about
 				    to run (drop-in contexts) */
 	int bs_efd;              /* the reader thread's wake-up: its kick, stop */
+	int bs_tfd;              /* its timer (CLOCK_MONOTONIC): the lease's end
+				    after an application leader left, armed
+				    by bs_remind under the lead's mutex */
 	_Atomic int stop;        /* the reader thread ends (cmr_destroy) */
 	_Atomic int inline_cb;   /* set once under lk (cmr_callbacks_inline):
 				    callbacks run on the thread that reads */
@@ -1042,11 +1046,29 @@ static void bs_kick(void *arg)
 	(void)!write(r->bs_efd, &one, sizeof(one)); /* fails only when woken already */
 }
 
-/* The reader thread: the backstop. Sleeps on its eventfd and, while it
- * holds the lead (no thread waits, the lease is over), on the socket;
- * drains it, lets go, then runs a drop-in context's callbacks (without the
- * socket: a callback may wait for a thread that wants it). Until
- * cmr_destroy stops it. */
+/* The backstop's remind (cm/lead.h): the application leader left with no
+ * follower; be awake by @at_ms to take the lead when the lease ends. Under
+ * the lead's mutex: a timerfd armed, no wake-up now. Only while the lead
+ * is open (lead_shut closes the timer after destroying the lead). */
+static void bs_remind(void *arg, uint64_t at_ms)
+{
+	struct cmr *r = arg;
+	struct itimerspec its = { .it_value = { .tv_sec = (time_t)(at_ms / 1000),
+						.tv_nsec = (long)(at_ms % 1000) * 1000000 } };
+
+	if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
+		its.it_value.tv_nsec = 1; /* 0 would disarm it */
+	(void)timerfd_settime(r->bs_tfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/* The reader thread: the backstop. Sleeps on its eventfd, its timer and,
+ * while it holds the lead (no thread waits, the lease is over), on the
+ * socket; drains it, lets go, then runs a drop-in context's callbacks
+ * (without the socket: a callback may wait for a thread that wants it).
+ * While an application thread leads it sleeps until that one leaves
+ * (bs_remind), not a look every lease: an idle program waiting in
+ * rdma_get_cm_event woke it 50 times a second. Until cmr_destroy stops
+ * it. */
 static void *reader_main(void *arg)
 {
 	struct cmr *r = arg;
@@ -1054,19 +1076,23 @@ static void *reader_main(void *arg)
 
 	tl_backstop = r;
 	while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
-		struct pollfd pf[2] = { { .fd = r->bs_efd, .events = POLLIN },
+		struct pollfd pf[3] = { { .fd = r->bs_efd, .events = POLLIN },
+					{ .fd = r->bs_tfd, .events = POLLIN },
 					{ .fd = r->epfd, .events = POLLIN } };
 		int ms = -1, leading, n;
 
-		leading = cep_lead_backstop_take(l, &ms, bs_kick, NULL, r);
-		n = poll(pf, leading ? 2 : 1, ms);
-		if (n > 0 && (pf[0].revents & POLLIN)) {
+		leading = cep_lead_backstop_take(l, &ms, bs_kick, bs_remind, r);
+		n = poll(pf, leading ? 3 : 2, ms);
+		if (n > 0) {
 			uint64_t v;
 
-			(void)!read(r->bs_efd, &v, sizeof(v));
+			if (pf[0].revents & POLLIN)
+				(void)!read(r->bs_efd, &v, sizeof(v));
+			if (pf[1].revents & POLLIN) /* fired: read, or it stays ready */
+				(void)!read(r->bs_tfd, &v, sizeof(v));
 		}
 		if (leading) {
-			if (n > 0 && (pf[1].revents & (POLLIN | POLLERR | POLLHUP)))
+			if (n > 0 && (pf[2].revents & (POLLIN | POLLERR | POLLHUP)))
 				(void)cep_lead_backstop_drain(l);
 			cep_lead_backstop_put(l);
 		}
@@ -1545,6 +1571,9 @@ static int lead_open(struct cmr *r)
 	r->bs_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (r->bs_efd < 0)
 		return -errno;
+	r->bs_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (r->bs_tfd < 0)
+		return -errno;
 	ev.data.fd = r->fd;
 	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev))
 		return -errno;
@@ -1567,7 +1596,9 @@ static void lead_shut(struct cmr *r)
 		close(r->pend_efd);
 	if (r->bs_efd >= 0)
 		close(r->bs_efd);
-	r->epfd = r->pend_efd = r->bs_efd = -1;
+	if (r->bs_tfd >= 0)
+		close(r->bs_tfd);
+	r->epfd = r->pend_efd = r->bs_efd = r->bs_tfd = -1;
 }
 
 int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
@@ -1614,7 +1645,7 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	r->epfd = r->pend_efd = r->bs_efd = -1;
+	r->epfd = r->pend_efd = r->bs_efd = r->bs_tfd = -1;
 	r->rbuf = malloc((size_t)CMR_BATCH * CEPD_MSG_MAX);
 	r->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (!r->rbuf || r->fd < 0) {

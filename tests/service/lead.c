@@ -36,6 +36,11 @@
  *              returns (one at a time, in order), all on the waiting
  *              thread; both connections established, nothing read by the
  *              backstop
+ *   idle       a thread leads P's socket for 600 ms, nothing comes: the
+ *              reader thread (the backstop) sleeps through it - it looked
+ *              once a lease (about 30 times) before it had a timer of its
+ *              own; after the thread returns it takes the socket back
+ *              within a few leases (a REQ then reaches the channel)
  *   blocked    on such a context the callback, run by the waiting thread,
  *              blocks on a mutex the main thread holds across calls on P:
  *              the calls return (the drain stepped aside: the caller
@@ -309,6 +314,48 @@ static void scenario_channel(void)
 	CHECK_EQ(w.ret, 0);
 	CHECK(s1.app_drains > s0.app_drains);
 	CHECK_EQ(s1.backstop_drains, s0.backstop_drains);
+	reject_next(ch);
+	CHECK(wait_for(&a_rejected, 1, 5000));
+	(void)l;
+}
+
+/* ---- idle -------------------------------------------------------------------------------- */
+
+static void scenario_idle(void)
+{
+	struct cep_cm_channel *ch;
+	struct cep_cm_id *l;
+	struct waiter w = { .timeout_ms = 600 };
+	struct cep_lead_stats s0, s1, s2;
+	pthread_t t;
+
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	chan = ch;
+	l = listen_channel(ch);
+	w.ch = ch;
+	sleep_ms(LEAD_LEASE_MS * 3);
+	start_leading(&t, &w);
+	s0 = stats(P);
+	pthread_join(t, NULL);
+	s1 = s2 = stats(P);
+	CHECK_EQ(w.ret, -ETIMEDOUT);
+	printf("idle: an application led P's socket for 600 ms; the reader thread "
+	       "looked %llu times\n", (unsigned long long)(s1.backstop_looks - s0.backstop_looks));
+	/* the kick that gave the socket to the waiter may wake it once more */
+	CHECK(s1.backstop_looks - s0.backstop_looks <= 2);
+	/* the lease ends: the reader thread holds the socket again (its
+	 * timer), and the next REQ reaches the channel through it */
+	for (int i = 0; i < 5000 && !stats(P).backstop_now; i++)
+		sleep_ms(1);
+	CHECK_EQ(stats(P).backstop_now, 1);
+	connect_one();
+	for (int i = 0; i < 5000; i++) {
+		s2 = stats(P);
+		if (s2.backstop_drains > s1.backstop_drains)
+			break;
+		sleep_ms(1);
+	}
+	CHECK(s2.backstop_drains > s1.backstop_drains);
 	reject_next(ch);
 	CHECK(wait_for(&a_rejected, 1, 5000));
 	(void)l;
@@ -611,7 +658,7 @@ int main(int argc, char **argv)
 		{ "reply", scenario_reply }, { "channel", scenario_channel },
 		{ "backstop", scenario_backstop }, { "handover", scenario_handover },
 		{ "inline", scenario_inline }, { "reentrant", scenario_reentrant },
-		{ "blocked", scenario_blocked },
+		{ "blocked", scenario_blocked }, { "idle", scenario_idle },
 	};
 
 	if (argc != 3) {
