@@ -159,6 +159,21 @@ static int zero16(const uint8_t *b)
 	return !memcmp(b, z, 16);
 }
 
+/* The first 6 bytes of an MGID of IPoIB's form (ipoib's broadcast
+ * address, ip_ib_mc_map, ipv6_ib_mc_map): ff, 1 | scope 2, the signature
+ * @sig (0x401b IPv4, 0x601b IPv6; rdma_cm's replaces the low byte by
+ * 0x01), the P_Key with the full-member bit. */
+static void ipoib_mgid_prefix(uint8_t mgid[16], uint16_t sig, uint16_t pkey)
+{
+	pkey |= 0x8000;
+	mgid[0] = 0xff;
+	mgid[1] = 0x10 | IB_BCAST_SCOPE;
+	mgid[2] = (uint8_t)(sig >> 8);
+	mgid[3] = (uint8_t)sig;
+	mgid[4] = (uint8_t)(pkey >> 8);
+	mgid[5] = (uint8_t)pkey;
+}
+
 /* The MGID of group @a on an InfiniBand port (the kernel's cma_set_mgid),
  * with IPoIB's default broadcast address standing for the interface's:
  * scope 2 and the id's P_Key, full member. A zero address gives a zero
@@ -172,7 +187,6 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 	uint8_t sig = ps == RDMA_PS_UDP ? 0x01 : 0x1b;
 
 	memset(mgid, 0, 16);
-	pkey |= 0x8000;
 	switch (a->sa_family) {
 	case AF_INET: {
 		uint32_t h = ntohl(((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr);
@@ -181,12 +195,12 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 			return 0;
 		if (!IN_MULTICAST(h))
 			return -EINVAL;
+		ipoib_mgid_prefix(mgid, 0x4000 | sig, pkey);
 		mgid[12] = (uint8_t)((h >> 24) & 0x0f);
 		mgid[13] = (uint8_t)(h >> 16);
 		mgid[14] = (uint8_t)(h >> 8);
 		mgid[15] = (uint8_t)h;
-		mgid[2] = 0x40;
-		break;
+		return 0;
 	}
 	case AF_INET6: {
 		const uint8_t *g = ((const struct sockaddr_in6 *)(const void *)a)->sin6_addr.s6_addr;
@@ -199,9 +213,9 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 			memcpy(mgid, g, 16); /* an MGID the SA assigned */
 			return 0;
 		}
+		ipoib_mgid_prefix(mgid, 0x6000 | sig, pkey);
 		memcpy(mgid + 6, g + 6, 10);
-		mgid[2] = 0x60;
-		break;
+		return 0;
 	}
 	case AF_IB: {
 		const uint8_t *g = ((const struct sockaddr_ib *)(const void *)a)->sib_addr.sib_raw;
@@ -214,12 +228,6 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 	default:
 		return -EAFNOSUPPORT;
 	}
-	mgid[0] = 0xff;
-	mgid[1] = 0x10 | IB_BCAST_SCOPE;
-	mgid[3] = sig;
-	mgid[4] = (uint8_t)(pkey >> 8);
-	mgid[5] = (uint8_t)pkey;
-	return 0;
 }
 
 /* IPoIB's broadcast group's record (its MGID ff12:401b:P_Key::ffff:ffff,
@@ -232,12 +240,7 @@ static int bcast_rec(struct cep_sa *sa, uint16_t pkey, struct cep_sa_mcmember *o
 	int ret;
 
 	memset(&q, 0, sizeof(q));
-	q.mgid[0] = 0xff;
-	q.mgid[1] = 0x10 | IB_BCAST_SCOPE;
-	q.mgid[2] = 0x40;
-	q.mgid[3] = 0x1b;
-	q.mgid[4] = (uint8_t)((pkey | 0x8000) >> 8);
-	q.mgid[5] = (uint8_t)pkey;
+	ipoib_mgid_prefix(q.mgid, 0x401b, pkey);
 	memset(q.mgid + 12, 0xff, 4);
 	ret = cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &q, out);
 	return ret == -EHOSTUNREACH ? -EADDRNOTAVAIL : ret;
