@@ -195,8 +195,10 @@ struct cep_cm_attr {
 					 0 = 20 (~4 s) */
 	uint8_t auto_mra;             /* send MRA when the application takes more
 					 than half the peer's response timeout,
-					 and at once for a REQ whose listener
-					 has others unanswered (libcep's own:
+					 and at once for a REQ that would wait
+					 that long behind its listener's
+					 others at the pace the listener has
+					 answered (libcep's own:
 					 the kernel's rdma_cm MRAs only a
 					 repeated REQ); cep_cm_mra() replaces
 					 it */

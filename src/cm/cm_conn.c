@@ -128,6 +128,23 @@ void cm_listener_release(struct cep_cm_id *lid)
 	pthread_mutex_unlock(&lid->lock);
 }
 
+/* The automatic MRA's choice for a request that arrives with @ahead of its
+ * listener's requests unanswered (itself included): MRA it at once when it
+ * will likely wait longer than half its requester's timeout (@peer_ms),
+ * the point where its timer would MRA it anyway - @ahead requests at the
+ * listener's measured pace (lis.svc_fx). Before the listener has accepted
+ * any request there is no pace: then any request behind another is MRAed
+ * at once (an application that never answers, or a burst's first few).
+ * Alone, never: the timer covers it. Any thread; an estimate, relaxed. */
+static int cm_mra_now(struct cep_cm_id *lid, uint32_t ahead, uint32_t peer_ms)
+{
+	uint64_t fx = atomic_load_explicit(&lid->lis.svc_fx, memory_order_relaxed);
+
+	if (ahead <= 1)
+		return 0;
+	return !fx || ((uint64_t)ahead * fx >> 10) >= peer_ms / 2;
+}
+
 /* The REQ's primary path must lead to this port, as the kernel's
  * cm_init_av_by_path requires: its P_Key ours (the port's P_Key at index
  * 0, membership bit aside: libcep serves one partition per port), its
@@ -286,17 +303,20 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	 * life + our response timeout: then this half-open id expires, or
 	 * at the half-open limit if that comes first (cm_set_expiry). */
 	id->half_open_until = cep_clock_ms(cm->clock) + cm->half_open_ms;
-	if (cm->auto_mra && atomic_load_explicit(&lid->lis.half_open, memory_order_relaxed) > 1) {
-		/* The listener has other requests unanswered: this one waits
-		 * behind them, so MRA it now rather than at half the
-		 * requester's timeout, when a burst's MRAs would all leave
-		 * together, late, behind the requester's REQ timer (issue 21:
-		 * 1,612 REQ retries for cmtime's 1,000 connections). libcep's
-		 * choice: the kernel's rdma_cm MRAs a request only when its
-		 * REQ comes again (CMA_CM_MRA_SETTING carries
-		 * IB_CM_MRA_FLAG_DELAY), and a 6.1 requester waits the MRA's
-		 * time for each try it has left (docs/protocol.md, "MRA"). A
-		 * listener that keeps up sends none. */
+	/* relaxed: a count for an estimate; ours is in it (cm_listener_hold) */
+	id->req_ahead = atomic_load_explicit(&lid->lis.half_open, memory_order_relaxed);
+	if (cm->auto_mra && cm_mra_now(lid, id->req_ahead, id->peer_timeout_ms)) {
+		/* The listener is behind: this request waits behind the
+		 * others for longer than the half of the requester's timeout
+		 * at which the timer below would MRA it, so MRA it now, when
+		 * a burst's MRAs would otherwise all leave together, late,
+		 * behind the requester's REQ timer (issue 21: 1,612 REQ
+		 * retries for cmtime's 1,000 connections). libcep's choice:
+		 * the kernel's rdma_cm MRAs a request only when its REQ comes
+		 * again (CMA_CM_MRA_SETTING carries IB_CM_MRA_FLAG_DELAY), and
+		 * a 6.1 requester waits the MRA's time for each try it has
+		 * left (docs/protocol.md, "MRA"). A listener that keeps up
+		 * sends none. */
 		cm_send_auto_mra(id, CEP_MSG_CODE_REQ);
 		cm_set_state(id, CEP_CM_MRA_REQ_SENT);
 		cm_req_expire_after_mra(id);

@@ -279,6 +279,7 @@ int cm_local_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask, un
 			id->lis.req_inflight = 0;
 			atomic_store_explicit(&id->lis.half_open, 0, memory_order_relaxed);
 			atomic_store_explicit(&id->lis.untaken, 0, memory_order_relaxed);
+			atomic_store_explicit(&id->lis.svc_fx, 0, memory_order_relaxed);
 			cm_set_state(id, CEP_CM_LISTEN);
 		} else if (ret == -EEXIST) {
 			ret = -EADDRINUSE;

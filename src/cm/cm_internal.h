@@ -242,6 +242,16 @@ struct cep_cm_id {
 					  application's answer now (REQ_RCVD,
 					  MRA_REQ_SENT, SIDR_REQ_RCVD; incremented
 					  under its lock, decremented by each child) */
+		_Atomic uint32_t svc_fx; /* how fast its application answers:
+					  a moving average of the ms per
+					  request (x 1024) its accepted
+					  requests waited, each request's wait
+					  over the requests unanswered when it
+					  came (req_ahead); 0 until one is
+					  accepted. Relaxed load and store by
+					  whichever child's worker samples: two
+					  racing samples lose one, an estimate
+					  (cm_mra_sample) */
 		_Atomic uint32_t untaken; /* those of them the application has
 					  not taken yet (cm_request_taken): what
 					  the backlog bounds, as ucma's counts the
@@ -249,6 +259,9 @@ struct cep_cm_id {
 					  increments and decrements, and one at
 					  the take) */
 	} lis;
+	uint32_t req_ahead;            /* lock: a passive id: its listener's
+					  unanswered requests when its REQ came,
+					  itself included (cm_mra_sample) */
 	struct cep_cm_id *listener;    /* lock: an unanswered child: the listener
 					  it counts against (a CEP reference held) */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
@@ -400,6 +413,9 @@ uint32_t cm_be32(const uint8_t *p);
 int cm_unanswered(unsigned s);
 /* Locked: a child stops counting against its listener's backlog. */
 void cm_half_open_end(struct cep_cm_id *id);
+/* Locked, before cm_half_open_end when the application accepts: the
+ * request's wait goes into its listener's svc_fx. */
+void cm_mra_sample(struct cep_cm_id *id);
 /* Any thread, no engine lock held (takes @id's): the application has
  * taken @id's request (librdmacm: rdma_get_cm_event returned its
  * CONNECT_REQUEST), so it no longer counts against its listener's backlog,

@@ -43,6 +43,23 @@ void cm_half_open_end(struct cep_cm_id *id)
 	cep_put(l->cep);
 }
 
+void cm_mra_sample(struct cep_cm_id *id)
+{
+	struct cep_cm *cm = id->cm;
+	struct cep_cm_id *l = id->listener;
+	uint64_t now = cep_clock_ms(cm->clock);
+	uint64_t at = id->half_open_until - cm->half_open_ms; /* its arrival */
+	uint64_t per = ((now > at ? now - at : 0) << 10) / (id->req_ahead ? id->req_ahead : 1);
+	uint32_t old = atomic_load_explicit(&l->lis.svc_fx, memory_order_relaxed);
+	uint64_t avg = old ? old - old / 8 + per / 8 : per; /* weight 1/8 */
+
+	/* relaxed: a number for cm_mra_now, ordering nothing; a sample that
+	 * races another's store is lost (field comment). Never 0: 0 says
+	 * "none yet". */
+	atomic_store_explicit(&l->lis.svc_fx, avg > UINT32_MAX ? UINT32_MAX : avg ? (uint32_t)avg : 1,
+			      memory_order_relaxed);
+}
+
 void cm_request_taken(struct cep_cm_id *id)
 {
 	if (id)
@@ -93,8 +110,11 @@ void cm_set_state(struct cep_cm_id *id, unsigned s)
 {
 	struct cm_wstats *w = &id->cm->ws[id->worker];
 
-	if (id->listener && !cm_unanswered(s))
+	if (id->listener && !cm_unanswered(s)) {
+		if (s == CEP_CM_REP_SENT)
+			cm_mra_sample(id);
 		cm_half_open_end(id);
+	}
 	/* a REQ answered, given up or abandoned leaves its window */
 	if (id->dest && s != CEP_CM_REQ_SENT && s != CEP_CM_MRA_REQ_RCVD)
 		cm_pace_leave(id);

@@ -267,6 +267,48 @@ static void t_mra_behind(void)
 	teardown_all();
 }
 
+/* auto_mra and a listener that keeps up: once it has accepted a request,
+ * its pace decides. A first request accepted after 10 ms sets it (10 ms a
+ * request); then seven requests arrive at once: the one behind six others
+ * (70 ms, past the half of its requester's 134 ms timeout) is MRAed at
+ * once, the six before it are not (they should be answered in time; their
+ * half-timeout timers still cover them, and MRA them when that passes). */
+static void t_mra_pace(void)
+{
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0x10f };
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a[8];
+
+	setup(1, 1); /* one worker: each REQ sees the count its turn leaves */
+	listen_on(&B, SID);
+	B.pol.on_req = ON_REQ_NOTHING;
+	for (int i = 0; i < 8; i++)
+		a[i] = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_B);
+	p.remote_cm_response_timeout = 15; /* 134 ms: the timer's MRA after 68 ms */
+	CHECK_EQ(cep_cm_connect(a[0], &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 1));
+	advance_ms(10);
+	CHECK_EQ(cep_cm_accept(last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id, &ap), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	for (int i = 1; i < 8; i++) {
+		p.qpn = 0x100 + (uint32_t)i;
+		CHECK_EQ(cep_cm_connect(a[i], &p), 0);
+	}
+	CHECK(wait_ev(&B, CEP_CM_EV_REQ_RECEIVED, 8));
+	settle(); /* no time passes */
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, NULL), 1);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, a[0]), 0);
+	advance_ms(67);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, NULL), 1);
+	advance_ms(1); /* the six others' timers */
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 7));
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_MRA_RECEIVED, a[0]), 0);
+	CHECK_EQ(stats_of(&A).retries, 0);
+	CHECK_EQ(stats_of(&B).sent[CEP_MSG_MRA], 7);
+	teardown_all();
+}
+
 /* The active side MRAs the REP, then sends RTU by hand. */
 static void t_mra_rep(void)
 {
@@ -2890,6 +2932,7 @@ static const struct {
 	{ "mra-req", t_mra_req },
 	{ "mra-auto", t_mra_auto },
 	{ "mra-behind", t_mra_behind },
+	{ "mra-pace", t_mra_pace },
 	{ "mra-rep", t_mra_rep },
 	{ "req-timeout", t_req_timeout },
 	{ "tid", t_tid },
