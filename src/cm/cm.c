@@ -438,6 +438,13 @@ int cep_cm_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 	return cm->ops->qp_destroy(cm, qpn);
 }
 
+int cm_qp_register_nowait(struct cep_cm *cm, uint32_t qpn)
+{
+	if (!cm || qpn > 0xffffff)
+		return -EINVAL;
+	return cm->ops->qp_register_nowait(cm, qpn);
+}
+
 int cm_qp_destroy_nowait(struct cep_cm *cm, uint32_t qpn)
 {
 	if (!cm)
@@ -468,6 +475,7 @@ const struct cm_ops cm_local_ops = {
 	.destroy = cm_local_destroy,
 	.on_callback_thread = cm_local_on_callback_thread,
 	.qp_register = cm_local_qp_register,
+	.qp_register_nowait = cm_local_qp_register, /* done when it returns */
 	.qp_destroy = cm_local_qp_destroy,
 	.qp_destroy_nowait = cm_local_qp_destroy, /* done when it returns */
 	.quiesce = cm_local_quiesce,

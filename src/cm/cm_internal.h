@@ -438,6 +438,17 @@ int cm_request_drop(struct cep_cm_id *id);
  * has destroyed the client's QPs already). Any thread, as
  * cep_cm_qp_destroy(). */
 int cm_qp_destroy_nowait(struct cep_cm *cm, uint32_t qpn);
+/* cep_cm_qp_register() for the librdmacm drop-in's rdma_create_qp, whose
+ * kernel counterpart asks no CM: in a context of this process the same
+ * call; in an attached one the request leaves quiet (CEPD_F_QUIET, in the
+ * outgoing queue with a burst's others) and the call returns 0 without
+ * the ownership check's answer. A refusal (cepd's -EPERM, -EMFILE, ...)
+ * comes back as a failure answer and is kept: the next cep_cm_connect or
+ * cep_cm_accept naming that QP, which cepd refuses because the QP is not
+ * the client's, returns the register's error instead of its own. cepd
+ * serves the requests in order, so a connect sent after it finds it
+ * registered. 0, or as cep_cm_qp_register(). Any thread. */
+int cm_qp_register_nowait(struct cep_cm *cm, uint32_t qpn);
 /* cep_cm_disconnect(@id, NULL, 0) for a caller that ignores its answer (the
  * drop-in's rdma_disconnect, which returns 0 whatever the DREQ or DREP
  * did, as the kernel's): local, the same call; attached, sent

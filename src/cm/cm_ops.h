@@ -36,6 +36,9 @@ struct cm_ops {
 	 * wait for @cm (-EDEADLK). */
 	int (*on_callback_thread)(const struct cep_cm *cm);
 	int (*qp_register)(struct cep_cm *cm, uint32_t qpn);
+	/* cm_qp_register_nowait (cm_internal.h): qp_register, its refusal
+	 * told by the next connect or accept that names the QP. */
+	int (*qp_register_nowait)(struct cep_cm *cm, uint32_t qpn);
 	int (*qp_destroy)(struct cep_cm *cm, uint32_t qpn);
 	/* cm_qp_destroy_nowait (cm_internal.h): qp_destroy, not waiting to
 	 * learn how it went. */

@@ -96,12 +96,14 @@ int rcm_qp_register(struct rcm_id *r, uint32_t qpn)
 		 * rdma_destroy_qp): its connection ends, the number is ours.
 		 * The other id's later unregister finds the entry taken. */
 		cm_qp_destroy_nowait(cm, qpn); /* the register follows it */
-		ret = cep_cm_qp_register(cm, qpn);
+		ret = cm_qp_register_nowait(cm, qpn);
 		if (!ret)
 			(*pp)->owner = r;
 	} else {
 		q = malloc(sizeof(*q));
-		ret = q ? cep_cm_qp_register(cm, qpn) : -ENOMEM;
+		/* through cepd without a round trip: its refusal is the
+		 * error of the connect or accept that names the QP */
+		ret = q ? cm_qp_register_nowait(cm, qpn) : -ENOMEM;
 		if (!ret) {
 			q->qpn = qpn;
 			q->owner = r;

@@ -138,8 +138,9 @@ struct cepd_hello_rep {
 #define CEPD_F_QUIET 2u  /* no REPLY when the request succeeds (a failure
 			    is answered as always): for a request whose
 			    success the client does not wait for, so that
-			    no answer wakes it. Only on CEPD_QP_DESTROY,
-			    CEPD_DESTROY_ID and CEPD_DISCONNECT */
+			    no answer wakes it. Only on CEPD_QP_REGISTER,
+			    CEPD_QP_DESTROY, CEPD_DESTROY_ID and
+			    CEPD_DISCONNECT */
 
 struct cepd_req {
 	struct cepd_hdr h;
@@ -254,8 +255,8 @@ static inline long cepd_param_size(uint32_t op)
  * lengths disagree), -EMSGSIZE (a field longer than any message carries),
  * -EOPNOTSUPP (unknown op) or -EINVAL (unknown flags, CEPD_F_CREATE with a
  * handle or on an op that does not act on an id or answers a payload,
- * CEPD_F_QUIET on another op than CEPD_QP_DESTROY, CEPD_DESTROY_ID and
- * CEPD_DISCONNECT).
+ * CEPD_F_QUIET on another op than CEPD_QP_REGISTER, CEPD_QP_DESTROY,
+ * CEPD_DESTROY_ID and CEPD_DISCONNECT).
  * Pure. */
 static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 {
@@ -269,7 +270,7 @@ static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 	if (r->pd_len > CEPD_PD_MAX || r->aux_len > CEPD_AUX_MAX)
 		return -EMSGSIZE;
 	if ((r->flags & ~(CEPD_F_CREATE | CEPD_F_QUIET)) ||
-	    ((r->flags & CEPD_F_QUIET) && r->h.op != CEPD_QP_DESTROY &&
+	    ((r->flags & CEPD_F_QUIET) && r->h.op != CEPD_QP_REGISTER && r->h.op != CEPD_QP_DESTROY &&
 	     r->h.op != CEPD_DESTROY_ID && r->h.op != CEPD_DISCONNECT) ||
 	    ((r->flags & CEPD_F_CREATE) &&
 	     (r->handle || r->h.op == CEPD_DESTROY_ID || r->h.op == CEPD_ID_QUERY ||

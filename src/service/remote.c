@@ -61,6 +61,14 @@
  *   go of it (cep_lead_close), and the memory is freed. Of racing calls on
  *   one context exactly one does it; the others get -EINVAL (not live), as
  *   on a local context.
+ * - Requests leave in the order they were given, across threads as far as
+ *   the threads' own order goes: a quiet request (a destroy, a
+ *   disconnect) given within OUT_BURST_MS of the last waits in the
+ *   outgoing queue, which leaves in one system call at OUT_BATCH, before
+ *   any later request, or OUT_BURST_MS after it began (the reader's
+ *   timer); a request that finds the socket full waits in it too, and
+ *   its caller reads meanwhile (the queue leaves as room comes). So a
+ *   burst of destroys wakes cepd once per batch, not once per request.
  * - cep_cm_attach() waits at most its timeout (default 10 s) for the
  *   service: its connect (a full accept backlog) and the HELLO's answer.
  *   The HELLO tells cepd who we are by credentials it cannot be fooled by
@@ -108,6 +116,16 @@ enum {
  * sending cannot hold a waiting thread for ever. */
 #define CMR_BATCH 8
 #define CMR_ROUNDS 4
+
+/* Quiet requests in a burst (issue 27: rdma_destroy_qp, rdma_destroy_id and
+ * rdma_disconnect of many connections, each waking cepd's thread for the
+ * client): one that comes within OUT_BURST_MS of the last waits in the
+ * outgoing queue, and the queue leaves in one system call (sendmmsg) when
+ * it holds OUT_BATCH, when any other request is sent, or OUT_BURST_MS
+ * after it began at the latest (the reader thread's timer), so cepd reads
+ * them in one wake-up. One after a quiet spell leaves at once. */
+#define OUT_BATCH 64
+#define OUT_BURST_MS 2
 
 struct cmr;
 
@@ -190,10 +208,29 @@ struct cmr {
 				    whose creating request's reply is on its
 				    way), newest first */
 	unsigned creating;       /* lk: such requests in flight */
-	uint32_t *unsent;        /* lk: DESTROY_IDs a full socket refused
-				    (send_async_destroy), oldest first from
-				    unsent_head, sent again by flush_unsent */
-	size_t unsent_head, unsent_n, unsent_cap; /* lk */
+	struct omsg *ohead, *otail; /* lk: the outgoing queue (out_push): requests
+				    not sent yet, in the order they must leave
+				    (a burst's quiet ones, what a full socket
+				    refused, a call behind them) */
+	unsigned on;             /* lk: how many */
+	int out_armed;           /* lk: out_tfd is set (out_arm) */
+	int out_tfd;             /* the reader's timer for the queue (out_arm) */
+	uint64_t quiet_last_ms;  /* lk: when the last quiet request was given */
+	struct {                 /* lk: the latest quiet QP_REGISTERs, one per
+				    number (reg_track): cepd's refusal of one
+				    (quiet_failed) waits here for the next
+				    connect or accept naming the QP
+				    (refused_take); a later register or
+				    destroy of the number drops it */
+		uint32_t qpn;    /* 0: a free slot (cepd refuses 0 anyway) */
+		uint32_t tag;    /* its request's QUIET_TAG */
+		int err;         /* 0 until refused */
+	} regs[8];
+	unsigned regs_next;      /* lk: the slot a new number takes */
+	uint32_t reg_tag;        /* lk: the last tag given */
+	uint64_t out_msgs, out_sends; /* lk: requests sent from the queue, and
+				    the sendmmsg calls that sent them
+				    (cmr_out_counts) */
 	int dead;                /* lk: the service has gone */
 	int closing;             /* lk: cep_cm_destroy has decided: no event
 				    reaches the user any more, the callback
@@ -465,12 +502,16 @@ static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event 
 		pend_signal_locked(r);
 }
 
-/* Requests sent CEPD_F_QUIET (send_quiet) are numbered SEQ_QUIET | their
- * op << 32 | the handle they name (0: none): no call waits for them, and
- * cepd answers only a failure, which says what failed. Calls' numbers
- * count up from 1 and never reach bit 63. */
+/* Requests sent CEPD_F_QUIET (send_quiet) are numbered SEQ_QUIET | a
+ * 15-bit tag << 48 (a register's generation, reg_track) | their op << 32
+ * | their key: the handle they name, or for a request on a QP (no handle)
+ * its number: no call waits for them, and cepd answers only a failure,
+ * which says what failed. Calls' numbers count up from 1 and never reach
+ * bit 48. */
 #define SEQ_QUIET (1ull << 63)
-#define QUIET_SEQ(op, handle) (SEQ_QUIET | (uint64_t)(op) << 32 | (handle))
+#define QUIET_SEQ(op, key) (SEQ_QUIET | (uint64_t)(op) << 32 | (key))
+#define QUIET_TAG(seq) ((uint32_t)((seq) >> 48) & 0x7fffu)
+#define QUIET_OP(seq) ((uint32_t)((seq) >> 32) & 0xffffu)
 
 /* A quiet request: @op on id @handle (0: none) with a = @a. */
 static void quiet_req(struct cepd_req *q, uint32_t op, uint32_t handle, uint32_t a)
@@ -478,72 +519,160 @@ static void quiet_req(struct cepd_req *q, uint32_t op, uint32_t handle, uint32_t
 	memset(q, 0, sizeof(*q));
 	q->h.op = op;
 	q->h.len = sizeof(*q);
-	q->h.seq = QUIET_SEQ(op, handle);
+	q->h.seq = QUIET_SEQ(op, handle ? handle : a);
 	q->flags = CEPD_F_QUIET;
 	q->handle = handle;
 	q->a = a;
 }
 
-/* r->lk held. A quiet DESTROY_ID of @handle, never blocking: 1 sent (or
- * the socket is broken: cepd then ends every id of ours itself), 0 the
- * socket is full. */
-static int try_async_destroy(struct cmr *r, uint32_t handle)
-{
-	struct cepd_req q;
-	ssize_t n;
+/* ---- the outgoing queue --------------------------------------------------- */
 
-	quiet_req(&q, CEPD_DESTROY_ID, handle, 0);
-	n = send(r->fd, &q, sizeof(q), MSG_NOSIGNAL | MSG_DONTWAIT);
-	return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS);
+/* One request waiting to leave, whole. */
+struct omsg {
+	struct omsg *next;
+	size_t len;
+	_Alignas(8) uint8_t buf[];
+};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-/* r->lk held. The DESTROY_IDs a full socket refused, in order, until the
- * socket is full again. Run at every send_async_destroy, every call, and
- * whenever a message from cepd is read (cepd reads ours again sooner or
- * later: an id it holds for us ends by its own timeout at the latest,
- * with an event that brings us here). */
-static void flush_unsent(struct cmr *r)
+/* r->lk held. Wake the reader OUT_BURST_MS from now to send the queue, if
+ * it is not set to already. */
+static void out_arm(struct cmr *r)
 {
-	while (r->unsent_n && try_async_destroy(r, r->unsent[r->unsent_head])) {
-		r->unsent_head++;
-		r->unsent_n--;
+	struct itimerspec its = { .it_value = { .tv_nsec = OUT_BURST_MS * 1000000L } };
+
+	if (r->out_armed)
+		return;
+	if (!timerfd_settime(r->out_tfd, 0, &its, NULL))
+		r->out_armed = 1;
+}
+
+/* r->lk held. Send what the queue holds, in order, never blocking: until
+ * it is empty or the socket is full (the rest waits for the next flush:
+ * every request sent, every message read, the reader's timer, which stays
+ * set while anything waits). A socket that has ended drops the queue: cepd
+ * ends every id and QP of ours with it, and the reader finds the end. */
+static void out_flush(struct cmr *r)
+{
+	while (r->ohead) {
+		struct mmsghdr mm[OUT_BATCH];
+		struct iovec iov[OUT_BATCH];
+		struct omsg *m = r->ohead;
+		unsigned k = 0;
+		int n;
+
+		for (; m && k < OUT_BATCH; m = m->next, k++) {
+			iov[k].iov_base = m->buf;
+			iov[k].iov_len = m->len;
+			memset(&mm[k], 0, sizeof(mm[k]));
+			mm[k].msg_hdr.msg_iov = &iov[k];
+			mm[k].msg_hdr.msg_iovlen = 1;
+		}
+		do
+			n = sendmmsg(r->fd, mm, k, MSG_DONTWAIT | MSG_NOSIGNAL);
+		while (n < 0 && errno == EINTR);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS))
+			break;
+		if (n >= 0) {
+			r->out_sends++;
+			r->out_msgs += (unsigned)n;
+		} else {
+			n = (int)r->on; /* gone: nothing of it would be read */
+		}
+		for (int i = 0; i < n && r->ohead; i++) {
+			m = r->ohead;
+			r->ohead = m->next;
+			r->on--;
+			free(m);
+		}
+		if (!r->ohead)
+			r->otail = NULL;
 	}
-	if (!r->unsent_n)
-		r->unsent_head = 0;
+	if (r->ohead)
+		out_arm(r);
+}
+
+/* r->lk held. Queue @len bytes of request at the end. 0 or -ENOMEM. */
+static int out_push(struct cmr *r, const void *req, size_t len)
+{
+	struct omsg *m = malloc(sizeof(*m) + len);
+
+	if (!m)
+		return -ENOMEM;
+	m->next = NULL;
+	m->len = len;
+	memcpy(m->buf, req, len);
+	if (r->otail)
+		r->otail->next = m;
+	else
+		r->ohead = m;
+	r->otail = m;
+	r->on++;
+	return 0;
+}
+
+/* r->lk held. A quiet request sent or queued, never blocking: at once when
+ * nothing waits before it and no burst is on (@burst 0), else queued behind
+ * the others, to leave with them. 0; -ENOMEM when it could be neither
+ * sent (the socket full) nor queued. A broken socket counts as sent:
+ * cepd then ends everything of ours itself. */
+static int out_quiet(struct cmr *r, const struct cepd_req *q, int burst)
+{
+	int ret;
+
+	if (!r->ohead && !burst) {
+		ssize_t n;
+
+		do
+			n = send(r->fd, q, sizeof(*q), MSG_NOSIGNAL | MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS))
+			return 0;
+	}
+	ret = out_push(r, q, sizeof(*q));
+	if (ret)
+		return ret;
+	if (r->on >= OUT_BATCH)
+		out_flush(r);
+	else
+		out_arm(r);
+	return 0;
 }
 
 /* r->lk held. Ask cepd to end an id it made for us that names nothing of
  * ours (a REQ's whose listener is gone, or one we could not take): quiet
  * (no answer unless it fails, and that one finds no id of ours in
- * quiet_failed), never blocking, under the lock. On a full socket it waits
- * in r->unsent for flush_unsent, after the ones before it (nothing else
- * names such an id, and cepd cannot give its handle to another before it
- * ends, so the delay changes nothing but when it ends); only if that list
- * cannot grow is it lost, and the id stays in cepd until this client's
- * socket ends (said on stderr). */
+ * quiet_failed), never blocking, under the lock, through the outgoing
+ * queue (nothing else names such an id, and cepd cannot give its handle
+ * to another before it ends, so a wait there changes nothing but when it
+ * ends); only if it can be neither sent nor queued is it lost, and the id
+ * stays in cepd until this client's socket ends (said on stderr). */
 static void send_async_destroy(struct cmr *r, uint32_t handle)
 {
-	flush_unsent(r);
-	if (!r->unsent_n && try_async_destroy(r, handle))
-		return;
-	if (r->unsent_head + r->unsent_n == r->unsent_cap) {
-		size_t cap = r->unsent_cap ? r->unsent_cap * 2 : 64;
-		uint32_t *u;
+	struct cepd_req q;
 
-		if (r->unsent_head) { /* room at the front: move down first */
-			memmove(r->unsent, r->unsent + r->unsent_head,
-				r->unsent_n * sizeof(*r->unsent));
-			r->unsent_head = 0;
-		} else if ((u = realloc(r->unsent, cap * sizeof(*r->unsent)))) {
-			r->unsent = u;
-			r->unsent_cap = cap;
-		} else {
-			fprintf(stderr, "libcep: remote CM: out of memory: an id of cepd's "
-				"left until this process's connection ends\n");
-			return;
-		}
-	}
-	r->unsent[r->unsent_head + r->unsent_n++] = handle;
+	quiet_req(&q, CEPD_DESTROY_ID, handle, 0);
+	if (out_quiet(r, &q, 0))
+		fprintf(stderr, "libcep: remote CM: out of memory: an id of cepd's "
+			"left until this process's connection ends\n");
+}
+
+void cmr_out_counts(struct cep_cm *cm, uint64_t *msgs, uint64_t *sends, unsigned *queued)
+{
+	struct cmr *r = R(cm);
+
+	pthread_mutex_lock(&r->lk);
+	*msgs = r->out_msgs;
+	*sends = r->out_sends;
+	*queued = r->on;
+	pthread_mutex_unlock(&r->lk);
 }
 
 /* An event record kept until the id it names is known (see take_one). */
@@ -734,17 +863,68 @@ static void destroyed_here(struct cmr *r, struct rid *d);
 
 /* r->lk held: cepd refused a quiet request (@op, @ret). A DESTROY_ID's id
  * (@handle) then gets no DESTROYED from cepd: it ends here, as when the
- * service is gone, so that nothing waits for it. The others change
- * nothing a refusal could leave half done: a QP_DESTROY's number was not
- * cepd's to forget (-ENOENT); a DISCONNECT's id was not connected
+ * service is gone, so that nothing waits for it. A QP_REGISTER's refusal
+ * (@handle: the QP's number) is kept for the connect or accept that will
+ * name the QP (cm_qp_register_nowait), the last 8 of them. The others
+ * change nothing a refusal could leave half done: a QP_DESTROY's number
+ * was not cepd's to forget (-ENOENT); a DISCONNECT's id was not connected
  * (-EINVAL), as the caller's cm_disconnect_nowait allows. */
-static void quiet_failed(struct cmr *r, uint32_t op, uint32_t handle, int ret)
+static void quiet_failed(struct cmr *r, uint32_t op, uint32_t handle, uint32_t tag, int ret)
 {
-	struct rid *d = map_get(r, handle);
+	struct rid *d;
 
-	if (ret == 0 || op != CEPD_DESTROY_ID || !d || !d->gone)
+	if (ret == 0)
+		return;
+	if (op == CEPD_QP_REGISTER) { /* @handle: the QP's number */
+		for (unsigned i = 0; i < sizeof(r->regs) / sizeof(r->regs[0]); i++)
+			if (handle && r->regs[i].qpn == handle && r->regs[i].tag == tag)
+				r->regs[i].err = ret; /* else superseded: dropped */
+		return;
+	}
+	d = map_get(r, handle);
+	if (op != CEPD_DESTROY_ID || !d || !d->gone)
 		return;
 	destroyed_here(r, d);
+}
+
+/* r->lk held. A connect or accept naming @qpn failed with @ret: the
+ * error of the latest quiet register of @qpn if cepd refused it (its
+ * answer came before this call's: cepd answers in order), which is then
+ * forgotten; else @ret. */
+static int refused_take(struct cmr *r, uint32_t qpn, int ret)
+{
+	for (unsigned i = 0; i < sizeof(r->regs) / sizeof(r->regs[0]); i++)
+		if (qpn && r->regs[i].qpn == qpn && r->regs[i].err) {
+			r->regs[i].qpn = 0;
+			return r->regs[i].err;
+		}
+	return ret;
+}
+
+/* r->lk held. A request on QP @qpn is about to leave: any earlier quiet
+ * register of it is superseded (a refusal of it that comes later finds no
+ * slot of its tag). With @quiet_reg, the quiet register of @qpn: it takes
+ * a slot (the oldest's when all are taken: a refusal lost that way leaves
+ * the connect with cepd's own answer) and returns its tag. */
+static uint32_t reg_track(struct cmr *r, uint32_t qpn, int quiet_reg)
+{
+	const unsigned n = sizeof(r->regs) / sizeof(r->regs[0]);
+	unsigned slot = n;
+
+	for (unsigned i = 0; i < n; i++)
+		if (r->regs[i].qpn == qpn) {
+			r->regs[i].qpn = 0;
+			slot = i;
+		}
+	if (!quiet_reg)
+		return 0;
+	if (slot == n)
+		slot = r->regs_next++ % n;
+	r->reg_tag = (r->reg_tag + 1) & 0x7fffu;
+	r->regs[slot].qpn = qpn;
+	r->regs[slot].tag = r->reg_tag;
+	r->regs[slot].err = 0;
+	return r->reg_tag;
 }
 
 /* r->lk held. The answer to a call; a creating request's names its id.
@@ -757,7 +937,7 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len, struct wak
 	if (len < sizeof(*m) || !m->h.seq)
 		return;
 	if (m->h.seq & SEQ_QUIET) {
-		quiet_failed(r, (uint32_t)(m->h.seq >> 32) & 0x7fffffffu, (uint32_t)m->h.seq,
+		quiet_failed(r, QUIET_OP(m->h.seq), (uint32_t)m->h.seq, QUIET_TAG(m->h.seq),
 			     m->ret);
 		return;
 	}
@@ -876,8 +1056,8 @@ static void take_msg(struct cmr *r, const uint8_t *buf, size_t len, struct wakes
 	default:
 		break;
 	}
-	if (r->unsent_n)
-		flush_unsent(r);
+	if (r->ohead) /* cepd reads ours: room again, likely */
+		out_flush(r);
 }
 
 /* ---- callbacks ------------------------------------------------------------ */
@@ -1076,13 +1256,14 @@ static void *reader_main(void *arg)
 
 	tl_backstop = r;
 	while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
-		struct pollfd pf[3] = { { .fd = r->bs_efd, .events = POLLIN },
+		struct pollfd pf[4] = { { .fd = r->bs_efd, .events = POLLIN },
 					{ .fd = r->bs_tfd, .events = POLLIN },
+					{ .fd = r->out_tfd, .events = POLLIN },
 					{ .fd = r->epfd, .events = POLLIN } };
 		int ms = -1, leading, n;
 
 		leading = cep_lead_backstop_take(l, &ms, bs_kick, bs_remind, r);
-		n = poll(pf, leading ? 3 : 2, ms);
+		n = poll(pf, leading ? 4 : 3, ms);
 		if (n > 0) {
 			uint64_t v;
 
@@ -1090,9 +1271,17 @@ static void *reader_main(void *arg)
 				(void)!read(r->bs_efd, &v, sizeof(v));
 			if (pf[1].revents & POLLIN) /* fired: read, or it stays ready */
 				(void)!read(r->bs_tfd, &v, sizeof(v));
+			if (pf[2].revents & POLLIN) { /* the queue's time is up */
+				(void)!read(r->out_tfd, &v, sizeof(v));
+				pthread_mutex_lock(&r->lk);
+				r->out_armed = 0;
+				if (!r->dead)
+					out_flush(r); /* sets it again if some stay */
+				pthread_mutex_unlock(&r->lk);
+			}
 		}
 		if (leading) {
-			if (n > 0 && (pf[2].revents & (POLLIN | POLLERR | POLLHUP)))
+			if (n > 0 && (pf[3].revents & (POLLIN | POLLERR | POLLHUP)))
 				(void)cep_lead_backstop_drain(l);
 			cep_lead_backstop_put(l);
 		}
@@ -1179,6 +1368,7 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 {
 	struct call c = { .out = out, .outlen = outlen, .made = made };
 	struct cep_lead *l = r->cm.lead;
+	int queued = 0;
 	ssize_t n;
 
 	c.w = cep_lead_self();
@@ -1187,18 +1377,27 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 		pthread_mutex_unlock(&r->lk);
 		return CMR_GONE;
 	}
-	if (r->unsent_n)
-		flush_unsent(r); /* before ours: they waited longer */
 	c.seq = ++r->seq;
 	q->h.seq = c.seq;
+	if (r->ohead) /* before ours: they were given first */
+		out_flush(r);
+	if (r->ohead) { /* the socket is full: ours waits behind them */
+		queued = 1;
+		if (out_push(r, q, q->h.len)) {
+			pthread_mutex_unlock(&r->lk);
+			return -ENOMEM; /* nothing sent */
+		}
+	}
 	if (made)
 		r->creating++; /* its reply's take_reply counts it down */
 	c.next = r->calls;
 	r->calls = &c;
 	pthread_mutex_unlock(&r->lk);
-	do
-		n = send(r->fd, q, q->h.len, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
+	n = 0;
+	if (!queued)
+		do
+			n = send(r->fd, q, q->h.len, MSG_NOSIGNAL);
+		while (n < 0 && errno == EINTR);
 	if (n < 0) {
 		int e = errno;
 
@@ -1574,6 +1773,9 @@ static int lead_open(struct cmr *r)
 	r->bs_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (r->bs_tfd < 0)
 		return -errno;
+	r->out_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (r->out_tfd < 0)
+		return -errno;
 	ev.data.fd = r->fd;
 	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev))
 		return -errno;
@@ -1598,7 +1800,9 @@ static void lead_shut(struct cmr *r)
 		close(r->bs_efd);
 	if (r->bs_tfd >= 0)
 		close(r->bs_tfd);
-	r->epfd = r->pend_efd = r->bs_efd = r->bs_tfd = -1;
+	if (r->out_tfd >= 0)
+		close(r->out_tfd);
+	r->epfd = r->pend_efd = r->bs_efd = r->bs_tfd = r->out_tfd = -1;
 }
 
 int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
@@ -1645,7 +1849,7 @@ int cep_cm_attach(const struct cep_cm_attach_attr *attr, struct cep_cm **out)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	r->epfd = r->pend_efd = r->bs_efd = r->bs_tfd = -1;
+	r->epfd = r->pend_efd = r->bs_efd = r->bs_tfd = r->out_tfd = -1;
 	r->rbuf = malloc((size_t)CMR_BATCH * CEPD_MSG_MAX);
 	r->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (!r->rbuf || r->fd < 0) {
@@ -1817,7 +2021,12 @@ static int cmr_destroy(struct cep_cm *cm)
 		r->parked = p->next;
 		free(p);
 	}
-	free(r->unsent); /* cepd ends them with the socket */
+	while (r->ohead) { /* cepd ends what they name with the socket */
+		struct omsg *m = r->ohead;
+
+		r->ohead = m->next;
+		free(m);
+	}
 	free(r->map);
 	lead_shut(r);
 	close(r->fd);
@@ -1828,9 +2037,29 @@ static int cmr_destroy(struct cep_cm *cm)
 	return 0;
 }
 
+static int send_quiet(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a);
+
+/* A request on QP @qpn other than a quiet register: an earlier quiet
+ * register's refusal no longer says anything (reg_track). */
+static void reg_supersede(struct cmr *r, uint32_t qpn)
+{
+	pthread_mutex_lock(&r->lk);
+	(void)reg_track(r, qpn, 0);
+	pthread_mutex_unlock(&r->lk);
+}
+
 static int cmr_qp_register(struct cep_cm *cm, uint32_t qpn)
 {
+	reg_supersede(R(cm), qpn);
 	return call_pd(R(cm), CEPD_QP_REGISTER, 0, qpn, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
+}
+
+/* cm_qp_register_nowait: quiet (send_quiet), tagged (reg_track): cepd's
+ * refusal comes back with the number and the tag and waits in r->regs
+ * for the connect or accept that names the QP (refused_take). */
+static int cmr_qp_register_nowait(struct cep_cm *cm, uint32_t qpn)
+{
+	return send_quiet(R(cm), CEPD_QP_REGISTER, 0, qpn);
 }
 
 static int cmr_qp_destroy(struct cep_cm *cm, uint32_t qpn)
@@ -1838,33 +2067,66 @@ static int cmr_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 	/* Also from a callback, as the local one: the calling thread reads
 	 * its answer (or whoever leads the socket does), and cepd's teardown
 	 * waits for no callback of ours. */
+	reg_supersede(R(cm), qpn);
 	return call_pd(R(cm), CEPD_QP_DESTROY, 0, qpn, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
 
 /* @op on id @handle (0: none) with a = @a, sent CEPD_F_QUIET: cepd does it
  * and answers only a failure (proto.h; take_reply gives that to
  * quiet_failed), so the calling thread sends and goes on, and no thread of
- * ours is woken for a success. A full socket blocks the send as
- * call_len's (the reader thread keeps reading meanwhile). cepd serves our
- * requests in the order they leave, and this one has left when the call
- * returns: whatever this thread asks next comes after it. 0, or CMR_GONE
- * when the socket has ended (cepd then ends all of ours itself). */
+ * ours is woken for a success. It leaves at once, or, in a burst or
+ * behind a full socket, from the outgoing queue (out_quiet), never
+ * blocking the caller. cepd serves our requests in the order they leave,
+ * and whatever any thread asks after this call returns leaves after it
+ * (a call sends the queue first, or waits in it). 0, or CMR_GONE when the
+ * socket has ended (cepd then ends all of ours itself). Any thread, no
+ * lock of ours held. */
 static int send_quiet(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a)
 {
 	struct cepd_req q;
-	ssize_t n;
+	uint64_t now = mono_ms();
+	int ret;
 
 	quiet_req(&q, op, handle, a);
-	do
-		n = send(r->fd, &q, sizeof(q), MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	return n < 0 ? CMR_GONE : 0;
+	pthread_mutex_lock(&r->lk);
+	if (r->dead) {
+		pthread_mutex_unlock(&r->lk);
+		return CMR_GONE;
+	}
+	if (op == CEPD_QP_REGISTER) /* its refusal is kept, by tag */
+		q.h.seq |= (uint64_t)reg_track(r, a, 1) << 48;
+	ret = out_quiet(r, &q, now - r->quiet_last_ms < OUT_BURST_MS);
+	r->quiet_last_ms = now;
+	pthread_mutex_unlock(&r->lk);
+	while (ret == -ENOMEM) {
+		/* No memory to queue it: it leaves by itself, blocking, once
+		 * the queue before it has gone (others read meanwhile). */
+		struct pollfd pf = { .fd = r->fd, .events = POLLOUT };
+		ssize_t n;
+
+		pthread_mutex_lock(&r->lk);
+		out_flush(r);
+		ret = r->dead ? CMR_GONE : r->ohead ? -ENOMEM : 0;
+		pthread_mutex_unlock(&r->lk);
+		if (ret == -ENOMEM) {
+			(void)poll(&pf, 1, 1);
+			continue;
+		}
+		if (ret)
+			break;
+		do
+			n = send(r->fd, &q, sizeof(q), MSG_NOSIGNAL);
+		while (n < 0 && errno == EINTR);
+		ret = n < 0 ? CMR_GONE : 0;
+	}
+	return ret;
 }
 
 /* No round trip: the drop-in's rdma_destroy_qp (cm_internal.h). A register
  * of the number that follows comes after it (send_quiet). */
 static int cmr_qp_destroy_nowait(struct cep_cm *cm, uint32_t qpn)
 {
+	reg_supersede(R(cm), qpn);
 	return send_quiet(R(cm), CEPD_QP_DESTROY, 0, qpn);
 }
 
@@ -2097,6 +2359,17 @@ static int cmr_listen(struct cep_cm_id *id, uint64_t service_id, uint64_t mask, 
 
 #define COVERS(p, f) ((p)->size >= offsetof(__typeof__(*(p)), f) + sizeof((p)->f))
 
+/* A connect or accept naming @qpn failed with @ret: the error of a quiet
+ * register of @qpn cepd refused, if one is kept (its failure answer came
+ * before this call's: cepd answers in order), else @ret. */
+static int qp_refused(struct cmr *r, uint32_t qpn, int ret)
+{
+	pthread_mutex_lock(&r->lk);
+	ret = refused_take(r, qpn, ret);
+	pthread_mutex_unlock(&r->lk);
+	return ret;
+}
+
 static int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 {
 	struct cepd_conn w;
@@ -2134,6 +2407,8 @@ static int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	w.ece_options = COVERS(p, ece_options) ? p->ece_options : 0;
 	ret = id_req(id, CEPD_CONNECT, 0, 0, 0, 0, 0, &w, sizeof(w),
 		      p->private_data, p->private_data_len, NULL, 0);
+	if (ret && ret != CMR_GONE)
+		ret = qp_refused(RID(id)->r, p->qpn, ret);
 	phase_after(id, ret, PH_REQ_SENT);
 	return ret;
 }
@@ -2161,6 +2436,8 @@ static int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	w.ece_options = COVERS(p, ece_options) ? p->ece_options : 0;
 	ret = id_req(id, CEPD_ACCEPT, 0, 0, 0, 0, 0, &w, sizeof(w),
 		      p->private_data, p->private_data_len, NULL, 0);
+	if (ret && ret != CMR_GONE)
+		ret = qp_refused(RID(id)->r, p->qpn, ret);
 	phase_after(id, ret, PH_REP_SENT);
 	return ret;
 }
@@ -2320,6 +2597,7 @@ const struct cm_ops cmr_ops = {
 	.qp_register = cmr_qp_register,
 	.qp_destroy = cmr_qp_destroy,
 	.qp_destroy_nowait = cmr_qp_destroy_nowait,
+	.qp_register_nowait = cmr_qp_register_nowait,
 	.quiesce = cmr_quiesce,
 	.get_stats = cmr_get_stats,
 	.create_id = cmr_create_id,

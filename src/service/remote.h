@@ -77,5 +77,9 @@ int cmr_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev);
  * payload lands in @out; a request on the context with arguments a, b. */
 int cmr_id_call_out(struct cep_cm_id *id, uint32_t op, uint32_t a, void *out, size_t outlen);
 int cmr_cm_call(struct cep_cm *cm, uint32_t op, uint32_t a, uint32_t b);
+/* The outgoing queue of an attached context (remote.c, OUT_BATCH): the
+ * requests sent from it, the system calls that sent them, and how many
+ * wait now. Any thread; takes the context's lock. For tests and stats. */
+void cmr_out_counts(struct cep_cm *cm, uint64_t *msgs, uint64_t *sends, unsigned *queued);
 
 #endif /* CEP_SERVICE_REMOTE_H */

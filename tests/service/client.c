@@ -28,6 +28,13 @@
  *   destroy-quiet-cepd      the same through a real cepd: B, established
  *                           with A, destroys its context: no event at B, a
  *                           DREQ at A.
+ *   register-refused        a register sent without a round trip that the
+ *                           service refuses: its error is the next connect's
+ *                           or accept's naming the QP, once.
+ *   quiet-batch             a burst of quiet QP_DESTROYs and DESTROY_IDs
+ *                           leaves in batches (sendmmsg), in order, before
+ *                           the call that follows; one with nothing after
+ *                           it leaves by the reader's timer.
  *   destroy-race            two cep_cm_destroy of one context: exactly one
  *                           0, the other -EINVAL, as two on a local
  *                           context (cm.h: "cep_cm_destroy() of a context
@@ -75,6 +82,7 @@
 
 #include "../common/check.h"
 #include "cepd_test.h"
+#include "cm/cm_internal.h"
 #include "service/remote.h"
 #include "service/proto.h"
 
@@ -129,7 +137,13 @@ struct fake {
 	_Atomic int died;        /* the fake closed a connection on purpose */
 	_Atomic int quiet;       /* DESTROY_IDs that came CEPD_F_QUIET */
 	_Atomic int pause;       /* read no request while set */
+	_Atomic uint32_t refuse_reg; /* a QP_REGISTER of this number: -EPERM */
+	_Atomic int refuse_connect; /* every CONNECT and ACCEPT: -ENOENT */
 	_Atomic uint64_t quiet_sum; /* the handles of those, summed */
+	uint32_t log_op[8192];   /* mu: every request's op after the HELLO, */
+	uint32_t log_handle[8192]; /* its handle and */
+	uint32_t log_a[8192];    /* its a, in the order they came */
+	int nlog;                /* mu */
 };
 
 static struct fake F;
@@ -341,6 +355,13 @@ static void *fake_conn(void *arg)
 		}
 		if ((size_t)n < sizeof(*q))
 			continue;
+		pthread_mutex_lock(&F.mu);
+		if (F.nlog < (int)(sizeof(F.log_op) / sizeof(F.log_op[0]))) {
+			F.log_op[F.nlog] = q->h.op;
+			F.log_handle[F.nlog] = q->handle;
+			F.log_a[F.nlog++] = q->a;
+		}
+		pthread_mutex_unlock(&F.mu);
 		if (q->h.op == CEPD_DESTROY_ID && (q->flags & CEPD_F_QUIET)) {
 			atomic_fetch_add(&F.quiet, 1);
 			atomic_fetch_add(&F.quiet_sum, q->handle);
@@ -349,7 +370,12 @@ static void *fake_conn(void *arg)
 			act = F.on_destroy(q->handle);
 		if (act == FAKE_DIE)
 			break;
-		if (act == FAKE_REFUSE) {
+		if (q->h.op == CEPD_QP_REGISTER && q->a && q->a == atomic_load(&F.refuse_reg)) {
+			send_reply(fd, q->h.seq, -EPERM, NULL, 0); /* as cepd, quiet or not */
+		} else if ((q->h.op == CEPD_CONNECT || q->h.op == CEPD_ACCEPT) &&
+			   atomic_load(&F.refuse_connect)) {
+			send_reply(fd, q->h.seq, -ENOENT, NULL, 0); /* not the client's QP */
+		} else if (act == FAKE_REFUSE) {
 			send_reply(fd, q->h.seq, -EINVAL, NULL, 0);
 		} else if (q->h.seq && ((q->flags & CEPD_F_CREATE) || q->h.op == CEPD_CREATE_ID)) {
 			struct cepd_id_rep idr;
@@ -781,6 +807,115 @@ static void case_destroy_unsent(void)
 	fake_stop();
 }
 
+/* ---- quiet-batch ------------------------------------------------------------------- */
+
+/* A burst of destroys (issue 27: cmtime's rdma_destroy_qp and
+ * rdma_destroy_id of 1,000 connections woke cepd's thread twice each):
+ * the first leaves at once, the ones that follow within OUT_BURST_MS wait
+ * in the outgoing queue and leave together (sendmmsg); a call made next
+ * leaves after every one of them (a QP_REGISTER of the number the
+ * QP_DESTROYs just freed must not overtake them); a burst that nothing
+ * follows leaves by the reader's timer. Every request arrives once, in
+ * the order given. */
+static void case_quiet_batch(void)
+{
+	enum { N = 200, M = 10 };
+	static struct cep_cm_id *v[N + M];
+	struct cep_cm_id_attr a = { .size = sizeof(a), .handler = handler };
+	uint64_t msgs, sends, want = 0;
+	unsigned queued;
+	struct cep_cm *cm;
+	int first_reg = -1, last_destroy = -1, ndestroy = 0, nqp = 0;
+
+	fake_start(16, 1, 1, NULL);
+	cm = attach_fake();
+	for (int i = 0; i < N + M; i++) { /* each made in the service */
+		CHECK_EQ(cep_cm_create_id(cm, &a, &v[i]), 0);
+		CHECK_EQ(cep_cm_listen(v[i], 0x5000 + (uint64_t)i, ~0ull), 0);
+		if (i < N)
+			want += handle_of(v[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ(cm_qp_destroy_nowait(cm, 0x100 + (uint32_t)i), 0);
+		CHECK_EQ(cep_cm_destroy_id(v[i]), 0);
+	}
+	CHECK_EQ(cep_cm_qp_register(cm, 0x100), 0); /* a call: after them all */
+	cmr_out_counts(cm, &msgs, &sends, &queued);
+	printf("quiet-batch: %d quiet requests and a call: %llu sent from the queue in %llu "
+	       "sendmmsg calls\n", 2 * N, (unsigned long long)msgs, (unsigned long long)sends);
+	CHECK_EQ(queued, 0);
+	CHECK(msgs >= N);            /* most of the burst went through the queue */
+	CHECK(sends > 0 && sends * 4 <= msgs); /* in batches */
+	CHECK_EQ(atomic_load(&F.quiet), N);
+	CHECK(atomic_load(&F.quiet_sum) == want);
+	pthread_mutex_lock(&F.mu);
+	for (int i = 0; i < F.nlog; i++) {
+		if (F.log_op[i] == CEPD_DESTROY_ID) {
+			last_destroy = i;
+			ndestroy++;
+		}
+		if (F.log_op[i] == CEPD_QP_DESTROY)
+			CHECK_EQ(F.log_a[i], 0x100 + (uint32_t)nqp++); /* in order */
+		if (F.log_op[i] == CEPD_QP_REGISTER && first_reg < 0)
+			first_reg = i;
+	}
+	pthread_mutex_unlock(&F.mu);
+	CHECK_EQ(ndestroy, N);
+	CHECK_EQ(nqp, N);
+	CHECK(first_reg > last_destroy);
+	/* a burst with nothing after it: the timer sends it */
+	for (int i = N; i < N + M; i++)
+		CHECK_EQ(cep_cm_destroy_id(v[i]), 0);
+	for (int i = 0; i < 5000 && atomic_load(&F.quiet) < N + M; i++)
+		usleep(1000);
+	CHECK_EQ(atomic_load(&F.quiet), N + M);
+	cmr_out_counts(cm, &msgs, &sends, &queued);
+	CHECK_EQ(queued, 0);
+	CHECK_EQ(cep_cm_destroy(cm), 0);
+	fake_stop();
+}
+
+/* ---- register-refused -------------------------------------------------------------- */
+
+/* The drop-in's rdma_create_qp registers its QP without a round trip
+ * (cm_qp_register_nowait): the service's refusal (-EPERM here) is the
+ * error of the next connect or accept naming that QP, which the service
+ * refuses as not the client's (-ENOENT); once told, it is forgotten, and
+ * a new register of the number forgets it too. A connect naming a QP
+ * whose register was not refused gets the service's own answer. */
+static void case_register_refused(void)
+{
+	struct cep_cm_accept_param ap = { .size = sizeof(ap), .qpn = 0xbad };
+	struct cep_cm_conn_param cp;
+	struct cep_cm_id *a, *b;
+	struct cep_cm *cm;
+
+	fake_start(16, 1, 1, NULL);
+	cm = attach_fake();
+	atomic_store(&F.refuse_reg, 0xbad);
+	atomic_store(&F.refuse_connect, 1);
+	a = new_id(cm, 0, NULL);
+	b = new_id(cm, 1, NULL);
+	CHECK_EQ(cm_qp_register_nowait(cm, 0xbad), 0); /* no answer waited for */
+	cepd_fabric_conn(&cp, 0, 1, 0x200, 0xbad, 16);
+	CHECK_EQ(cep_cm_connect(a, &cp), -EPERM);       /* the register's error */
+	CHECK_EQ(cep_cm_connect(a, &cp), -ENOENT);      /* told once */
+	CHECK_EQ(cm_qp_register_nowait(cm, 0xbad), 0);
+	CHECK_EQ(cep_cm_accept(b, &ap), -EPERM);        /* accept the same */
+	CHECK_EQ(cm_qp_register_nowait(cm, 0xbad), 0);
+	CHECK_EQ(cep_cm_qp_register(cm, 0xbad), -EPERM); /* a call: its own answer */
+	CHECK_EQ(cep_cm_connect(a, &cp), -ENOENT);      /* the quiet one forgotten */
+	CHECK_EQ(cm_qp_register_nowait(cm, 0x123), 0);  /* not refused */
+	cp.qpn = 0x123;
+	CHECK_EQ(cep_cm_connect(a, &cp), -ENOENT);      /* the service's answer */
+	CHECK_EQ(cm_qp_register_nowait(cm, 0xbad), 0);
+	CHECK_EQ(cm_qp_destroy_nowait(cm, 0xbad), 0);   /* forgets the refusal */
+	cp.qpn = 0xbad;
+	CHECK_EQ(cep_cm_connect(a, &cp), -ENOENT);
+	CHECK_EQ(cep_cm_destroy(cm), 0);
+	fake_stop();
+}
+
 /* ---- destroy-quiet-cepd ------------------------------------------------------------ */
 
 static char sock_path[108];
@@ -1141,6 +1276,10 @@ int main(int argc, char **argv)
 		case_destroy_quiet_cepd();
 	else if (!strcmp(c, "destroy-unsent"))
 		case_destroy_unsent();
+	else if (!strcmp(c, "register-refused"))
+		case_register_refused();
+	else if (!strcmp(c, "quiet-batch"))
+		case_quiet_batch();
 	else if (!strcmp(c, "destroy-race"))
 		case_destroy_race(200);
 	else if (!strcmp(c, "attach-timeout-hello"))

@@ -12,8 +12,8 @@
  *   hostile  - a client speaking raw protocol: malformed, oversized and
  *              unknown requests, foreign handles and another client's QPN,
  *              a listen on another's service ID, CEPD_F_QUIET (no answer to
- *              a destroy that succeeded, one to a destroy that failed,
- *              refused on other ops), a flood, then garbage: each refused,
+ *              a destroy or register that succeeded, one to one that
+ *              failed, refused on other ops), a flood, then garbage: each refused,
  *              the others' connection unaffected
  *   stress   - four active and two passive client processes connect,
  *              disconnect, destroy QPs under bound connections and ids,
@@ -794,12 +794,23 @@ static void scenario_hostile(void)
 		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -ENOENT); /* gone now */
 		qq.a = 0x600; /* another client's */
 		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -ENOENT);
+		/* a quiet register (the drop-in's rdma_create_qp): done,
+		 * not answered; refused, answered */
 		qq.h.op = CEPD_QP_REGISTER;
 		qq.a = 0x6f0;
+		CHECK(send(h0, &qq, sizeof(qq), MSG_NOSIGNAL) == (ssize_t)sizeof(qq));
+		CHECK_EQ(poll(&pf, 1, 300), 0);
+		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -EEXIST); /* ours already */
+		qq.a = 0x600; /* another client's */
+		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -EEXIST);
+		qq.h.op = CEPD_CM_STATS; /* quiet on an op that answers a payload */
+		qq.a = 0;
 		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -EINVAL);
 		qq.h.op = CEPD_QP_DESTROY;
+		qq.a = 0x6f0;
 		qq.flags = CEPD_F_QUIET | CEPD_F_CREATE;
 		CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -EINVAL);
+		CHECK_EQ(req(h0, CEPD_QP_DESTROY, 0, 0x6f0, 0, NULL, 0), 0); /* the quiet one's */
 		CHECK_EQ(req(h0, CEPD_QP_REGISTER, 0, 0x6f0, 0, NULL, 0), 0);
 		CHECK_EQ(req(h0, CEPD_QP_DESTROY, 0, 0x6f0, 0, NULL, 0), 0);
 		/* a DESTROY_ID: of an id not ours, answered -EINVAL; of
