@@ -1135,6 +1135,15 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 			e = rcm_event_new(r, RDMA_CM_EVENT_UNREACHABLE, sr->status);
 			break;
 		}
+		/* The peer's Q_Key must be one, and the id's own once set (its
+		 * QP took it at INIT: RDMA_UDP_QKEY, IPoIB's broadcast group's),
+		 * as the kernel's cma_sidr_rep_handler + cma_set_qkey: else
+		 * ADDR_ERROR -EINVAL; a Q_Key taken here is the id's now. */
+		if (!sr->qkey || (r->qkey && r->qkey != sr->qkey)) {
+			e = rcm_event_new(r, RDMA_CM_EVENT_ADDR_ERROR, -EINVAL);
+			break;
+		}
+		r->qkey = sr->qkey;
 		e = rcm_event_new(r, RDMA_CM_EVENT_ESTABLISHED, 0);
 		if (!e)
 			break;

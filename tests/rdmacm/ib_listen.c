@@ -20,7 +20,9 @@
  * destination's sib_sid as service ID (cma_get_service_id) and no CMA
  * header (cma_user_data_offset 0 for AF_IB). A SIDR_REQ's new id on an
  * AF_IB listener (sidr-af-ib, -no-grh): destination P_Key the request's,
- * GID the GRH's source when the MAD had one.
+ * GID the GRH's source when the MAD had one. An AF_IB UD id's SIDR_REP
+ * (sidr-qkey): its Q_Key taken, or ADDR_ERROR -EINVAL when it has none or
+ * is not the id's (cma_set_qkey).
  * Usage: test-rdmacm-ib-listen NAME.
  */
 #include <arpa/inet.h>
@@ -277,6 +279,95 @@ static void t_connect(void)
 	rcm_channel_free(ch);
 }
 
+/* An AF_IB UD id's SIDR_REQ (A's CM to raw C) answered by C with a
+ * SIDR_REP of Q_Key @qkey, the id's own Q_Key @ours before (0: unset, no
+ * QP yet): the event is ESTABLISHED with the peer's Q_Key, which becomes
+ * the id's, or, for none or another than the id's, ADDR_ERROR -EINVAL, as
+ * the kernel's cma_sidr_rep_handler (cma_set_qkey). */
+static void sidr_qkey(uint32_t ours, uint32_t qkey, enum rdma_cm_event_type want)
+{
+	const uint64_t sid = cep_rdma_service_id(CEP_RDMA_PS_UDP, 0x4343);
+	struct rdma_conn_param cp = { .qp_num = 0x778 };
+	struct sockaddr_ib *src, *dst;
+	struct rdma_cm_event *ev;
+	struct rcm_channel *ch;
+	struct rcm_dev dev;
+	struct rcm_port port;
+	struct pollfd pf;
+	struct rcm_id *r;
+	struct cep_msg q, m;
+
+	setup(2, 0);
+	standin_port(&dev, &port, A.cm, IBV_LINK_LAYER_INFINIBAND);
+	port.info.port_num = 1;
+	port.info.link_layer = IBV_LINK_LAYER_INFINIBAND;
+	ch = rcm_channel_new();
+	CHECK(ch != NULL);
+	r = rcm_id_new(ch, NULL, RDMA_PS_UDP, IBV_QPT_UD);
+	CHECK(r != NULL);
+	src = (struct sockaddr_ib *)&r->id.route.addr.src_storage;
+	dst = (struct sockaddr_ib *)&r->id.route.addr.dst_storage;
+	src->sib_family = dst->sib_family = AF_IB;
+	memcpy(src->sib_addr.sib_raw, GID_REQ_LOCAL, 16);
+	memcpy(dst->sib_addr.sib_raw, GID_REQ_REMOTE, 16);
+	src->sib_sid = htobe64(cep_rdma_service_id(CEP_RDMA_PS_UDP, 0x9998));
+	src->sib_sid_mask = dst->sib_sid_mask = htobe64(~0ull);
+	dst->sib_sid = htobe64(sid);
+	r->port = &port;
+	r->id.port_num = 1;
+	memcpy(r->id.route.addr.addr.ibaddr.sgid.raw, GID_REQ_LOCAL, 16);
+	memcpy(r->id.route.addr.addr.ibaddr.dgid.raw, GID_REQ_REMOTE, 16);
+	r->id.route.path_rec = calloc(1, sizeof(*r->id.route.path_rec));
+	CHECK(r->id.route.path_rec != NULL);
+	memcpy(r->id.route.path_rec->sgid.raw, GID_REQ_LOCAL, 16);
+	memcpy(r->id.route.path_rec->dgid.raw, GID_REQ_REMOTE, 16);
+	r->id.route.path_rec->slid = htobe16(LID_A);
+	r->id.route.path_rec->dlid = htobe16(LID_C);
+	r->id.route.path_rec->pkey = htobe16(0xffff);
+	r->id.route.path_rec->mtu = IBV_MTU_2048;
+	r->id.route.path_rec->packet_life_time = 14;
+	r->id.route.num_paths = 1;
+	r->route_given = 1;
+	r->qkey = ours; /* as rdma_create_qp's INIT leaves it */
+	r->state = RCM_ROUTE_RESOLVED;
+	CHECK_EQ(rdma_connect(&r->id, &cp), 0);
+	CHECK(raw_wait(CEP_MSG_SIDR_REQ, 1));
+	q = raw_last(CEP_MSG_SIDR_REQ);
+	CHECK_EQ(q.u.sidr_req.service_id, sid);
+	cep_msg_init(&m, CEP_MSG_SIDR_REP, q.hdr.tid);
+	m.u.sidr_rep.request_id = q.u.sidr_req.request_id;
+	m.u.sidr_rep.status = CEP_SIDR_SUCCESS;
+	m.u.sidr_rep.qpn = 0x5a5a;
+	m.u.sidr_rep.qkey = qkey;
+	raw_send(&m, LID_A);
+	pf.fd = ch->ch.fd;
+	pf.events = POLLIN;
+	CHECK_EQ(poll(&pf, 1, 5000), 1);
+	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	CHECK_EQ(ev->event, want);
+	if (want == RDMA_CM_EVENT_ESTABLISHED) {
+		CHECK_EQ(ev->param.ud.qkey, qkey);
+		CHECK_EQ(ev->param.ud.qp_num, 0x5a5a);
+		CHECK_EQ(r->qkey, qkey);
+	} else {
+		CHECK_EQ(ev->status, -EINVAL);
+		CHECK_EQ(r->qkey, ours);
+	}
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+	teardown_all();
+	free(port.qpns);
+	rcm_channel_free(ch);
+}
+
+static void t_sidr_qkey(void)
+{
+	sidr_qkey(0, 0x11111111, RDMA_CM_EVENT_ESTABLISHED);        /* taken */
+	sidr_qkey(RDMA_UDP_QKEY, RDMA_UDP_QKEY, RDMA_CM_EVENT_ESTABLISHED);
+	sidr_qkey(RDMA_UDP_QKEY, 0x11111111, RDMA_CM_EVENT_ADDR_ERROR); /* not ours */
+	sidr_qkey(0, 0, RDMA_CM_EVENT_ADDR_ERROR);                   /* none */
+}
+
 /* A SIDR_REQ to an AF_IB listener of the UDP space on an InfiniBand port,
  * sent from C with a GRH: the new id's source is the listener's, its
  * destination the SIDR_REQ's P_Key and the GRH's source GID - C's (the
@@ -360,6 +451,7 @@ static const struct named_test tests[] = {
 	{ "roce", t_roce },
 	{ "af-ib", t_af_ib },
 	{ "connect", t_connect },
+	{ "sidr-qkey", t_sidr_qkey },
 };
 
 int main(int argc, char **argv)
