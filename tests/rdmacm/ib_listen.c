@@ -205,45 +205,37 @@ static void t_af_ib(void)
 	one_req(IBV_LINK_LAYER_INFINIBAND, 0, check_af_ib, 0x9503, 1);
 }
 
-/* An AF_IB id's REQ (from A's CM to raw C): the service ID is the
- * destination's sib_sid, here in the IB port space, and the private data
- * is the user's from byte 0, no CMA header. */
-static void t_connect(void)
+/* An active AF_IB id of @ps and @qpt on a stand-in InfiniBand port of A's
+ * CM, where rdma_resolve_addr / rdma_resolve_route on AF_IB leave it: its
+ * source GID_REQ_LOCAL with service ID @src_sid, its destination
+ * GID_REQ_REMOTE with @dst_sid, a given path from A's LID to raw C's. */
+static struct rcm_id *af_ib_active(struct rcm_channel *ch, struct rcm_dev *dev,
+				   struct rcm_port *port, int ps, enum ibv_qp_type qpt,
+				   uint64_t src_sid, uint64_t dst_sid)
 {
-	/* a TCP-space ID on an IB id: sent as given, not rebuilt from the port */
-	const uint64_t sid = cep_rdma_service_id(CEP_RDMA_PS_TCP, 0x4242);
-	struct rdma_conn_param cp = { .qp_num = 0x777, .private_data = "abc",
-				      .private_data_len = 4, .retry_count = 7,
-				      .rnr_retry_count = 7 };
 	struct ibv_sa_path_rec path;
 	struct sockaddr_ib *src, *dst;
-	struct rcm_channel *ch;
-	struct rcm_dev dev;
-	struct rcm_port port;
 	struct rcm_id *r;
-	struct cep_msg q;
 
-	setup(2, 0);
-	standin_port(&dev, &port, A.cm, IBV_LINK_LAYER_INFINIBAND);
-	dev.attr.local_ca_ack_delay = 16;
-	port.info.active_mtu = IBV_MTU_2048;
-	port.info.port_num = 1;
-	port.info.link_layer = IBV_LINK_LAYER_INFINIBAND;
-	ch = rcm_channel_new();
-	CHECK(ch != NULL);
-	r = rcm_id_new(ch, NULL, RDMA_PS_IB, IBV_QPT_RC);
+	standin_port(dev, port, A.cm, IBV_LINK_LAYER_INFINIBAND);
+	dev->attr.local_ca_ack_delay = 16;
+	port->info.active_mtu = IBV_MTU_2048;
+	port->info.port_num = 1;
+	port->info.link_layer = IBV_LINK_LAYER_INFINIBAND;
+	r = rcm_id_new(ch, NULL, ps, qpt);
 	CHECK(r != NULL);
-	/* where rdma_resolve_addr / rdma_resolve_route on AF_IB leave it */
+	if (!r)
+		exit(check_done("af_ib_active"));
 	src = (struct sockaddr_ib *)&r->id.route.addr.src_storage;
 	dst = (struct sockaddr_ib *)&r->id.route.addr.dst_storage;
 	src->sib_family = dst->sib_family = AF_IB;
 	memcpy(src->sib_addr.sib_raw, GID_REQ_LOCAL, 16);
 	memcpy(dst->sib_addr.sib_raw, GID_REQ_REMOTE, 16);
-	src->sib_sid = htobe64(cep_rdma_service_id(CEP_RDMA_PS_IB, 0x9999));
+	src->sib_sid = htobe64(src_sid);
 	src->sib_sid_mask = htobe64(~0ull);
-	dst->sib_sid = htobe64(sid);
+	dst->sib_sid = htobe64(dst_sid);
 	dst->sib_sid_mask = htobe64(~0ull);
-	r->port = &port;
+	r->port = port;
 	r->id.port_num = 1;
 	memcpy(r->id.route.addr.addr.ibaddr.sgid.raw, GID_REQ_LOCAL, 16);
 	memcpy(r->id.route.addr.addr.ibaddr.dgid.raw, GID_REQ_REMOTE, 16);
@@ -265,6 +257,30 @@ static void t_connect(void)
 	r->id.route.num_paths = 1;
 	r->route_given = 1;
 	r->state = RCM_ROUTE_RESOLVED;
+	return r;
+}
+
+/* An AF_IB id's REQ (from A's CM to raw C): the service ID is the
+ * destination's sib_sid, here in the IB port space, and the private data
+ * is the user's from byte 0, no CMA header. */
+static void t_connect(void)
+{
+	/* a TCP-space ID on an IB id: sent as given, not rebuilt from the port */
+	const uint64_t sid = cep_rdma_service_id(CEP_RDMA_PS_TCP, 0x4242);
+	struct rdma_conn_param cp = { .qp_num = 0x777, .private_data = "abc",
+				      .private_data_len = 4, .retry_count = 7,
+				      .rnr_retry_count = 7 };
+	struct rcm_channel *ch;
+	struct rcm_dev dev;
+	struct rcm_port port;
+	struct rcm_id *r;
+	struct cep_msg q;
+
+	setup(2, 0);
+	ch = rcm_channel_new();
+	CHECK(ch != NULL);
+	r = af_ib_active(ch, &dev, &port, RDMA_PS_IB, IBV_QPT_RC,
+			 cep_rdma_service_id(CEP_RDMA_PS_IB, 0x9999), sid);
 	if (rdma_connect(&r->id, &cp))
 		perror("rdma_connect");
 	CHECK_EQ(r->state, RCM_CONNECT);
@@ -288,7 +304,6 @@ static void sidr_qkey(uint32_t ours, uint32_t qkey, enum rdma_cm_event_type want
 {
 	const uint64_t sid = cep_rdma_service_id(CEP_RDMA_PS_UDP, 0x4343);
 	struct rdma_conn_param cp = { .qp_num = 0x778 };
-	struct sockaddr_ib *src, *dst;
 	struct rdma_cm_event *ev;
 	struct rcm_channel *ch;
 	struct rcm_dev dev;
@@ -298,38 +313,11 @@ static void sidr_qkey(uint32_t ours, uint32_t qkey, enum rdma_cm_event_type want
 	struct cep_msg q, m;
 
 	setup(2, 0);
-	standin_port(&dev, &port, A.cm, IBV_LINK_LAYER_INFINIBAND);
-	port.info.port_num = 1;
-	port.info.link_layer = IBV_LINK_LAYER_INFINIBAND;
 	ch = rcm_channel_new();
 	CHECK(ch != NULL);
-	r = rcm_id_new(ch, NULL, RDMA_PS_UDP, IBV_QPT_UD);
-	CHECK(r != NULL);
-	src = (struct sockaddr_ib *)&r->id.route.addr.src_storage;
-	dst = (struct sockaddr_ib *)&r->id.route.addr.dst_storage;
-	src->sib_family = dst->sib_family = AF_IB;
-	memcpy(src->sib_addr.sib_raw, GID_REQ_LOCAL, 16);
-	memcpy(dst->sib_addr.sib_raw, GID_REQ_REMOTE, 16);
-	src->sib_sid = htobe64(cep_rdma_service_id(CEP_RDMA_PS_UDP, 0x9998));
-	src->sib_sid_mask = dst->sib_sid_mask = htobe64(~0ull);
-	dst->sib_sid = htobe64(sid);
-	r->port = &port;
-	r->id.port_num = 1;
-	memcpy(r->id.route.addr.addr.ibaddr.sgid.raw, GID_REQ_LOCAL, 16);
-	memcpy(r->id.route.addr.addr.ibaddr.dgid.raw, GID_REQ_REMOTE, 16);
-	r->id.route.path_rec = calloc(1, sizeof(*r->id.route.path_rec));
-	CHECK(r->id.route.path_rec != NULL);
-	memcpy(r->id.route.path_rec->sgid.raw, GID_REQ_LOCAL, 16);
-	memcpy(r->id.route.path_rec->dgid.raw, GID_REQ_REMOTE, 16);
-	r->id.route.path_rec->slid = htobe16(LID_A);
-	r->id.route.path_rec->dlid = htobe16(LID_C);
-	r->id.route.path_rec->pkey = htobe16(0xffff);
-	r->id.route.path_rec->mtu = IBV_MTU_2048;
-	r->id.route.path_rec->packet_life_time = 14;
-	r->id.route.num_paths = 1;
-	r->route_given = 1;
+	r = af_ib_active(ch, &dev, &port, RDMA_PS_UDP, IBV_QPT_UD,
+			 cep_rdma_service_id(CEP_RDMA_PS_UDP, 0x9998), sid);
 	r->qkey = ours; /* as rdma_create_qp's INIT leaves it */
-	r->state = RCM_ROUTE_RESOLVED;
 	CHECK_EQ(rdma_connect(&r->id, &cp), 0);
 	CHECK(raw_wait(CEP_MSG_SIDR_REQ, 1));
 	q = raw_last(CEP_MSG_SIDR_REQ);
