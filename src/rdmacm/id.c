@@ -710,9 +710,10 @@ int rcm_service_listen(struct rcm_service *s, struct cep_cm *cm)
 	/* Past the rdma_cm listener's backlog a request waits in its deferred
 	 * list (rcm_push_request), MRAed (at once when the listener's pace
 	 * says it will wait past half its requester's timeout, else at that
-	 * half: cm_mra_now): the CM holds it rather than drop it. With the CM's default backlog, 1024 as rdma_listen's, the
-	 * list was never used: an application that fell 1,024 requests
-	 * behind lost every later REQ for its requester to retry. */
+	 * half: cm_mra_now): the CM holds it rather than drop it. With the
+	 * CM's default backlog, 1024 as rdma_listen's, the list was never
+	 * used: an application that fell 1,024 requests behind lost every
+	 * later REQ for its requester to retry. */
 	ret = cep_cm_listen_backlog(s->cep, s->sid, ~0ull, RCM_HOLD_MAX);
 	if (ret) {
 		cep_cm_destroy_id(s->cep);

@@ -270,8 +270,9 @@ static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 	if (r->pd_len > CEPD_PD_MAX || r->aux_len > CEPD_AUX_MAX)
 		return -EMSGSIZE;
 	if ((r->flags & ~(CEPD_F_CREATE | CEPD_F_QUIET)) ||
-	    ((r->flags & CEPD_F_QUIET) && r->h.op != CEPD_QP_REGISTER && r->h.op != CEPD_QP_DESTROY &&
-	     r->h.op != CEPD_DESTROY_ID && r->h.op != CEPD_DISCONNECT) ||
+	    ((r->flags & CEPD_F_QUIET) && r->h.op != CEPD_QP_REGISTER &&
+	     r->h.op != CEPD_QP_DESTROY && r->h.op != CEPD_DESTROY_ID &&
+	     r->h.op != CEPD_DISCONNECT) ||
 	    ((r->flags & CEPD_F_CREATE) &&
 	     (r->handle || r->h.op == CEPD_DESTROY_ID || r->h.op == CEPD_ID_QUERY ||
 	      r->h.op == CEPD_INIT_QP_ATTR || r->h.op == CEPD_CREATE_ID ||

@@ -225,7 +225,7 @@ struct cmr {
 		uint32_t qpn;    /* 0: a free slot (cepd refuses 0 anyway) */
 		uint32_t tag;    /* its request's QUIET_TAG */
 		int err;         /* 0 until refused */
-	} regs[8];
+	} regs[32];
 	unsigned regs_next;      /* lk: the slot a new number takes */
 	uint32_t reg_tag;        /* lk: the last tag given */
 	uint64_t out_msgs, out_sends; /* lk: requests sent from the queue, and
@@ -864,8 +864,9 @@ static void destroyed_here(struct cmr *r, struct rid *d);
 /* r->lk held: cepd refused a quiet request (@op, @ret). A DESTROY_ID's id
  * (@handle) then gets no DESTROYED from cepd: it ends here, as when the
  * service is gone, so that nothing waits for it. A QP_REGISTER's refusal
- * (@handle: the QP's number) is kept for the connect or accept that will
- * name the QP (cm_qp_register_nowait), the last 8 of them. The others
+ * (@handle: the QP's number, @tag: its request's) is kept for the connect
+ * or accept that will name the QP (cm_qp_register_nowait), if that
+ * register is still one of the latest 32 tracked (reg_track). The others
  * change nothing a refusal could leave half done: a QP_DESTROY's number
  * was not cepd's to forget (-ENOENT); a DISCONNECT's id was not connected
  * (-EINVAL), as the caller's cm_disconnect_nowait allows. */
