@@ -28,6 +28,9 @@
  *   destroy-quiet-cepd      the same through a real cepd: B, established
  *                           with A, destroys its context: no event at B, a
  *                           DREQ at A.
+ *   quiet-order-cepd        four threads' quiet registers and destroys and
+ *                           calls through a real cepd: no call overtakes
+ *                           a quiet request its thread gave before it.
  *   register-refused        a register sent without a round trip that the
  *                           service refuses: its error is the next connect's
  *                           or accept's naming the QP, once.
@@ -1004,6 +1007,77 @@ static void case_destroy_quiet_cepd(void)
 	rmdir(dir);
 }
 
+/* ---- quiet-order-cepd ---------------------------------------------------------------- */
+
+/* The order of quiet requests and calls from many threads through a real
+ * cepd (on its fabric a QPN is its first registrant's: a second register
+ * of a number the client holds is -EEXIST, a destroy of one it does not
+ * hold -ENOENT). Each thread works its own numbers: a quiet register, then
+ * a call that needs it served first (a destroy), a quiet destroy, then a
+ * call that needs that served first (a register); the four threads' quiet
+ * requests meet in the outgoing queue in bursts. Every call must find
+ * what the thread's quiet requests before it left: none may overtake. */
+enum { QO_THREADS = 4, QO_ROUNDS = 300 };
+static struct cep_cm *qo_cm;
+static _Atomic int qo_bad;
+
+static void *quiet_order_thread(void *arg)
+{
+	uint32_t base = 0x1000 + 0x100 * (uint32_t)(uintptr_t)arg;
+
+	for (int i = 0; i < QO_ROUNDS; i++) {
+		uint32_t q = base + (uint32_t)(i % 16);
+		int r1, r2, r3, r4;
+
+		r1 = cm_qp_register_nowait(qo_cm, q);
+		r2 = cep_cm_qp_destroy(qo_cm, q);        /* finds it registered */
+		r3 = cep_cm_qp_register(qo_cm, q);       /* finds it free again */
+		r4 = cm_qp_destroy_nowait(qo_cm, q);
+		if (r1 || r2 || r3 || r4) {
+			if (atomic_fetch_add(&qo_bad, 1) < 5)
+				fprintf(stderr, "quiet-order: thread %u round %d qpn %#x: %d %d %d %d\n",
+					(unsigned)(uintptr_t)arg, i, q, r1, r2, r3, r4);
+		}
+	}
+	return NULL;
+}
+
+static void case_quiet_order_cepd(void)
+{
+	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
+	char *argv[] = { "cepd", "--fabric", "2", "--workers", "2", "--socket", sock_path, NULL };
+	pthread_t t[QO_THREADS];
+	uint64_t msgs, sends;
+	unsigned queued;
+	pid_t cepd;
+	int st;
+
+	if (!mkdtemp(dir))
+		exit(1);
+	snprintf(sock_path, sizeof(sock_path), "%s/cepd.sock", dir);
+	cepd = cepd_spawn(cepd_path, argv, sock_path, 500, "client");
+	qo_cm = attach_cepd(0);
+	for (uintptr_t i = 0; i < QO_THREADS; i++)
+		CHECK_EQ(pthread_create(&t[i], NULL, quiet_order_thread, (void *)i), 0);
+	for (int i = 0; i < QO_THREADS; i++)
+		pthread_join(t[i], NULL);
+	CHECK_EQ(atomic_load(&qo_bad), 0);
+	/* every number free at the end: the last quiet destroys were served */
+	for (uint32_t k = 0; k < QO_THREADS; k++)
+		for (uint32_t i = 0; i < 16; i++)
+			CHECK_EQ(cep_cm_qp_destroy(qo_cm, 0x1000 + 0x100 * k + i), -ENOENT);
+	cmr_out_counts(qo_cm, &msgs, &sends, &queued);
+	printf("quiet-order-cepd: %d rounds x %d threads, %llu requests sent from the queue "
+	       "in %llu sendmmsg calls\n", QO_ROUNDS, QO_THREADS, (unsigned long long)msgs,
+	       (unsigned long long)sends);
+	CHECK_EQ(queued, 0);
+	CHECK_EQ(cep_cm_destroy(qo_cm), 0);
+	kill(cepd, SIGTERM);
+	CHECK(waitpid(cepd, &st, 0) == cepd && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	unlink(sock_path);
+	rmdir(dir);
+}
+
 /* ---- destroy-race ---------------------------------------------------------------- */
 
 static _Atomic int hook_calls, a_in_hook, b_done;
@@ -1278,6 +1352,8 @@ int main(int argc, char **argv)
 		case_destroy_unsent();
 	else if (!strcmp(c, "register-refused"))
 		case_register_refused();
+	else if (!strcmp(c, "quiet-order-cepd"))
+		case_quiet_order_cepd();
 	else if (!strcmp(c, "quiet-batch"))
 		case_quiet_batch();
 	else if (!strcmp(c, "destroy-race"))
