@@ -413,9 +413,6 @@ uint32_t cm_be32(const uint8_t *p);
 int cm_unanswered(unsigned s);
 /* Locked: a child stops counting against its listener's backlog. */
 void cm_half_open_end(struct cep_cm_id *id);
-/* Locked, before cm_half_open_end when the application accepts: the
- * request's wait goes into its listener's svc_fx. */
-void cm_mra_sample(struct cep_cm_id *id);
 /* Any thread, no engine lock held (takes @id's): the application has
  * taken @id's request (librdmacm: rdma_get_cm_event returned its
  * CONNECT_REQUEST), so it no longer counts against its listener's backlog,

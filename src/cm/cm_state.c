@@ -43,7 +43,10 @@ void cm_half_open_end(struct cep_cm_id *id)
 	cep_put(l->cep);
 }
 
-void cm_mra_sample(struct cep_cm_id *id)
+/* Locked, before cm_half_open_end when the application accepts: the
+ * request's wait goes into its listener's svc_fx (cm_conn.c's
+ * cm_mra_now reads it). */
+static void cm_mra_sample(struct cep_cm_id *id)
 {
 	struct cep_cm *cm = id->cm;
 	struct cep_cm_id *l = id->listener;

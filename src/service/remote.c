@@ -101,6 +101,7 @@
 
 #include "cm/cm_internal.h"
 #include "cm/lead.h"
+#include "core/clock.h"
 #include "service/proto.h"
 #include "service/remote.h"
 
@@ -533,14 +534,6 @@ struct omsg {
 	size_t len;
 	_Alignas(8) uint8_t buf[];
 };
-
-static uint64_t mono_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 /* r->lk held. Wake the reader OUT_BURST_MS from now to send the queue, if
  * it is not set to already. */
@@ -2085,7 +2078,7 @@ static int cmr_qp_destroy(struct cep_cm *cm, uint32_t qpn)
 static int send_quiet(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a)
 {
 	struct cepd_req q;
-	uint64_t now = mono_ms();
+	uint64_t now = cep_clock_ms(NULL); /* CLOCK_MONOTONIC */
 	int ret;
 
 	quiet_req(&q, op, handle, a);

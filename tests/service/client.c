@@ -966,21 +966,39 @@ static struct cep_cm *attach_cepd(unsigned port)
 	return cm;
 }
 
+/* A real `cepd --fabric 2 --workers 2` on a socket in a new directory
+ * @dir (a mkdtemp template), ready; its pid. */
+static pid_t real_cepd_start(char *dir)
+{
+	char *argv[] = { "cepd", "--fabric", "2", "--workers", "2", "--socket", sock_path, NULL };
+
+	if (!mkdtemp(dir))
+		exit(1);
+	snprintf(sock_path, sizeof(sock_path), "%s/cepd.sock", dir);
+	return cepd_spawn(cepd_path, argv, sock_path, 500, "client");
+}
+
+/* SIGTERM: it must exit 0; its socket and @dir removed. */
+static void real_cepd_stop(pid_t cepd, const char *dir)
+{
+	int st;
+
+	kill(cepd, SIGTERM);
+	CHECK(waitpid(cepd, &st, 0) == cepd && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	unlink(sock_path);
+	rmdir(dir);
+}
+
 static void case_destroy_quiet_cepd(void)
 {
 	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
-	char *argv[] = { "cepd", "--fabric", "2", "--workers", "2", "--socket", sock_path, NULL };
 	struct cep_cm_id_attr attr = { .size = sizeof(attr) };
 	struct cep_cm_conn_param p;
 	struct cep_cm_id *ia, *lb;
 	struct cep_cm *a, *b;
 	pid_t cepd;
-	int st;
 
-	if (!mkdtemp(dir))
-		exit(1);
-	snprintf(sock_path, sizeof(sock_path), "%s/cepd.sock", dir);
-	cepd = cepd_spawn(cepd_path, argv, sock_path, 500, "client");
+	cepd = real_cepd_start(dir);
 	a = attach_cepd(0);
 	b = attach_cepd(1);
 	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
@@ -1001,10 +1019,7 @@ static void case_destroy_quiet_cepd(void)
 	CHECK_EQ(atomic_load(&after_destroy), 0);
 	CHECK(wait_flag(&a_dreq, 5000)); /* cepd ended B's connection */
 	CHECK_EQ(cep_cm_destroy(a), 0);
-	kill(cepd, SIGTERM);
-	CHECK(waitpid(cepd, &st, 0) == cepd && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	unlink(sock_path);
-	rmdir(dir);
+	real_cepd_stop(cepd, dir);
 }
 
 /* ---- quiet-order-cepd ---------------------------------------------------------------- */
@@ -1045,17 +1060,12 @@ static void *quiet_order_thread(void *arg)
 static void case_quiet_order_cepd(void)
 {
 	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
-	char *argv[] = { "cepd", "--fabric", "2", "--workers", "2", "--socket", sock_path, NULL };
 	pthread_t t[QO_THREADS];
 	uint64_t msgs, sends;
 	unsigned queued;
 	pid_t cepd;
-	int st;
 
-	if (!mkdtemp(dir))
-		exit(1);
-	snprintf(sock_path, sizeof(sock_path), "%s/cepd.sock", dir);
-	cepd = cepd_spawn(cepd_path, argv, sock_path, 500, "client");
+	cepd = real_cepd_start(dir);
 	qo_cm = attach_cepd(0);
 	for (uintptr_t i = 0; i < QO_THREADS; i++)
 		CHECK_EQ(pthread_create(&t[i], NULL, quiet_order_thread, (void *)i), 0);
@@ -1072,10 +1082,7 @@ static void case_quiet_order_cepd(void)
 	       (unsigned long long)sends);
 	CHECK_EQ(queued, 0);
 	CHECK_EQ(cep_cm_destroy(qo_cm), 0);
-	kill(cepd, SIGTERM);
-	CHECK(waitpid(cepd, &st, 0) == cepd && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	unlink(sock_path);
-	rmdir(dir);
+	real_cepd_stop(cepd, dir);
 }
 
 /* ---- destroy-race ---------------------------------------------------------------- */
