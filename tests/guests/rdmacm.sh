@@ -64,6 +64,11 @@ printf '%s\n' 'ofa-v2-cep u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 "e
 export DAT_OVERRIDE=$out/dat.conf
 # UCX: connect through its rdma_cm component only (not its TCP one).
 export UCX_SOCKADDR_TLS_PRIORITY=rdmacm
+# rcopy: a 2.6 MB file made the same on both guests; the server (its
+# working directory $out) writes the copy.
+rcopy_src=$out/rcopy-src
+rcopy_dst=$out/rcopy-dst
+seq 1 400000 >$rcopy_src
 iqn=iqn.2026-12.org.libcep:t1
 ini=iqn.2026-12.org.libcep:initiator
 printf '%s\n' "t=iser://$GB_PEER_IP/$iqn/1" "i=$ini" \
@@ -95,6 +100,11 @@ server_cmd() {
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-server";;
 	notify) echo "$probe $GB_IP $GB_PEER_IP notify-server";;
 	mcdata) echo "$probe $GB_IP $GB_PEER_IP mcast-recv";;
+	rstream) echo "stdbuf -oL rstream -b $GB_IP -T v -S 4096 -C 1000";;
+	rstreama) echo "stdbuf -oL rstream -b $GB_IP -T a -T v -S 1000000 -C 20";;
+	rstreamb) echo "stdbuf -oL rstream -b $GB_IP -T b -T v -S 65536 -C 200";;
+	riostream) echo "stdbuf -oL riostream -b $GB_IP -T v -S 65536 -C 100";;
+	rcopy) echo "rcopy";;
 	esac
 }
 
@@ -117,6 +127,11 @@ client_cmd() {
 	reject) echo "$probe $GB_IP $GB_PEER_IP reject-client";;
 	notify) echo "$probe $GB_IP $GB_PEER_IP notify-client";;
 	mcdata) echo "$probe $GB_IP $GB_PEER_IP mcast-send";;
+	rstream) echo "stdbuf -oL rstream -s $GB_PEER_IP -T v -S 4096 -C 1000";;
+	rstreama) echo "stdbuf -oL rstream -s $GB_PEER_IP -T a -T v -S 1000000 -C 20";;
+	rstreamb) echo "stdbuf -oL rstream -s $GB_PEER_IP -T b -T v -S 65536 -C 200";;
+	riostream) echo "stdbuf -oL riostream -s $GB_PEER_IP -T v -S 65536 -C 100";;
+	rcopy) echo "rcopy $rcopy_src $GB_PEER_IP:$rcopy_dst";;
 	esac
 }
 
@@ -126,7 +141,7 @@ port_of() {
 	case $1 in
 	rping*|udaddy) echo 7174;; reject) echo 7480;; notify) echo 7481;;
 	sendbw|readlat|writebw|sendud|atomicbw|sendz|readz) echo 18515;;
-	fio) echo 7472;; iser) echo 3260;; ucx) echo 7473;;
+	fio) echo 7472;; iser) echo 3260;; ucx) echo 7473;; rcopy) echo 7427;;
 	*) echo 7471;;
 	esac
 }
@@ -182,6 +197,20 @@ check() {
 		[ "$(n '^Total size:4194304$')" = 1 ]; } || ok=0;;
 	server-iser) { [ "$(n '^tgtd: iser_cm_conn_established(.*, established$')" = 2 ] &&
 		[ "$(n 'login failed')" = 0 ]; } || ok=0;;
+	# rstream -T v: every byte received checked by the program (its
+	# "data verification failed"), one size each way: non-blocking calls
+	# (its default), through rpoll (-T a), blocking (-T b); the result
+	# line on both sides. (Its default run of every size takes 3 minutes
+	# for the 64-byte latency test alone on these guests.)
+	# riostream: the same, its data written by riowrite straight into
+	# the receiver's riomap'ed buffer.
+	*-rstream|*-rstreama|*-rstreamb|*-riostream) { [ "$(n '^custom  *[0-9]*[kmg]*  ')" = 1 ] &&
+		[ "$(n 'fail\|error\|rsend\|rrecv\|rpoll\|rconnect\|raccept\|rlisten\|rbind\|riomap\|riowrite')" = 0 ]; } || ok=0;;
+	# rcopy: the client's own "done"; the server's copy compared with
+	# the source, made the same on both guests
+	client-rcopy) [ "$(n 'done$')" = 1 ] || ok=0;;
+	server-rcopy) { cmp -s $rcopy_src $rcopy_dst && [ "$(n 'done$')" = 1 ]; } ||
+		{ echo "rcopy: the server's copy differs from the source"; ok=0; };;
 	esac
 	if [ $ok = 1 ]; then
 		echo "PASS $role $prog (exit $rc)"
@@ -194,7 +223,7 @@ check() {
 
 # forever PROG: a server that never ends by itself (stopped once its client
 # is done, judged by its output).
-forever() { case $1 in cmtime|qperf|iser|ucx) return 0;; esac; return 1; }
+forever() { case $1 in cmtime|qperf|iser|ucx|rcopy) return 0;; esac; return 1; }
 
 # iser_setup: give the running tgtd one target with one 4 MiB LUN, open to
 # every address, and to libiscsi's initiator name (tgt 1.0.85's iSER login
@@ -230,6 +259,7 @@ serve() {
 	# tgtd listens before it has a target: set up first, then signal.
 	[ "$prog" = iser ] && ready=$out/$flag
 	rm -f "$GB_SHARE/$GB_NAME.$flag" "$out/$flag"
+	[ "$prog" = rcopy ] && rm -f "$rcopy_dst"
 	echo "== $phase: server $prog ($([ -n "$w" ] && echo libcep || echo kernel CM))"
 	CEP_RDMACM_READY=$ready timeout 200 $w $(server_cmd "$prog") \
 		>"$f" 2>&1 &
@@ -397,6 +427,17 @@ for phase in $phases; do
 		fi
 	fi
 	for prog in $progs; do
+		# rstream -T a with Debian's librdmacm as the client: its rpoll
+		# reports POLLHUP beside POLLIN when the server's disconnect
+		# follows its last data, and rstream stops at POLLHUP with data
+		# unread (exit 16) - also with Debian's librdmacm on both sides
+		# (measured: phase kernel, run by hand), so not run there;
+		# libcep's rpoll says POLLHUP once the data are read
+		# (docs/rdmacm.md)
+		if [ "$phase-$prog" = kclient-rstreama ]; then
+			echo "== $phase: $prog not run (Debian's librdmacm client: POLLHUP before its last data)"
+			continue
+		fi
 		case $phase-$GB_NAME in
 		libcep-b) serve $phase $prog "$wrap";;
 		libcep-a|kserver-a) connect $phase $prog "$wrap";;
