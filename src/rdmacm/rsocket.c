@@ -1222,9 +1222,12 @@ static int copy_addr(struct sockaddr *dst, socklen_t *len, const struct sockaddr
 		       : src->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 						    : sizeof(struct sockaddr_ib);
 
-	if (!dst || !len)
+	if (!len || (!dst && *len))
 		return rcm_err(EFAULT);
-	memcpy(dst, src, *len < sz ? *len : sz);
+	/* a NULL address of length 0 asks the length, as getsockname(2)
+	 * (librspreload's transpose_socket) */
+	if (*len)
+		memcpy(dst, src, *len < sz ? *len : sz);
 	*len = sz;
 	return 0;
 }

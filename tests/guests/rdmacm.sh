@@ -19,9 +19,11 @@
 # datagrams, checked; "mckey" is rdmacm-utils' multicast test (a receiver
 # on b, the sender on a).
 # A fourth phase, "kernel" (both guests on the kernel CM), is for runs by
-# hand: what a program does without libcep in the same bed.
+# hand: what a program does without libcep in the same bed ("udpong", whose
+# datagram rsockets libcep does not build, is for that phase: on Debian's
+# librdmacm its rconnect fails with ENOENT on these guests).
 # Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
-# [cmtime connections].
+# [cmtime connections], [sock-copy, for rspreload].
 # Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
 # LISTEN cm_id in `rdma resource`); each client its end. Exit 0 when every
 # run passed.
@@ -33,6 +35,7 @@ phases=${3:-"libcep kserver kclient"}
 progs=${4:-"rping rpingq rping6 ucmatose udaddy mckey mcdata rdmaserver cmtime fipingpong reject notify"}
 [ "$probe" = - ] && progs=$(echo "$progs" | sed 's/reject//; s/notify//; s/mcdata//')
 cmtime_n=${5:-100}
+sock_copy=${6:-}
 # cmtime: one RC QP and two completion channels per connection.
 ulimit -n 65536 2>/dev/null || true
 out=/tmp/rdmacm
@@ -69,6 +72,18 @@ export UCX_SOCKADDR_TLS_PRIORITY=rdmacm
 rcopy_src=$out/rcopy-src
 rcopy_dst=$out/rcopy-dst
 seq 1 400000 >$rcopy_src
+# librspreload (librdmacm1's): a plain socket program on rsockets,
+# sock-copy.c - a server that writes what one connection brings, a client
+# that sends its standard input (rcopy's file) and shuts down its side.
+# (Python's socket module and OpenBSD netcat, which accept with accept4,
+# get ENOTSOCK from accept under Debian 12's librspreload, on Debian's
+# librdmacm as on libcep - measured: netcat on both.)
+rspreload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so.1
+rspreload_dst=$out/rspreload-dst
+rxe_rcvd() {
+	v=$(rdma statistic show link rxe0/1 2>/dev/null | sed -n 's/.* rcvd_pkts \([0-9]*\) .*/\1/p')
+	echo "${v:-0}"
+}
 iqn=iqn.2026-12.org.libcep:t1
 ini=iqn.2026-12.org.libcep:initiator
 printf '%s\n' "t=iser://$GB_PEER_IP/$iqn/1" "i=$ini" \
@@ -105,6 +120,8 @@ server_cmd() {
 	rstreamb) echo "stdbuf -oL rstream -b $GB_IP -T b -T v -S 65536 -C 200";;
 	riostream) echo "stdbuf -oL riostream -b $GB_IP -T v -S 65536 -C 100";;
 	rcopy) echo "rcopy";;
+	rspreload) echo "env LD_PRELOAD=$rspreload $sock_copy server $GB_IP 7475";;
+	udpong) echo "udpong -b $GB_IP -T e";;
 	esac
 }
 
@@ -132,6 +149,8 @@ client_cmd() {
 	rstreamb) echo "stdbuf -oL rstream -s $GB_PEER_IP -T b -T v -S 65536 -C 200";;
 	riostream) echo "stdbuf -oL riostream -s $GB_PEER_IP -T v -S 65536 -C 100";;
 	rcopy) echo "rcopy $rcopy_src $GB_PEER_IP:$rcopy_dst";;
+	rspreload) echo "env LD_PRELOAD=$rspreload $sock_copy client $GB_PEER_IP 7475";;
+	udpong) echo "udpong -s $GB_PEER_IP -C 100";;
 	esac
 }
 
@@ -141,7 +160,7 @@ port_of() {
 	case $1 in
 	rping*|udaddy) echo 7174;; reject) echo 7480;; notify) echo 7481;;
 	sendbw|readlat|writebw|sendud|atomicbw|sendz|readz) echo 18515;;
-	fio) echo 7472;; iser) echo 3260;; ucx) echo 7473;; rcopy) echo 7427;;
+	fio) echo 7472;; iser) echo 3260;; ucx) echo 7473;; rcopy) echo 7427;; rspreload) echo 7475;;
 	*) echo 7471;;
 	esac
 }
@@ -211,6 +230,12 @@ check() {
 	client-rcopy) [ "$(n 'done$')" = 1 ] || ok=0;;
 	server-rcopy) { cmp -s $rcopy_src $rcopy_dst && [ "$(n 'done$')" = 1 ]; } ||
 		{ echo "rcopy: the server's copy differs from the source"; ok=0; };;
+	# librspreload + sock-copy: the server's output is the client's input, and
+	# it came over RDMA (2.6 MB: at least 2,000 packets of 1,024 bytes)
+	client-rspreload) [ "$(n '^client: 2688895 bytes$')" = 1 ] || ok=0;;
+	server-rspreload) { cmp -s $rcopy_src $rspreload_dst && [ "$(n '^server: 2688895 bytes$')" = 1 ] &&
+		[ "$(sed -n 's/^rxe0 received \([0-9]*\) packets$/\1/p' "$f")" -ge 2000 ]; } ||
+		{ echo "rspreload: the output differs from the input, or not over RDMA"; ok=0; };;
 	esac
 	if [ $ok = 1 ]; then
 		echo "PASS $role $prog (exit $rc)"
@@ -223,7 +248,7 @@ check() {
 
 # forever PROG: a server that never ends by itself (stopped once its client
 # is done, judged by its output).
-forever() { case $1 in cmtime|qperf|iser|ucx|rcopy) return 0;; esac; return 1; }
+forever() { case $1 in cmtime|qperf|iser|ucx|rcopy|udpong) return 0;; esac; return 1; }
 
 # iser_setup: give the running tgtd one target with one 4 MiB LUN, open to
 # every address, and to libiscsi's initiator name (tgt 1.0.85's iSER login
@@ -261,8 +286,16 @@ serve() {
 	rm -f "$GB_SHARE/$GB_NAME.$flag" "$out/$flag"
 	[ "$prog" = rcopy ] && rm -f "$rcopy_dst"
 	echo "== $phase: server $prog ($([ -n "$w" ] && echo libcep || echo kernel CM))"
-	CEP_RDMACM_READY=$ready timeout 200 $w $(server_cmd "$prog") \
-		>"$f" 2>&1 &
+	pk0=$(rxe_rcvd)
+	if [ "$prog" = rspreload ]; then
+		# the data on stdout, anything else on stderr
+		rm -f "$rspreload_dst"
+		CEP_RDMACM_READY=$ready timeout 200 $w $(server_cmd "$prog") \
+			>"$rspreload_dst" 2>"$f" &
+	else
+		CEP_RDMACM_READY=$ready timeout 200 $w $(server_cmd "$prog") \
+			>"$f" 2>&1 &
+	fi
 	pid=$!
 	case $prog in
 	mckey|mcdata)
@@ -307,6 +340,10 @@ serve() {
 			rc=$?
 		fi
 	fi
+	# RDMA packets this guest's rxe0 received meanwhile: data that went
+	# over TCP instead (librspreload falls back to a real socket when
+	# rsocket() fails) would not count
+	echo "rxe0 received $(( $(rxe_rcvd) - pk0 )) packets" >>"$f"
 	cat "$f"
 	check server "$prog" "$f" $rc
 }
@@ -358,7 +395,11 @@ connect() {
 		if [ "$prog" = qperf ]; then
 			qperf_client $w >"$f" 2>&1
 		else
-			timeout 200 $w $(client_cmd "$prog") >"$f" 2>&1
+			if [ "$prog" = rspreload ]; then
+				timeout 200 $w $(client_cmd "$prog") <"$rcopy_src" >"$f" 2>&1
+			else
+				timeout 200 $w $(client_cmd "$prog") >"$f" 2>&1
+			fi
 		fi
 		rc=$?
 	else

@@ -179,6 +179,11 @@ static void bind_and_poll(void)
 	CHECK_EQ(got.sin_family, AF_INET);
 	CHECK(got.sin_port != 0);
 	CHECK_EQ(got.sin_addr.s_addr, a.sin_addr.s_addr);
+	l = 0; /* the length alone (librspreload asks so) */
+	CHECK_EQ(rgetsockname(s, NULL, &l), 0);
+	CHECK_EQ((int)l, (int)sizeof(got));
+	CHECK_EQ(rgetsockname(s, NULL, NULL), -1);
+	CHECK_EQ(errno, EFAULT);
 	/* raccept on an rsocket that does not listen (listening needs the
 	 * port's CM: the guests) */
 	CHECK_EQ(rfcntl(s, F_SETFL, O_NONBLOCK), 0);
