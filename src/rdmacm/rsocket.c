@@ -25,13 +25,17 @@
  *
  * Guarantees: a thread sending and one receiving on one rsocket go on
  * side by side (slock and rlock serialise each direction; cq_lock the
- * completion queue and the state; cq_wait_lock lets one thread at a time
- * sleep on the completion channel, as librdmacm); connection setup is
- * serialised by slock. Closing an rsocket while another thread uses it is
+ * completion queue, the counters and the state); any of them may sleep
+ * on the completion channel, and whichever takes completions wakes the
+ * others through an eventfd (librdmacm lets one sleep at a time instead);
+ * rshutdown from another thread wakes them too. Connection setup is
+ * serialised by slock. Lock order: slock or rlock, map_lock, then cq_lock;
+ * the keepalive thread's ka_mtx before cq_lock. Closing an rsocket while another thread uses it is
  * the caller's error, as close(2) of a descriptor in use. Bad arguments
  * are -1 and errno, nothing changed. riomap'ed memory is written by the
  * peer's riowrite into the table entry our connection data announced.
- * Datagram rsockets (SOCK_DGRAM) and keepalives are not built.
+ * Keepalives come from one thread of the process (below). Datagram
+ * rsockets (SOCK_DGRAM) are not built.
  */
 #include <endian.h>
 #include <fcntl.h>
@@ -43,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -52,7 +57,14 @@
 #include <infiniband/ib.h>
 #include <rdma/rsocket.h>
 
+#include "core/clock.h"
 #include "rdmacm.h"
+
+/* CLOCK_MONOTONIC in milliseconds (rpoll's timeout, keepalive deadlines). */
+static int64_t now_ms(void)
+{
+	return (int64_t)cep_clock_ms(NULL);
+}
 
 /* ---- the protocol's constants (librdmacm's, the wire depends on them) --- */
 
@@ -144,7 +156,15 @@ struct rso {
 	int fd; /* the event channel's descriptor: the rsocket's number */
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
-	pthread_mutex_t slock, rlock, cq_lock, cq_wait_lock;
+	pthread_mutex_t slock, rlock, cq_lock;
+	/* Threads asleep in process_cq (cq_lock), and the eventfd that wakes
+	 * them when another thread made progress for them: a sender's send
+	 * completions taken by the receiving thread, or the state changed
+	 * (the race: a waiter sleeping on a completion another thread already
+	 * consumed). Readable from the first progress seen with a waiter until
+	 * the last waiter leaves. */
+	int waiters;
+	int wake_fd;
 
 	/* Read anywhere (rpoll, a sender while a receiver works the CQ);
 	 * written under slock while opening, under cq_lock once connected:
@@ -163,7 +183,8 @@ struct rso {
 	/* options, for rgetsockopt */
 	uint64_t so_opts, tcp_opts, ipv6_opts;
 	int ip_tos;
-	int keepalive_time;
+	int keepalive_time; /* seconds; 0 until SO_KEEPALIVE or TCP_KEEPIDLE */
+	bool keepalive;     /* in the keepalive list (ka_mtx) */
 
 	/* sizes, fixed once the QP exists */
 	uint32_t sbuf_size, rbuf_size;
@@ -314,7 +335,7 @@ static struct rso *rso_alloc(const struct rso *from)
 	pthread_mutex_init(&rs->slock, NULL);
 	pthread_mutex_init(&rs->rlock, NULL);
 	pthread_mutex_init(&rs->cq_lock, NULL);
-	pthread_mutex_init(&rs->cq_wait_lock, NULL);
+	rs->wake_fd = -1;
 	pthread_mutex_init(&rs->map_lock, NULL);
 	if (from) {
 		rs->target_iomap_size = from->target_iomap_size;
@@ -354,8 +375,11 @@ static int rso_channel(struct rso *rs)
 	return ret;
 }
 
+static void ka_remove(struct rso *rs);
+
 static void rso_free(struct rso *rs)
 {
+	ka_remove(rs); /* before anything goes: the keepalive thread's posts */
 	if (rs->fd >= 0)
 		rso_remove(rs);
 	for (int i = 0; i < rs->niomrs; i++)
@@ -390,7 +414,8 @@ static void rso_free(struct rso *rs)
 	pthread_mutex_destroy(&rs->slock);
 	pthread_mutex_destroy(&rs->rlock);
 	pthread_mutex_destroy(&rs->cq_lock);
-	pthread_mutex_destroy(&rs->cq_wait_lock);
+	if (rs->wake_fd >= 0)
+		close(rs->wake_fd);
 	pthread_mutex_destroy(&rs->map_lock);
 	free(rs);
 }
@@ -438,6 +463,9 @@ static int rso_create_ep(struct rso *rs)
 	else if (rs->rq_size < RSO_QP_MIN)
 		rs->rq_size = RSO_QP_MIN;
 
+	rs->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (rs->wake_fd < 0)
+		return -errno;
 	rs->comp = ibv_create_comp_channel(rs->id->verbs);
 	if (!rs->comp)
 		return -errno;
@@ -654,13 +682,14 @@ static void update_credits(struct rso *rs)
 		send_credits(rs);
 }
 
-/* Take every completion; cq_lock held. */
-static int poll_cq(struct rso *rs)
+/* Take every completion, counting them in *n; cq_lock held. */
+static int poll_cq(struct rso *rs, unsigned *n)
 {
 	struct ibv_wc wc;
 	int ret, rcnt = 0;
 
 	while ((ret = ibv_poll_cq(rs->cq, 1, &wc)) > 0) {
+		(*n)++;
 		if (wc.wr_id & RSO_WR_RECV) {
 			uint32_t msg;
 
@@ -737,12 +766,14 @@ static int poll_cq(struct rso *rs)
 }
 
 /* The connection's CM events once it is up: the peer's DREQ (or its
- * death) ends it. cq_lock held. */
-static void cm_events(struct rso *rs)
+ * death) ends it. The number taken. cq_lock held. */
+static unsigned cm_events(struct rso *rs)
 {
 	struct rdma_cm_event *ev;
+	unsigned n = 0;
 
 	while (!rdma_get_cm_event(rs->ch, &ev)) {
+		n++;
 		switch (ev->event) {
 		case RDMA_CM_EVENT_DISCONNECTED:
 			if (rs->state & RSO_CONNECTED)
@@ -757,9 +788,11 @@ static void cm_events(struct rso *rs)
 		}
 		rdma_ack_cm_event(ev);
 	}
+	return n;
 }
 
-/* Completion channel events read (non-blocking), acked in batches. */
+/* Completion channel events read (non-blocking), acked in batches;
+ * cq_lock held. */
 static void drain_cq_events(struct rso *rs)
 {
 	struct ibv_cq *cq;
@@ -774,32 +807,47 @@ static void drain_cq_events(struct rso *rs)
 	}
 }
 
-/* Wait on the completion channel and the CM channel (cq_wait_lock held,
- * cq_lock not). -EINTR ends the wait as a signal ends recv(2)'s. */
-static int wait_fds(struct rso *rs, int timeout)
+/* Progress others may wait for (cq_lock held): wake the sleepers. */
+static void wake_waiters(struct rso *rs)
 {
-	struct pollfd p[2] = {
+	if (rs->waiters && rs->wake_fd >= 0 && eventfd_write(rs->wake_fd, 1)) {
+		/* the counter cannot overflow: the last waiter resets it */
+	}
+}
+
+/* Sleep on the completion channel, the CM channel and the wake eventfd
+ * (cq_lock not held). -EINTR ends the wait as a signal ends recv(2)'s. */
+static int wait_fds(struct rso *rs)
+{
+	struct pollfd p[3] = {
 		{ .fd = rs->comp->fd, .events = POLLIN },
 		{ .fd = rs->ch->fd, .events = POLLIN },
+		{ .fd = rs->wake_fd, .events = POLLIN },
 	};
 
-	if (poll(p, 2, timeout) < 0)
+	if (poll(p, 3, -1) < 0)
 		return -errno;
 	return 0;
 }
 
 /* Work the CQ and the connection's CM events until test(rs) holds;
  * cq_lock not held on entry. Non-blocking: -EWOULDBLOCK when it does not
- * hold at once. */
+ * hold at once. Any number of threads may sleep here together (a sender
+ * and a receiver): whoever takes completions or events wakes the others,
+ * who look again. */
 static int process_cq(struct rso *rs, bool nonblock, bool (*test)(struct rso *))
 {
 	int ret;
 
 	pthread_mutex_lock(&rs->cq_lock);
 	for (;;) {
+		unsigned n = 0;
+
 		update_credits(rs);
-		ret = poll_cq(rs);
-		cm_events(rs);
+		ret = poll_cq(rs, &n);
+		n += cm_events(rs);
+		if (n)
+			wake_waiters(rs);
 		if (test(rs)) {
 			ret = 0;
 			break;
@@ -816,12 +864,16 @@ static int process_cq(struct rso *rs, bool nonblock, bool (*test)(struct rso *))
 			continue; /* completions that came before the arm */
 		}
 		update_credits(rs);
-		pthread_mutex_lock(&rs->cq_wait_lock);
+		rs->waiters++;
 		pthread_mutex_unlock(&rs->cq_lock);
-		ret = wait_fds(rs, -1);
+		ret = wait_fds(rs);
 		pthread_mutex_lock(&rs->cq_lock);
+		if (--rs->waiters == 0) {
+			eventfd_t v;
+
+			(void)eventfd_read(rs->wake_fd, &v); /* EAGAIN when nobody woke us */
+		}
 		drain_cq_events(rs);
-		pthread_mutex_unlock(&rs->cq_wait_lock);
 		if (ret && ret != -EINTR)
 			break;
 	}
@@ -1682,6 +1734,7 @@ RCM_EXPORT int rshutdown(int s, int how)
 			rs->state &= ~RSO_READABLE;
 			ctrl = (rs->state & RSO_WRITABLE) ? -1 : RSO_CTRL_DISCONNECT;
 		}
+		wake_waiters(rs); /* a reader or writer asleep sees the shutdown */
 		pthread_mutex_unlock(&rs->cq_lock);
 		if (ctrl < 0)
 			return 0;
@@ -1715,6 +1768,164 @@ RCM_EXPORT int rclose(int s)
 		rshutdown(s, SHUT_RDWR);
 	rso_free(rs);
 	return 0;
+}
+
+/* ---- keepalives ------------------------------------------------------- */
+
+/* As librdmacm's: an rsocket with SO_KEEPALIVE gets a zero-byte RDMA write
+ * (no immediate: nothing for the peer's receive queue; its wr_id a
+ * KEEPALIVE control message, one of the four control slots) every
+ * keepalive_time seconds (TCP_KEEPIDLE; by default the kernel's
+ * net.ipv4.tcp_keepalive_time) from one thread of the process, so that a
+ * peer gone without a word fails the write after the QP's retries and the
+ * next call on the rsocket says so. The thread runs while the list is not
+ * empty. ka_mtx guards the list and each member's deadline and is taken
+ * before an rsocket's cq_lock; rso_free leaves the list first, so the
+ * thread never posts on a freed rsocket. */
+static pthread_mutex_t ka_mtx = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ka_cond;
+static pthread_once_t ka_once = PTHREAD_ONCE_INIT;
+static struct ka_entry {
+	struct rso *rs;
+	int64_t due; /* CLOCK_MONOTONIC milliseconds */
+} *ka_list;
+static int ka_n, ka_cap;
+static bool ka_running;
+
+static void ka_init(void)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&ka_cond, &a);
+	pthread_condattr_destroy(&a);
+}
+
+/* A zero-byte write marked KEEPALIVE, when a control slot is free and the
+ * connection is up (a busy one skips this round, as librdmacm's). */
+static void ka_send(struct rso *rs)
+{
+	pthread_mutex_lock(&rs->cq_lock);
+	if (rs->cq && ctrl_avail(rs) && (rs->state & RSO_CONNECTED)) {
+		struct ibv_send_wr wr, *bad;
+
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = RSO_MSG(RSO_OP_CTRL, RSO_CTRL_KEEPALIVE);
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		rs->ctrl_seqno++;
+		if (ibv_post_send(rs->id->qp, &wr, &bad))
+			rs->ctrl_seqno--;
+	}
+	pthread_mutex_unlock(&rs->cq_lock);
+}
+
+static void *ka_thread(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&ka_mtx);
+	while (ka_n) {
+		int64_t now = now_ms(), next = INT64_MAX;
+		struct timespec ts;
+
+		for (int k = 0; k < ka_n; k++) {
+			if (ka_list[k].due <= now) {
+				ka_send(ka_list[k].rs);
+				ka_list[k].due = now + (int64_t)ka_list[k].rs->keepalive_time * 1000;
+			}
+			if (ka_list[k].due < next)
+				next = ka_list[k].due;
+		}
+		ts.tv_sec = (time_t)(next / 1000);
+		ts.tv_nsec = (long)(next % 1000) * 1000000;
+		pthread_cond_timedwait(&ka_cond, &ka_mtx, &ts);
+	}
+	ka_running = false;
+	pthread_mutex_unlock(&ka_mtx);
+	return NULL;
+}
+
+/* Into the list (or its deadline restarted): 0 or -errno. */
+static int ka_add(struct rso *rs)
+{
+	int ret = 0, k;
+
+	pthread_once(&ka_once, ka_init);
+	pthread_mutex_lock(&ka_mtx);
+	for (k = 0; k < ka_n && ka_list[k].rs != rs; k++)
+		;
+	if (k == ka_n) {
+		if (ka_n == ka_cap) {
+			int cap = ka_cap ? ka_cap * 2 : 16;
+			struct ka_entry *l = realloc(ka_list, sizeof(*l) * (size_t)cap);
+
+			if (!l) {
+				pthread_mutex_unlock(&ka_mtx);
+				return -ENOMEM;
+			}
+			ka_list = l;
+			ka_cap = cap;
+		}
+		ka_list[ka_n++].rs = rs;
+	}
+	ka_list[k].due = now_ms() + (int64_t)rs->keepalive_time * 1000;
+	rs->keepalive = true;
+	if (!ka_running) {
+		pthread_t t;
+		pthread_attr_t a;
+
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		ret = -pthread_create(&t, &a, ka_thread, NULL);
+		pthread_attr_destroy(&a);
+		if (ret) {
+			ka_list[k] = ka_list[--ka_n];
+			rs->keepalive = false;
+		} else {
+			ka_running = true;
+		}
+	}
+	pthread_cond_signal(&ka_cond);
+	pthread_mutex_unlock(&ka_mtx);
+	return ret;
+}
+
+static void ka_remove(struct rso *rs)
+{
+	pthread_mutex_lock(&ka_mtx);
+	for (int k = 0; k < ka_n; k++)
+		if (ka_list[k].rs == rs) {
+			ka_list[k] = ka_list[--ka_n];
+			break;
+		}
+	rs->keepalive = false;
+	if (ka_running)
+		pthread_cond_signal(&ka_cond);
+	pthread_mutex_unlock(&ka_mtx);
+}
+
+static bool ka_on(struct rso *rs)
+{
+	bool on;
+
+	pthread_mutex_lock(&ka_mtx);
+	on = rs->keepalive;
+	pthread_mutex_unlock(&ka_mtx);
+	return on;
+}
+
+/* The kernel's TCP keepalive time, librdmacm's default for rsockets. */
+static int ka_default_time(void)
+{
+	unsigned long v = 7200;
+	FILE *f = fopen("/proc/sys/net/ipv4/tcp_keepalive_time", "re");
+
+	if (f) {
+		if (fscanf(f, "%lu", &v) != 1 || !v || v > INT32_MAX)
+			v = 7200;
+		fclose(f);
+	}
+	return (int)v;
 }
 
 /* ---- names, options, flags --------------------------------------------- */
@@ -1801,9 +2012,16 @@ RCM_EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t 
 			opt_bit(&rs->so_opts, name, val);
 			return 0;
 		case SO_KEEPALIVE:
-			if (val)
-				return rcm_err(ENOTSUP); /* keepalives not built */
-			opt_bit(&rs->so_opts, name, false);
+			if (val && !ka_on(rs)) {
+				if (!rs->keepalive_time)
+					rs->keepalive_time = ka_default_time();
+				ret = ka_add(rs);
+				if (ret)
+					return rcm_err(-ret);
+			} else if (!val) {
+				ka_remove(rs);
+			}
+			opt_bit(&rs->so_opts, name, val);
 			return 0;
 		}
 		break;
@@ -1827,6 +2045,8 @@ RCM_EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t 
 			if (val <= 0)
 				return rcm_err(EINVAL);
 			rs->keepalive_time = val;
+			if (ka_on(rs) && ka_add(rs)) /* the new period from now */
+				return -1;
 			return 0;
 		case TCP_KEEPCNT:
 		case TCP_KEEPINTVL:
@@ -2237,14 +2457,6 @@ static int poll_check(struct pollfd *fds, nfds_t n)
 			cnt++;
 	}
 	return cnt;
-}
-
-static int64_t now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 RCM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)

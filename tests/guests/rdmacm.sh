@@ -23,7 +23,7 @@
 # datagram rsockets libcep does not build, is for that phase: on Debian's
 # librdmacm its rconnect fails with ENOENT on these guests).
 # Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
-# [cmtime connections], [sock-copy, for rspreload].
+# [cmtime connections], [sock-copy, for rspreload], [rsocket-duplex].
 # Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
 # LISTEN cm_id in `rdma resource`); each client its end. Exit 0 when every
 # run passed.
@@ -36,6 +36,7 @@ progs=${4:-"rping rpingq rping6 ucmatose udaddy mckey mcdata rdmaserver cmtime f
 [ "$probe" = - ] && progs=$(echo "$progs" | sed 's/reject//; s/notify//; s/mcdata//')
 cmtime_n=${5:-100}
 sock_copy=${6:-}
+rsduplex=${7:-}
 # cmtime: one RC QP and two completion channels per connection.
 ulimit -n 65536 2>/dev/null || true
 out=/tmp/rdmacm
@@ -117,11 +118,12 @@ server_cmd() {
 	mcdata) echo "$probe $GB_IP $GB_PEER_IP mcast-recv";;
 	rstream) echo "stdbuf -oL rstream -b $GB_IP -T v -S 4096 -C 1000";;
 	rstreama) echo "stdbuf -oL rstream -b $GB_IP -T a -T v -S 1000000 -C 20";;
-	rstreamb) echo "stdbuf -oL rstream -b $GB_IP -T b -T v -S 65536 -C 200";;
+	rstreamb) echo "stdbuf -oL rstream -b $GB_IP -T b -T v -S 65536 -C 200 -k 1";;
 	riostream) echo "stdbuf -oL riostream -b $GB_IP -T v -S 65536 -C 100";;
 	rcopy) echo "rcopy";;
 	rspreload) echo "env LD_PRELOAD=$rspreload $sock_copy server $GB_IP 7475";;
 	udpong) echo "udpong -b $GB_IP -T e";;
+	rsduplex) echo "$rsduplex server $GB_IP 7476";;
 	esac
 }
 
@@ -146,11 +148,12 @@ client_cmd() {
 	mcdata) echo "$probe $GB_IP $GB_PEER_IP mcast-send";;
 	rstream) echo "stdbuf -oL rstream -s $GB_PEER_IP -T v -S 4096 -C 1000";;
 	rstreama) echo "stdbuf -oL rstream -s $GB_PEER_IP -T a -T v -S 1000000 -C 20";;
-	rstreamb) echo "stdbuf -oL rstream -s $GB_PEER_IP -T b -T v -S 65536 -C 200";;
+	rstreamb) echo "stdbuf -oL rstream -s $GB_PEER_IP -T b -T v -S 65536 -C 200 -k 1";;
 	riostream) echo "stdbuf -oL riostream -s $GB_PEER_IP -T v -S 65536 -C 100";;
 	rcopy) echo "rcopy $rcopy_src $GB_PEER_IP:$rcopy_dst";;
 	rspreload) echo "env LD_PRELOAD=$rspreload $sock_copy client $GB_PEER_IP 7475";;
 	udpong) echo "udpong -s $GB_PEER_IP -C 100";;
+	rsduplex) echo "$rsduplex client $GB_PEER_IP 7476";;
 	esac
 }
 
@@ -160,7 +163,7 @@ port_of() {
 	case $1 in
 	rping*|udaddy) echo 7174;; reject) echo 7480;; notify) echo 7481;;
 	sendbw|readlat|writebw|sendud|atomicbw|sendz|readz) echo 18515;;
-	fio) echo 7472;; iser) echo 3260;; ucx) echo 7473;; rcopy) echo 7427;; rspreload) echo 7475;;
+	fio) echo 7472;; iser) echo 3260;; ucx) echo 7473;; rcopy) echo 7427;; rspreload) echo 7475;; rsduplex) echo 7476;;
 	*) echo 7471;;
 	esac
 }
@@ -223,8 +226,18 @@ check() {
 	# for the 64-byte latency test alone on these guests.)
 	# riostream: the same, its data written by riowrite straight into
 	# the receiver's riomap'ed buffer.
+	# -T b runs with SO_KEEPALIVE every second (-k 1): its getsockopt says
+	# so (the server sets it on its listener and again on the connection),
+	# and the keepalive writes cross the 1.5 s of the test.
 	*-rstream|*-rstreama|*-rstreamb|*-riostream) { [ "$(n '^custom  *[0-9]*[kmg]*  ')" = 1 ] &&
+		{ [ "$prog" != rstreamb ] || [ "$(n '^Keepalive: ON$')" -ge 1 ]; } &&
 		[ "$(n 'fail\|error\|rsend\|rrecv\|rpoll\|rconnect\|raccept\|rlisten\|rbind\|riomap\|riowrite')" = 0 ]; } || ok=0;;
+	# rsocket-duplex: 8 MiB each way from two threads at once, checked;
+	# a reader blocked in rrecv woken by another thread's rshutdown (the
+	# server) and by the peer's disconnect (the client)
+	server-rsduplex) { [ "$(n '^duplex: .*: ok$')" = 1 ] && [ "$(n '^shutdown: .*: ok$')" = 1 ]; } ||
+		ok=0;;
+	client-rsduplex) { [ "$(n '^duplex: .*: ok$')" = 1 ] && [ "$(n '^eof: .*: ok$')" = 1 ]; } || ok=0;;
 	# rcopy: the client's own "done"; the server's copy compared with
 	# the source, made the same on both guests
 	client-rcopy) [ "$(n 'done$')" = 1 ] || ok=0;;
