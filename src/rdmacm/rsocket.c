@@ -59,52 +59,13 @@
 
 #include "core/clock.h"
 #include "rdmacm.h"
+#include "rsocket_wire.h"
 
 /* CLOCK_MONOTONIC in milliseconds (rpoll's timeout, keepalive deadlines). */
 static int64_t now_ms(void)
 {
 	return (int64_t)cep_clock_ms(NULL);
 }
-
-/* ---- the protocol's constants (librdmacm's, the wire depends on them) --- */
-
-#define RSO_VERSION     1
-#define RSO_FLAG_NET    (1u << 0) /* the sender is big-endian */
-#define RSO_FLAG_IOMAP  (1u << 1) /* target_sgl is followed by an iomap table */
-#define RSO_SGL_SIZE    2         /* grants in flight: two halves of the ring */
-#define RSO_CTRL_SLOTS  4         /* send queue entries kept for control */
-#define RSO_SNDLOWAT    2048      /* a write waits for this much send buffer */
-#define RSO_OLAP_START  2048      /* first write of a long send; doubles */
-#define RSO_MAX_XFER    65536     /* up to this */
-#define RSO_QP_MIN      16
-#define RSO_QP_MAX      0xfffe
-#define RSO_CONN_RETRIES 6
-
-/* The immediate: bits 31-29 the operation, 28-0 its datum. */
-enum { RSO_OP_DATA = 0, RSO_OP_WRITE = 2, RSO_OP_SGL = 4, RSO_OP_IOMAP_SGL = 6, RSO_OP_CTRL = 7 };
-/* (RSO_OP_WRITE never travels: riowrite's writes carry no immediate; it
- * marks their completions.) */
-enum { RSO_CTRL_DISCONNECT = 0, RSO_CTRL_KEEPALIVE = 1, RSO_CTRL_SHUTDOWN = 2 };
-#define RSO_MSG(op, d)  (((uint32_t)(op) << 29) | (uint32_t)(d))
-#define RSO_MSG_OP(m)   ((m) >> 29)
-#define RSO_MSG_DATA(m) ((m) & 0x1fffffffu)
-#define RSO_WR_RECV     (1ull << 63) /* wr_id of a receive */
-
-/* An SGE as the peer writes it into our SGL: in the writer's byte order,
- * swapped to ours when the two differ (the connection data's NET flag). */
-struct rso_sge {
-	uint64_t addr;
-	uint32_t key;
-	uint32_t length;
-};
-
-/* An I/O map entry as written into the peer's table: the peer's offset
- * for it and where it lies (writer's byte order, as the SGL). */
-struct rso_iomap {
-	uint64_t offset;
-	struct rso_sge sge;
-};
-_Static_assert(sizeof(struct rso_iomap) == 24, "rsocket iomap entry");
 
 /* A local riomap: the memory registered, the offset the peer names it by,
  * its slot in the peer's table (-1: not remotely writable). */
@@ -114,20 +75,6 @@ struct rso_iomr {
 	int index;
 	bool queued; /* not yet written into the peer's table */
 };
-
-/* The REQ's and REP's private data; every multi-byte field big-endian. */
-struct rso_conn {
-	uint8_t version;
-	uint8_t flags;
-	uint16_t credits;         /* receive queue entries */
-	uint8_t reserved[3];
-	uint8_t target_iomap_size; /* librdmacm's 8-bit scale; 0: none */
-	struct rso_sge target_sgl; /* where grants go: addr, key, 2 entries */
-	struct rso_sge data_buf;   /* the first grant: half the ring */
-};
-_Static_assert(sizeof(struct rso_conn) == 40, "rsocket connection data");
-/* AF_IB ids carry no CMA header; the data follow room for one. */
-#define RSO_IB_HDR 36
 
 /* States, ordered as librdmacm's: passive, opening, connected, closed. */
 enum {
@@ -531,17 +478,6 @@ static int rso_create_ep(struct rso *rs)
 	return 0;
 }
 
-/* librdmacm's 8-bit size scale: up to 128 as is, above in units of 256. */
-static unsigned value_to_scale(unsigned v)
-{
-	return v <= 128 ? v : (128 | (v >> 8));
-}
-
-static unsigned scale_to_value(unsigned s)
-{
-	return s <= 128 ? s : (s & ~128u) << 8;
-}
-
 static size_t conn_offset(const struct rdma_cm_id *id)
 {
 	return id->route.addr.src_addr.sa_family == AF_IB ? RSO_IB_HDR : 0;
@@ -549,34 +485,8 @@ static size_t conn_offset(const struct rdma_cm_id *id)
 
 static void conn_format(const struct rso *rs, struct rso_conn *c)
 {
-	memset(c, 0, sizeof(*c));
-	c->version = RSO_VERSION;
-	/* IOMAP: our grant table is followed by an I/O map table of
-	 * target_iomap_size entries (often 0), as librdmacm always says */
-	c->flags = RSO_FLAG_IOMAP | (__BYTE_ORDER == __BIG_ENDIAN ? RSO_FLAG_NET : 0);
-	c->credits = htobe16(rs->rq_size);
-	c->target_iomap_size = (uint8_t)value_to_scale(rs->target_iomap_size);
-	c->target_sgl.addr = htobe64((uintptr_t)rs->target_sgl);
-	c->target_sgl.length = htobe32(RSO_SGL_SIZE);
-	c->target_sgl.key = htobe32(rs->target_mr->rkey);
-	c->data_buf.addr = htobe64((uintptr_t)rs->rbuf);
-	c->data_buf.length = htobe32(rs->rbuf_size >> 1);
-	c->data_buf.key = htobe32(rs->rmr->rkey);
-}
-
-/* The peer's connection data, checked before anything is made for it:
- * -EPROTO short or without a grant table, -EPROTONOSUPPORT another
- * version. */
-static int conn_parse(const void *pdata, size_t len, size_t off, struct rso_conn *c)
-{
-	if (!pdata || len < off + sizeof(*c))
-		return -EPROTO;
-	memcpy(c, (const uint8_t *)pdata + off, sizeof(*c));
-	if (c->version != RSO_VERSION)
-		return -EPROTONOSUPPORT;
-	if (!c->target_sgl.length || !c->data_buf.length)
-		return -EPROTO;
-	return 0;
+	rso_conn_encode(c, rs->rq_size, rs->target_iomap_size, (uintptr_t)rs->target_sgl,
+			rs->target_mr->rkey, (uintptr_t)rs->rbuf, rs->rbuf_size >> 1, rs->rmr->rkey);
 }
 
 /* ... and taken, once the buffers exist. */
@@ -591,7 +501,7 @@ static void conn_save(struct rso *rs, const struct rso_conn *c)
 	if (c->flags & RSO_FLAG_IOMAP) {
 		rs->remote_iomap.addr = rs->remote_sgl.addr +
 					sizeof(struct rso_sge) * rs->remote_sgl.length;
-		rs->remote_iomap.length = scale_to_value(c->target_iomap_size);
+		rs->remote_iomap.length = rso_scale_to_value(c->target_iomap_size);
 		rs->remote_iomap.key = rs->remote_sgl.key;
 	}
 	rs->target_sgl[0].addr = be64toh(c->data_buf.addr);
@@ -1071,7 +981,7 @@ static int do_connect(struct rso *rs, bool block)
 				if (rs->state == RSO_CONNECTING) {
 					struct rso_conn c;
 
-					ret = conn_parse(ev->param.conn.private_data,
+					ret = rso_conn_parse(ev->param.conn.private_data,
 							 ev->param.conn.private_data_len, 0, &c);
 					if (!ret) {
 						pthread_mutex_lock(&rs->cq_lock);
@@ -1211,7 +1121,7 @@ static struct rso *accept_one(struct rso *ls, int *err)
 	}
 	id = ev->id;
 	off = conn_offset(ls->id);
-	ret = conn_parse(ev->param.conn.private_data, ev->param.conn.private_data_len, off, &c);
+	ret = rso_conn_parse(ev->param.conn.private_data, ev->param.conn.private_data_len, off, &c);
 	p = ev->param.conn;
 	rdma_ack_cm_event(ev);
 	rs = NULL;
@@ -2081,7 +1991,7 @@ RCM_EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t 
 			if (val < 0)
 				return rcm_err(EINVAL);
 			rs->target_iomap_size =
-				(uint16_t)scale_to_value(value_to_scale((unsigned)val) & 0xff);
+				(uint16_t)rso_scale_to_value(rso_value_to_scale((unsigned)val) & 0xff);
 			return 0;
 		case RDMA_ROUTE:
 			free(rs->route);

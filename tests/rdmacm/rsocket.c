@@ -8,7 +8,8 @@
  * on its scale, keepalives on and off), I/O maps before a connection, a loopback bind, raccept
  * on an rsocket that does not listen, rpoll and rselect mixing an rsocket
  * with a pipe, rclose. The data path needs a device:
- * tests/guests/rdmacm.sh (rstream, rcopy against Debian's librdmacm).
+ * tests/guests/rdmacm.sh (rstream, rcopy against Debian's librdmacm); the
+ * wire it rests on is checked here byte for byte (rsocket_wire.h).
  * The layer's objects are linked in. Usage: test-rdmacm-rsocket.
  */
 #include <arpa/inet.h>
@@ -24,6 +25,7 @@
 
 #include "../common/check.h"
 #include "rdmacm.h"
+#include "rsocket_wire.h"
 #include "standin_dev.h"
 
 static struct ibv_device fdev;
@@ -224,8 +226,69 @@ static void bind_and_poll(void)
 	close(p[1]);
 }
 
+/* The wire, byte for byte as librdmacm's rsocket.c lays it out (struct
+ * rs_conn_data, struct rs_sge, rs_msg_set): what interoperability rests
+ * on, checked without a device. */
+static void wire(void)
+{
+	static const uint8_t want[40] = {
+		1, RSO_FLAG_IOMAP | (__BYTE_ORDER == __BIG_ENDIAN ? RSO_FLAG_NET : 0),
+		0x01, 0x80,             /* credits 384, big-endian */
+		0, 0, 0, 4,             /* reserved, I/O-map entries 4 */
+		0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, /* target_sgl.addr */
+		0xa1, 0xb2, 0xc3, 0xd4, /* .key */
+		0, 0, 0, 2,             /* .length: two grant entries */
+		0x00, 0x00, 0x7f, 0x00, 0x00, 0x00, 0x10, 0x00, /* data_buf.addr */
+		0x01, 0x02, 0x03, 0x04, /* .key */
+		0x00, 0x01, 0x00, 0x00, /* .length: half of a 128 KiB ring */
+	};
+	uint8_t ib[RSO_IB_HDR + sizeof(struct rso_conn)];
+	struct rso_conn c, got;
+
+	rso_conn_encode(&c, 384, 4, 0x0011223344556677ull, 0xa1b2c3d4u, 0x7f0000001000ull,
+			0x10000u, 0x01020304u);
+	CHECK(!memcmp(&c, want, sizeof(want)));
+	CHECK_EQ(rso_conn_parse(want, sizeof(want), 0, &got), 0);
+	CHECK_EQ(be16toh(got.credits), 384);
+	CHECK_EQ(be64toh(got.target_sgl.addr), 0x0011223344556677ull);
+	CHECK_EQ(be32toh(got.data_buf.length), 0x10000u);
+	/* AF_IB: the data after room for the IB header */
+	memset(ib, 0xee, RSO_IB_HDR);
+	memcpy(ib + RSO_IB_HDR, want, sizeof(want));
+	CHECK_EQ(rso_conn_parse(ib, sizeof(ib), RSO_IB_HDR, &got), 0);
+	CHECK_EQ(be32toh(got.target_sgl.key), 0xa1b2c3d4u);
+	/* refusals: short, another version, no grant table */
+	CHECK_EQ(rso_conn_parse(want, sizeof(want) - 1, 0, &got), -EPROTO);
+	CHECK_EQ(rso_conn_parse(NULL, 0, 0, &got), -EPROTO);
+	memcpy(&c, want, sizeof(c));
+	c.version = 2;
+	CHECK_EQ(rso_conn_parse(&c, sizeof(c), 0, &got), -EPROTONOSUPPORT);
+	memcpy(&c, want, sizeof(c));
+	c.target_sgl.length = 0;
+	CHECK_EQ(rso_conn_parse(&c, sizeof(c), 0, &got), -EPROTO);
+	/* the I/O-map size's 8-bit scale: 128 as is, 300 as 129 = 256 */
+	CHECK_EQ(rso_value_to_scale(128), 128u);
+	CHECK_EQ(rso_value_to_scale(300), 129u);
+	CHECK_EQ(rso_scale_to_value(129), 256u);
+	rso_conn_encode(&c, 16, 300, 0, 0, 0, 1, 0);
+	CHECK_EQ(c.target_iomap_size, 129);
+	/* immediates: operation in bits 31-29 */
+	CHECK_EQ(RSO_MSG(RSO_OP_DATA, 65536), 0x00010000u);
+	CHECK_EQ(RSO_MSG(RSO_OP_SGL, 0x1234), 0x80001234u);
+	CHECK_EQ(RSO_MSG(RSO_OP_IOMAP_SGL, 3), 0xc0000003u);
+	CHECK_EQ(RSO_MSG(RSO_OP_CTRL, RSO_CTRL_DISCONNECT), 0xe0000000u);
+	CHECK_EQ(RSO_MSG(RSO_OP_CTRL, RSO_CTRL_KEEPALIVE), 0xe0000001u);
+	CHECK_EQ(RSO_MSG(RSO_OP_CTRL, RSO_CTRL_SHUTDOWN), 0xe0000002u);
+	CHECK_EQ(RSO_MSG_OP(0xc0000003u), (unsigned)RSO_OP_IOMAP_SGL);
+	CHECK_EQ(RSO_MSG_DATA(0x9fffffffu), 0x1fffffffu);
+	CHECK_EQ(sizeof(struct rso_sge), 16u);
+	CHECK_EQ(offsetof(struct rso_sge, key), 8u);
+	CHECK_EQ(sizeof(struct rso_iomap), 24u);
+}
+
 int main(void)
 {
+	wire();
 	errno = 0;
 	CHECK_EQ(rsocket(AF_INET, SOCK_STREAM, 0), -1); /* no device */
 	CHECK_EQ(errno, ENODEV);
