@@ -29,13 +29,14 @@
  * on the completion channel, and whichever takes completions wakes the
  * others through an eventfd (librdmacm lets one sleep at a time instead);
  * rshutdown from another thread wakes them too. Connection setup is
- * serialised by slock. Lock order: slock or rlock, map_lock, then cq_lock;
- * the keepalive thread's ka_mtx before cq_lock. Closing an rsocket while another thread uses it is
- * the caller's error, as close(2) of a descriptor in use. Bad arguments
- * are -1 and errno, nothing changed. riomap'ed memory is written by the
- * peer's riowrite into the table entry our connection data announced.
- * Keepalives come from one thread of the process (below). Datagram
- * rsockets (SOCK_DGRAM) are not built.
+ * serialised by slock. Lock order: slock or rlock, map_lock, then
+ * cq_lock; the keepalive thread's ka_mtx before cq_lock. Closing an
+ * rsocket while another thread uses it is the caller's error, as close(2)
+ * of a descriptor in use. Bad arguments are -1 and errno, nothing
+ * changed. riomap'ed memory is written by the peer's riowrite into the
+ * table entry our connection data announced. Keepalives come from one
+ * thread of the process (below). Datagram rsockets (SOCK_DGRAM) are not
+ * built.
  */
 #include <endian.h>
 #include <fcntl.h>
@@ -629,6 +630,17 @@ static int poll_cq(struct rso *rs, unsigned *n)
 				}
 				break;
 			case RSO_OP_DATA:
+				/* Stricter than librdmacm: a peer that writes past
+				 * its message credits (the ring of received
+				 * messages full) or more than one grant at once
+				 * breaks the stream - the connection ends with
+				 * EPROTO instead of reading stale bytes */
+				if ((rs->rmsg_tail + 1) % (rs->rq_size + 1) == rs->rmsg_head ||
+				    RSO_MSG_DATA(msg) > rs->rbuf_size >> 1) {
+					rs->state = RSO_ERROR;
+					rs->err = EPROTO;
+					return -EPROTO;
+				}
 				rs->rmsg[rs->rmsg_tail].op = RSO_OP_DATA;
 				rs->rmsg[rs->rmsg_tail].data = RSO_MSG_DATA(msg);
 				if (++rs->rmsg_tail == rs->rq_size + 1)
