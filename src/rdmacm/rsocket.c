@@ -630,6 +630,8 @@ static int poll_cq(struct rso *rs, unsigned *n)
 				}
 				break;
 			case RSO_OP_DATA:
+				if (rs->state == RSO_ERROR)
+					break; /* after a broken stream: nothing more */
 				/* Stricter than librdmacm: a peer that writes past
 				 * its message credits (the ring of received
 				 * messages full) or more than one grant at once
@@ -637,8 +639,12 @@ static int poll_cq(struct rso *rs, unsigned *n)
 				 * EPROTO instead of reading stale bytes */
 				if ((rs->rmsg_tail + 1) % (rs->rq_size + 1) == rs->rmsg_head ||
 				    RSO_MSG_DATA(msg) > rs->rbuf_size >> 1) {
+					struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
 					rs->state = RSO_ERROR;
 					rs->err = EPROTO;
+					/* the peer's next writes fail at once */
+					ibv_modify_qp(rs->id->qp, &a, IBV_QP_STATE);
 					return -EPROTO;
 				}
 				rs->rmsg[rs->rmsg_tail].op = RSO_OP_DATA;
@@ -1346,6 +1352,10 @@ static ssize_t recv_iov(struct rso *rs, const struct iovec *iov, int iovcnt, int
 		}
 		pthread_mutex_unlock(&rs->cq_lock);
 	} while (left && (flags & MSG_WAITALL) && (rs->state & RSO_READABLE));
+	/* once the data are read, a broken connection says why (librdmacm:
+	 * end of file) */
+	if (!ret && left == len && len && rs->state == RSO_ERROR)
+		ret = rs->err ? -rs->err : -ECONNRESET;
 	pthread_mutex_unlock(&rs->rlock);
 	if (ret && left == len)
 		return rcm_err(ret == -EWOULDBLOCK ? EWOULDBLOCK : -ret);
