@@ -488,6 +488,13 @@ for phase in $phases; do
 		fi
 	fi
 	for prog in $progs; do
+		# rshostile checks libcep's server: librdmacm's rsocket.c has no
+		# check of a peer past its credits (it appends over unread
+		# messages), so not run with Debian's as the server
+		if [ "$phase-$prog" = kserver-rshostile ]; then
+			echo "== $phase: $prog not run (the server would be Debian's librdmacm)"
+			continue
+		fi
 		# rstream -T a with Debian's librdmacm as the client: its rpoll
 		# reports POLLHUP beside POLLIN when the server's disconnect
 		# follows its last data, and rstream stops at POLLHUP with data
@@ -495,12 +502,6 @@ for phase in $phases; do
 		# (measured: phase kernel, run by hand), so not run there;
 		# libcep's rpoll says POLLHUP once the data are read
 		# (docs/rdmacm.md)
-		# rshostile's server must be libcep's (Debian's librdmacm takes
-		# the extra messages over unread ones: not checked there)
-		if [ "$phase-$prog" = kserver-rshostile ]; then
-			echo "== $phase: $prog not run (the server would be Debian's librdmacm)"
-			continue
-		fi
 		if [ "$phase-$prog" = kclient-rstreama ]; then
 			echo "== $phase: $prog not run (Debian's librdmacm client: POLLHUP before its last data)"
 			continue
