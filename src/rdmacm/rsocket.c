@@ -1670,7 +1670,7 @@ RCM_EXPORT int rshutdown(int s, int how)
 		pthread_mutex_unlock(&rs->cq_lock);
 		if (ctrl < 0)
 			return 0;
-		if (!ctrl_avail(rs))
+		if (!locked(rs, conn_can_send_ctrl))
 			ret = process_cq(rs, false, conn_can_send_ctrl);
 		pthread_mutex_lock(&rs->cq_lock);
 		if (!ret && (rs->state & RSO_CONNECTED) && ctrl_avail(rs)) {
@@ -2351,9 +2351,10 @@ static short poll_rs(struct rso *rs, short events)
 	}
 	if (rs->state & (RSO_CONNECTED | RSO_ERROR) || rs->state == RSO_DISCONNECTED) {
 		process_cq(rs, true, always);
-		if ((events & POLLIN) && conn_have_rdata(rs))
+		/* under cq_lock: another thread's process_cq moves them */
+		if ((events & POLLIN) && locked(rs, conn_have_rdata))
 			rev |= POLLIN;
-		if ((events & POLLOUT) && can_send(rs))
+		if ((events & POLLOUT) && locked(rs, can_send))
 			rev |= POLLOUT;
 		/* POLLHUP once what came before the peer's disconnect is read:
 		 * librdmacm reports it at once beside POLLIN, and a program
