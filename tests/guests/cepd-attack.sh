@@ -28,18 +28,7 @@ echo "rxe0 up (no ib_cm): gid[1] $(gb_gid 1)"
 # whichever cepd runs (one before issue 26 took its umask's mode).
 start_cepd() {
 	bin=$1; shift
-	"$bin" "$@" -v >$out/cepd.log 2>&1 &
-	cepd_pid=$!
-	i=0
-	until "$bin" --stats >/dev/null 2>&1; do
-		i=$((i + 1))
-		if [ $i -gt 1000 ] || ! kill -0 $cepd_pid 2>/dev/null; then
-			cat $out/cepd.log
-			echo "cepd did not come up"
-			exit 1
-		fi
-		sleep 0.02
-	done
+	gb_start_cepd 1000 $out/cepd.log "$bin" "$@" || exit 1
 	chmod 0666 $sock
 	echo "cepd $cepd_pid ($bin) serves $* at $sock"
 }

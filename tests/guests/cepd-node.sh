@@ -46,18 +46,7 @@ echo "rxe0 up (no ib_cm): gid[1] $(gb_gid 1)"
 
 # start_cepd: cepd on rxe0:1 at the default socket; wait until it answers.
 start_cepd() {
-	"$cepd" --port rxe0:1 -v >$out/cepd.$1.log 2>&1 &
-	cepd_pid=$!
-	i=0
-	until "$cepd" --stats >/dev/null 2>&1; do
-		i=$((i + 1))
-		if [ $i -gt 500 ] || ! kill -0 $cepd_pid 2>/dev/null; then
-			cat $out/cepd.$1.log
-			echo "cepd did not come up"
-			exit 1
-		fi
-		sleep 0.02
-	done
+	gb_start_cepd 500 $out/cepd.$1.log "$cepd" --port rxe0:1 || exit 1
 	echo "cepd $cepd_pid serves rxe0:1 at $sock"
 }
 

@@ -67,3 +67,23 @@ gb_wait_cm_listen() {
 		sleep 0.02
 	done
 }
+
+# gb_start_cepd TRIES LOG CEPD ARGS...: start CEPD ARGS -v in the background
+# (its output in LOG, its pid in cepd_pid) and wait until it answers at its
+# default socket (CEPD --stats), polling every 20 ms up to TRIES times; on
+# failure show LOG and return 1.
+gb_start_cepd() {
+	local tries=$1 log=$2 bin=$3 i=0
+	shift 3
+	"$bin" "$@" -v >"$log" 2>&1 &
+	cepd_pid=$!
+	until "$bin" --stats >/dev/null 2>&1; do
+		i=$((i + 1))
+		if [ $i -gt "$tries" ] || ! kill -0 $cepd_pid 2>/dev/null; then
+			cat "$log"
+			echo "cepd did not come up"
+			return 1
+		fi
+		sleep 0.02
+	done
+}

@@ -20,18 +20,7 @@ ko() { echo "FAIL $*"; fail=$((fail + 1)); }
 n() { grep -c "$1" "$2"; }
 
 gb_rxe_up || exit 1
-"$cepd" --port rxe0:1 -v >$out/cepd.log 2>&1 &
-cepd_pid=$!
-i=0
-until "$cepd" --stats >/dev/null 2>&1; do
-	i=$((i + 1))
-	if [ $i -gt 500 ] || ! kill -0 $cepd_pid 2>/dev/null; then
-		cat $out/cepd.log
-		echo "cepd did not come up"
-		exit 1
-	fi
-	sleep 0.02
-done
+gb_start_cepd 500 $out/cepd.log "$cepd" --port rxe0:1 || exit 1
 echo "cepd $cepd_pid serves rxe0:1"
 gb_signal up
 
