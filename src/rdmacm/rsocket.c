@@ -166,7 +166,6 @@ struct rso {
 	pthread_mutex_t map_lock;
 	struct rso_iomr *iomrs;
 	int niomrs;
-	bool iomap_pending;
 
 	/* receiving */
 	uint16_t rseq_no, rseq_comp;
@@ -1529,20 +1528,20 @@ static int send_iomaps(struct rso *rs, int flags)
 		if (!ret)
 			m->queued = false;
 	}
-	rs->iomap_pending = false;
-	for (int k = 0; k < rs->niomrs; k++)
-		if (rs->iomrs[k].mr && rs->iomrs[k].queued)
-			rs->iomap_pending = true;
 	pthread_mutex_unlock(&rs->map_lock);
 	return ret;
 }
 
+/* A writable mapping not yet written into the peer's table (the list is
+ * the table's few entries at most). */
 static bool iomap_pending(struct rso *rs)
 {
-	bool r;
+	bool r = false;
 
 	pthread_mutex_lock(&rs->map_lock);
-	r = rs->iomap_pending;
+	for (int k = 0; k < rs->niomrs; k++)
+		if (rs->iomrs[k].mr && rs->iomrs[k].queued)
+			r = true;
 	pthread_mutex_unlock(&rs->map_lock);
 	return r;
 }
@@ -2210,8 +2209,6 @@ RCM_EXPORT off_t riomap(int s, void *buf, size_t len, int prot, int flags, off_t
 	m->offset = (uint64_t)offset;
 	m->index = index;
 	m->queued = index >= 0;
-	if (m->queued)
-		rs->iomap_pending = true;
 	pthread_mutex_unlock(&rs->map_lock);
 	return offset;
 }
