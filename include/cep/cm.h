@@ -533,7 +533,15 @@ struct cep_cm_conn_param {
 	uint8_t retry_count;                /* of the QP (not a CM timer): as given */
 	uint8_t rnr_retry_count;            /* of the QP: as given */
 	uint8_t path_mtu;                   /* 1..5; 0 = port's active MTU */
-	uint8_t transport_service_type;     /* enum cep_transport_service */
+	uint8_t transport_service_type;     /* enum cep_transport_service: RC,
+					       UC, or CEP_TS_EXTENDED for XRC
+					       (@qpn an XRC initiator QP; the
+					       REQ carries no responder
+					       resources, retry counts or SRQ,
+					       as the kernel's for
+					       IB_QPT_XRC_INI; the REP's local
+					       EECN is the peer's target QP).
+					       RD: -EINVAL */
 	uint8_t srq;
 	uint8_t manual_rtu;                 /* 1: the application calls cep_cm_rtu */
 	const void *private_data;
@@ -590,7 +598,11 @@ struct cep_cm_accept_param {
 	uint32_t ece_options;
 };
 
-/* Passive side: bind, send REP (REQ_RCVD/MRA_REQ_SENT -> REP_SENT).
+/* Passive side: bind, send REP (REQ_RCVD/MRA_REQ_SENT -> REP_SENT). To
+ * an XRC REQ (transport service type 3, extended transport XRC) @p->qpn
+ * is an XRC target QP and the REP is the kernel's for IB_QPT_XRC_TGT:
+ * the QP in the local EECN, local QPN 0, SRQ set, no initiator depth or
+ * flow control (the REP_RECEIVED of the other side names it there).
  * 0; -EINVAL (NULL, bad parameters, or no REQ to answer: IDLE, accepted
  * already, a listener); -EMSGSIZE; -ENOMEM; cep_bind()'s -ENOENT,
  * -ESHUTDOWN, -EISCONN. */

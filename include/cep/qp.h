@@ -78,7 +78,10 @@ struct cep_qp_params {
 	size_t size;                /* sizeof(struct cep_qp_params) */
 	uint8_t role;               /* enum cep_qp_role */
 	uint8_t have;               /* CEP_QP_HAVE_* */
-	uint8_t transport;          /* enum cep_transport_service: RC or UC */
+	uint8_t transport;          /* enum cep_transport_service: RC, UC, or
+				       CEP_TS_EXTENDED for XRC (the active
+				       side's QP an XRC initiator, the
+				       passive side's a target) */
 	uint8_t link_layer;         /* 1 InfiniBand, 2 Ethernet (RoCE) */
 	uint8_t port_num;
 	uint16_t pkey_index;
@@ -123,6 +126,8 @@ CEP_EXPORT int cep_qp_params_active(struct cep_qp_params *p,
  * resources, RNR retry = REP RNR retry count, ACK timeout from the REP's
  * target ACK delay and the path's packet life time. -EINVAL if step 1 was
  * not done (role) or the REP is invalid (QPN 0/1, PSN wider than 24 bits).
+ * XRC (transport CEP_TS_EXTENDED): the remote QPN is the target QP the
+ * REP's local EECN names, and its local QPN must be 0.
  */
 CEP_EXPORT int cep_qp_params_active_rep(struct cep_qp_params *p,
 					const struct cep_rep *rep);
@@ -133,7 +138,9 @@ CEP_EXPORT int cep_qp_params_active_rep(struct cep_qp_params *p,
  * reversed (remote = the REQ's local GID/LID); the local GID index is
  * @port->gid_index. Fills INIT (and the path, remote QPN, SQ PSN, MTU;
  * RTR also needs our RQ PSN, which the accept gives). 0 or -EINVAL (bad
- * REQ: QPN, MTU, type).
+ * REQ: QPN, MTU, type - RD, or an extended transport other than XRC). An
+ * XRC REQ makes the parameters an XRC target's: RTR sets the responder's
+ * limits, RTS the ACK timeout alone (the kernel's cm_init_qp_rts_attr).
  */
 CEP_EXPORT int cep_qp_params_passive(struct cep_qp_params *p,
 				     const struct cep_port_info *port,

@@ -398,7 +398,7 @@ struct cep_msg {
 	X(METHOD,           EOPNOTSUPP,       "method is not Send (0x03)") \
 	X(ATTR_ID,          ENOMSG,           "attribute ID is not a CM message") \
 	X(TRANSPORT_TYPE,   EBADMSG,          "REQ transport service type reserved (3 without XRC)") \
-	X(QPN,              EBADMSG,          "REQ/REP local QPN is 0 or 1 (connected QP required)") \
+	X(QPN,              EBADMSG,          "REQ/REP local QPN is 0 or 1 (connected QP required; an XRC target's REP: 0 with SRQ and its QP in the local EECN)") \
 	X(PATH_MTU,         EBADMSG,          "REQ path MTU not in 1..5") \
 	X(MSG_MRAED,        EBADMSG,          "MRA message MRAed is reserved (3)") \
 	X(MSG_REJECTED,     EBADMSG,          "REJ message rejected is reserved (3)") \

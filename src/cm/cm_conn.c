@@ -277,6 +277,8 @@ void cm_handle_req(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		return;
 	}
 	pthread_mutex_lock(&id->lock);
+	if (rq->transport_service_type == CEP_TS_EXTENDED) /* XRC (the codec's rule) */
+		id->flags |= F_XRC;
 	id->remote_id = rq->local_comm_id;
 	id->remote_qpn = rq->local_qpn;
 	id->remote_ca_guid = rq->local_ca_guid;
@@ -350,6 +352,7 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	struct cep_cm_id *id = cm_find_id(cm, rp->remote_comm_id);
 	struct cep *existing = NULL;
 	struct cep_cm_event ev;
+	uint32_t rqpn;
 	int ret;
 
 	if (!id) {
@@ -386,6 +389,24 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
 		goto out;
 	}
+	/* The peer's QP: an XRC target names it in the local EECN (local
+	 * QPN 0, the codec's rule), any other responder in the local QPN.
+	 * The kernel's cm_rep_handler reads the field of the id's type
+	 * whatever the REP says; here a REP of the other form names no QP
+	 * of this connection and changes nothing (stricter). */
+	if (id->flags & F_XRC) {
+		if (rp->local_qpn != 0) {
+			cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+			goto out;
+		}
+		rqpn = rp->local_eecn;
+	} else {
+		if (rp->local_qpn == 0) {
+			cm_drop(cm, w, CEP_CM_DROP_MISMATCH);
+			goto out;
+		}
+		rqpn = rp->local_qpn;
+	}
 	/* Another connection holds this (remote comm ID, CA GUID): a
 	 * duplicate to drop, as the kernel's cm_rep_handler does - never a
 	 * reason to touch that connection. */
@@ -396,7 +417,7 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	}
 	/* Stale if another connection holds (remote QPN, CA GUID). Looked up
 	 * before any insert, so this id's keys stay free for a right REP. */
-	ret = cep_lookup_remote_qpn(cm->table, rp->local_qpn, rp->local_ca_guid, &existing)
+	ret = cep_lookup_remote_qpn(cm->table, rqpn, rp->local_ca_guid, &existing)
 		      ? 0 : -EEXIST;
 	if (ret == 0) {
 		existing = NULL;
@@ -407,7 +428,7 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			STAT_ADD(cm, w, duplicates);
 			goto out;
 		}
-		ret = cep_insert_remote_qpn(id->cep, rp->local_qpn, rp->local_ca_guid, &existing);
+		ret = cep_insert_remote_qpn(id->cep, rqpn, rp->local_ca_guid, &existing);
 		if (ret)
 			cm_drop_remote_keys(id);
 	}
@@ -437,7 +458,7 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	if (id->dest) /* the REQ's answer: its window learns how soon */
 		cm_pace_answer(id);
 	id->remote_id = rp->local_comm_id;
-	id->remote_qpn = rp->local_qpn;
+	id->remote_qpn = rqpn;
 	id->remote_ca_guid = rp->local_ca_guid;
 	/* The path's ACK timeout now includes the peer's ACK delay (kernel
 	 * cm_rep_handler): timewait lasts one of it. */
@@ -863,7 +884,8 @@ static int cm_conn_param_defaults(const struct cep_cm_conn_param *p, struct cep_
 	if (q->qpn > 0xffffff || q->qpn < 2 || q->max_cm_retries > 15 ||
 	    q->remote_cm_response_timeout > 31 || q->local_cm_response_timeout > 31 ||
 	    q->packet_life_time > 31 || q->path_mtu > 5 ||
-	    q->transport_service_type > CEP_TS_UC || q->starting_psn > 0xffffff ||
+	    q->transport_service_type == CEP_TS_RD || q->transport_service_type > CEP_TS_EXTENDED ||
+	    q->starting_psn > 0xffffff ||
 	    (q->private_data_len && !q->private_data))
 		return -EINVAL;
 	if (q->private_data_len > CEP_REQ_PRIVATE_DATA_SIZE)
@@ -985,6 +1007,17 @@ int cm_local_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	rq->rnr_retry_count = p->rnr_retry_count & 7;
 	rq->max_cm_retries = p->max_cm_retries;
 	rq->srq = p->srq ? 1 : 0;
+	if (p->transport_service_type == CEP_TS_EXTENDED) {
+		/* An XRC initiator's REQ, as the kernel's cm_format_req for
+		 * IB_QPT_XRC_INI: extended transport XRC; no responder
+		 * resources, retry counts or SRQ (the initiator has no
+		 * receive side; its QP's retry counts stay ours, cep/qp.h) */
+		rq->extended_transport_type = CEP_EXT_TRANSPORT_XRC;
+		rq->responder_resources = 0;
+		rq->retry_count = 0;
+		rq->rnr_retry_count = 0;
+		rq->srq = 0;
+	}
 	rq->primary = p->primary;
 	/* The ACK timeout of the path: 2 x its packet life time + our CA's
 	 * ACK delay, as the kernel's cm_format_req computes it. */
@@ -1026,9 +1059,10 @@ int cm_local_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	 * address vector's timeout is packet life + 1) */
 	id->path_timeout = (uint8_t)(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);
 	id->max_retries = id->retries_left = p->max_cm_retries;
-	id->flags = (uint16_t)((id->flags & ~(F_MANUAL_RTU | F_MANUAL_DREP | F_REQ_WIRE)) |
+	id->flags = (uint16_t)((id->flags & ~(F_MANUAL_RTU | F_MANUAL_DREP | F_REQ_WIRE | F_XRC)) |
 			      (p->manual_rtu ? F_MANUAL_RTU : 0) |
-			      (p->manual_drep ? F_MANUAL_DREP : 0));
+			      (p->manual_drep ? F_MANUAL_DREP : 0) |
+			      (p->transport_service_type == CEP_TS_EXTENDED ? F_XRC : 0));
 	ret = cm_keep_msg(id, &m);
 	if (ret) {
 		cep_unbind(id->cep);
@@ -1083,6 +1117,17 @@ int cm_local_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 				      (p->flow_control ? 1 : 0) : 1;
 	rp->rnr_retry_count = p->rnr_retry_count & 7;
 	rp->srq = p->srq ? 1 : 0;
+	if (id->flags & F_XRC) {
+		/* An XRC target's REP, as the kernel's cm_format_rep for
+		 * IB_QPT_XRC_TGT: the QP in the local EECN, local QPN 0,
+		 * SRQ set; no initiator depth or flow control (a target
+		 * initiates nothing) */
+		rp->local_qpn = 0;
+		rp->local_eecn = p->qpn;
+		rp->srq = 1;
+		rp->initiator_depth = 0;
+		rp->end_to_end_flow_control = 0;
+	}
 	rp->local_ca_guid = id->cm->ca_guid;
 	if (p->size >= offsetof(struct cep_cm_accept_param, ece_options) + sizeof(p->ece_options)) {
 		/* ECE: as the kernel's cm_format_rep */

@@ -174,6 +174,9 @@ enum {
 				     core CEP's destruction too */
 	F_REQ_WIRE = 1u << 13,   /* our REQ has been sent (not only queued by
 				     its window): the peer may know the id */
+	F_XRC = 1u << 14,        /* an XRC connection (extended transport 1):
+				     set by its connect or its REQ; the REP
+				     names the target QP in the local EECN */
 };
 
 /* id->timer_kind (lock) */

@@ -270,8 +270,6 @@ static int qp_to_rts(struct rcm_id *r, struct ibv_qp *qp, uint8_t resp_res, uint
 	return 0;
 }
 
-/* Initialise a new QP for @r (librdmacm ucma_init_conn_qp/ucma_init_ud_qp)
- * and register an RC/UC QP's number with the CM. Caller holds r->mtx. */
 /* A new QP and ECE, as librdmacm's init_ece and set_local_ece: our ECE
  * becomes the device's (none when it does not support ECE); on the
  * passive side the device is told the peer's, or only our vendor when
@@ -304,6 +302,9 @@ int rcm_qp_ece(struct rcm_id *r, struct ibv_qp *qp)
 	return 0;
 }
 
+/* Initialise a new QP for @r (librdmacm ucma_init_conn_qp/ucma_init_ud_qp)
+ * and register a connected (RC, UC, XRC) QP's number with the CM. Caller
+ * holds r->mtx. */
 int rcm_qp_init(struct rcm_id *r, struct ibv_qp *qp)
 {
 	static const enum ibv_qp_state ud_steps[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
@@ -492,7 +493,10 @@ static int connect_rc(struct rcm_id *r, const struct rdma_conn_param *param)
 	cp.retry_count = param ? (param->retry_count > 7 ? 7 : param->retry_count) : 7;
 	cp.rnr_retry_count = param ? (param->rnr_retry_count > 7 ? 7 : param->rnr_retry_count) : 7;
 	cp.path_mtu = pinfo.active_mtu;
-	cp.transport_service_type = r->id.qp_type == IBV_QPT_UC ? CEP_TS_UC : CEP_TS_RC;
+	/* XRC: the initiator's REQ (libcep's engine leaves out what the
+	 * kernel's cm_format_req does for IB_QPT_XRC_INI) */
+	cp.transport_service_type = r->id.qp_type == IBV_QPT_UC ? CEP_TS_UC :
+				    r->id.qp_type == IBV_QPT_XRC_SEND ? CEP_TS_EXTENDED : CEP_TS_RC;
 	cp.manual_rtu = 1; /* RTU once the QP is in RTS */
 	cp.ece_vendor_id = r->local_ece.vendor_id; /* librdmacm's REQ: ours */
 	cp.ece_options = r->local_ece.options;
@@ -526,8 +530,10 @@ RCM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
 		ret = -EINVAL;
 		goto out;
 	}
-	if (r->id.qp_type == IBV_QPT_XRC_SEND || r->id.qp_type == IBV_QPT_XRC_RECV) {
-		ret = -ENOSYS; /* XRC's REQ (its SRQ number, XRC transport) not built */
+	if (r->id.qp_type == IBV_QPT_XRC_RECV) {
+		/* A receive id's QP is a target: it answers REQs and sends
+		 * none (the kernel would send an RC REQ naming it) */
+		ret = -EINVAL;
 		goto out;
 	}
 	ret = valid_param(r, conn_param);
@@ -979,8 +985,12 @@ static void on_request(struct cep_cm_id *cid, const struct cep_cm_event *ev,
 		return;
 	}
 	/* qp_type is set at creation: no lock needed */
-	if (l->id.qp_type != (ud ? IBV_QPT_UD : ev->msg.u.req.transport_service_type == CEP_TS_UC ?
-			      IBV_QPT_UC : IBV_QPT_RC)) {
+	/* the listener's QP type is the request's (the kernel's
+	 * cma_ib_check_req_qp_type): an XRC REQ is for a receive id */
+	if (l->id.qp_type != (ud ? IBV_QPT_UD :
+			      ev->msg.u.req.transport_service_type == CEP_TS_UC ? IBV_QPT_UC :
+			      ev->msg.u.req.transport_service_type == CEP_TS_EXTENDED ?
+			      IBV_QPT_XRC_RECV : IBV_QPT_RC)) {
 		refuse(cid, ud, ud ? CEP_SIDR_REJECT : CEP_REJ_CONSUMER_DEFINED);
 		rcm_id_put(l);
 		return;
@@ -1094,7 +1104,10 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 		e->ev.param.conn.flow_control = rp->end_to_end_flow_control;
 		e->ev.param.conn.rnr_retry_count = rp->rnr_retry_count;
 		e->ev.param.conn.srq = rp->srq;
-		e->ev.param.conn.qp_num = rp->local_qpn;
+		/* an XRC target names its QP in the local EECN (the
+		 * kernel's cm_format_rep_event) */
+		e->ev.param.conn.qp_num = r->id.qp_type == IBV_QPT_XRC_SEND ? rp->local_eecn :
+					  rp->local_qpn;
 		copy_pdata(e, rp->private_data, CEP_REP_PRIVATE_DATA_SIZE, 0);
 		break;
 	}

@@ -6,9 +6,9 @@
  * given), completion queues with their own channels are made for whatever
  * queue the caller leaves out, and the QP leaves here in INIT (UD: in RTS
  * with rdma_cm's Q_Key). An RC QP's number is registered with the port's
- * CM, which binds the connection to it (cep/cm.h). XRC QPs and SRQs are
- * made as librdmacm makes them (the device's XRC domain), or refused by
- * the device; their connections are not built.
+ * CM, which binds the connection to it (cep/cm.h); so is an XRC QP's (a
+ * send id's initiator, a receive id's target in the device's XRC domain,
+ * as librdmacm makes them - or the device refuses them: rxe has no XRC).
  *
  * Guarantees: id.qp changes under the id's mutex (the CM worker reads it
  * there at REP and REJ time).
@@ -64,11 +64,6 @@ err:
 	return -1;
 }
 
-static int xrc(enum ibv_qp_type t)
-{
-	return t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV;
-}
-
 RCM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
 	struct rcm_id *r;
@@ -112,11 +107,10 @@ RCM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_
 		return rcm_err(ret ? ret : ENOMEM);
 	}
 	pthread_mutex_lock(&r->mtx);
-	/* an XRC QP stays as made: its connection is not built (rdma_connect
-	 * says ENOSYS, a listener takes no XRC REQ), so nothing registers or
-	 * moves it */
-	ret = xrc(attr->qp_type) ? 0 : rcm_qp_ece(r, qp);
-	if (!ret && !xrc(attr->qp_type))
+	/* RC, UC and XRC alike (librdmacm's ucma_init_conn_qp): ECE, INIT,
+	 * the number registered with the CM */
+	ret = rcm_qp_ece(r, qp);
+	if (!ret)
 		ret = rcm_qp_init(r, qp);
 	if (!ret) {
 		id->pd = qp->pd;

@@ -67,7 +67,8 @@ static uint32_t access_for(const struct cep_qp_params *p)
 	uint32_t a = CEP_QP_ACCESS_LOCAL_WRITE | CEP_QP_ACCESS_REMOTE_WRITE;
 
 	/* As the kernel CM: reads and atomics only when we accept them. */
-	if (p->transport == CEP_TS_RC && p->max_dest_rd_atomic)
+	if ((p->transport == CEP_TS_RC || p->transport == CEP_TS_EXTENDED) &&
+	    p->max_dest_rd_atomic)
 		a |= CEP_QP_ACCESS_REMOTE_READ | CEP_QP_ACCESS_REMOTE_ATOMIC;
 	return a;
 }
@@ -91,7 +92,8 @@ int cep_qp_params_active(struct cep_qp_params *p, const struct cep_port_info *po
 	    conn->size < offsetof(struct cep_cm_conn_param, flow_control) ||
 	    conn->qpn < 2 || conn->qpn > 0xffffff || conn->starting_psn > 0xffffff ||
 	    conn->path_mtu > 5 || conn->packet_life_time > 31 ||
-	    conn->transport_service_type > CEP_TS_UC)
+	    conn->transport_service_type == CEP_TS_RD ||
+	    conn->transport_service_type > CEP_TS_EXTENDED)
 		return -EINVAL;
 	/* The MTU cep_cm_connect puts in the REQ. */
 	mtu = conn->path_mtu ? conn->path_mtu
@@ -129,11 +131,17 @@ int cep_qp_params_active(struct cep_qp_params *p, const struct cep_port_info *po
 
 int cep_qp_params_active_rep(struct cep_qp_params *p, const struct cep_rep *rep)
 {
+	/* an XRC initiator's peer is the target QP the REP's local EECN
+	 * names (local QPN 0: the kernel's cm_rep_get_qpn) */
+	int xrc = p && p->transport == CEP_TS_EXTENDED;
+	uint32_t qpn = !rep ? 0 : xrc ? rep->local_eecn : rep->local_qpn;
+
 	if (!p || !rep || p->role != CEP_QP_ROLE_ACTIVE || !(p->have & CEP_QP_HAVE_INIT) ||
-	    rep->local_qpn < 2 || rep->local_qpn > 0xffffff || rep->starting_psn > 0xffffff ||
+	    (xrc && rep->local_qpn != 0) ||
+	    qpn < 2 || qpn > 0xffffff || rep->starting_psn > 0xffffff ||
 	    rep->target_ack_delay > 31 || rep->failover_accepted > 2)
 		return -EINVAL;
-	p->dest_qpn = rep->local_qpn;
+	p->dest_qpn = qpn;
 	p->sq_psn = rep->starting_psn;
 	/* The peer's initiator depth bounds what we must answer, and its
 	 * responder resources bound what we may have outstanding. */
@@ -155,7 +163,10 @@ int cep_qp_params_passive(struct cep_qp_params *p, const struct cep_port_info *p
 {
 	if (!p || !port_ok(port) || !req || req->local_qpn < 2 || req->local_qpn > 0xffffff ||
 	    req->starting_psn > 0xffffff || req->path_mtu < 1 || req->path_mtu > 5 ||
-	    req->transport_service_type > CEP_TS_UC)
+	    req->transport_service_type == CEP_TS_RD ||
+	    (req->transport_service_type == CEP_TS_EXTENDED &&
+	     req->extended_transport_type != CEP_EXT_TRANSPORT_XRC) ||
+	    req->transport_service_type > CEP_TS_EXTENDED)
 		return -EINVAL;
 	params_reset(p, port);
 	p->role = CEP_QP_ROLE_PASSIVE;

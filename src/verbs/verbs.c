@@ -69,7 +69,10 @@ int cep_qp_params_init_attr(const struct cep_qp_params *p, enum ibv_qp_state sta
 		attr->path_mtu = (enum ibv_mtu)p->path_mtu;
 		attr->dest_qp_num = p->dest_qpn;
 		attr->rq_psn = p->rq_psn;
-		if (p->transport == CEP_TS_RC) {
+		/* a responder's limits: RC, and XRC's target (the passive
+		 * side), as the kernel's cm_init_qp_rtr_attr */
+		if (p->transport == CEP_TS_RC ||
+		    (p->transport == CEP_TS_EXTENDED && p->role == CEP_QP_ROLE_PASSIVE)) {
 			m |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 			attr->max_dest_rd_atomic = p->max_dest_rd_atomic;
 			attr->min_rnr_timer = p->min_rnr_timer;
@@ -88,13 +91,20 @@ int cep_qp_params_init_attr(const struct cep_qp_params *p, enum ibv_qp_state sta
 		memset(attr, 0, sizeof(*attr));
 		m = IBV_QP_STATE | IBV_QP_SQ_PSN;
 		attr->sq_psn = p->sq_psn;
-		if (p->transport == CEP_TS_RC) {
+		/* as the kernel's cm_init_qp_rts_attr: a requester's retries
+		 * and depth for RC and XRC's initiator (the active side), the
+		 * ACK timeout alone for XRC's target */
+		if (p->transport == CEP_TS_RC ||
+		    (p->transport == CEP_TS_EXTENDED && p->role == CEP_QP_ROLE_ACTIVE)) {
 			m |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 			     IBV_QP_MAX_QP_RD_ATOMIC;
 			attr->timeout = p->primary.timeout;
 			attr->retry_cnt = p->retry_count;
 			attr->rnr_retry = p->rnr_retry;
 			attr->max_rd_atomic = p->max_rd_atomic;
+		} else if (p->transport == CEP_TS_EXTENDED) {
+			m |= IBV_QP_TIMEOUT;
+			attr->timeout = p->primary.timeout;
 		}
 		if (p->has_alternate) {
 			m |= IBV_QP_PATH_MIG_STATE;

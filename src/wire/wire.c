@@ -280,12 +280,28 @@ static bool xrc_rule_broken(const struct cep_msg *m)
 	       m->u.req.extended_transport_type != CEP_EXT_TRANSPORT_XRC;
 }
 
+/* A REP's local QPN names the responder's connected QP - except an XRC
+ * target's REP, which leaves it 0, sets SRQ and names the target QP in the
+ * local EECN (the kernel's cm_format_rep for IB_QPT_XRC_TGT). Which of the
+ * two a REP must be is the connection's to say (cm_handle_rep); the codec
+ * refuses what is neither. */
+static bool rep_qpn_rule_broken(const struct cep_msg *m)
+{
+	const struct cep_rep *r = &m->u.rep;
+
+	if (m->type != CEP_MSG_REP || (r->local_qpn >= 2 && r->local_qpn <= 0xffffff))
+		return false;
+	return !(r->local_qpn == 0 && r->srq && r->local_eecn >= 2 && r->local_eecn <= 0xffffff);
+}
+
 int cep_msg_validate(const struct cep_msg *m, enum cep_wire_error *why)
 {
 	if (!m)
 		return bad_arg(why);
 	if (!desc_of(m->type))
 		return fail(CEP_WIRE_ERR_ATTR_ID, why);
+	if (rep_qpn_rule_broken(m)) /* the REP's first rule, as the row it was */
+		return fail(CEP_WIRE_ERR_QPN, why);
 	for (size_t i = 0; i < sizeof(cep_rules) / sizeof(cep_rules[0]); i++)
 		if (rule_broken(&cep_rules[i], m))
 			return fail(cep_rules[i].why, why);
@@ -306,6 +322,8 @@ enum cep_wire_error cep_field_rule_broken(const struct cep_msg *m, const struct 
 	if (f->host_off == offsetof(struct cep_msg, u.req.transport_service_type) &&
 	    xrc_rule_broken(m))
 		return CEP_WIRE_ERR_TRANSPORT_TYPE;
+	if (f->host_off == offsetof(struct cep_msg, u.rep.local_qpn) && rep_qpn_rule_broken(m))
+		return CEP_WIRE_ERR_QPN;
 	return CEP_WIRE_ERR_OK;
 }
 

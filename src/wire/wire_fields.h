@@ -274,18 +274,20 @@ int cep_msg_decode_lax(const uint8_t *mad, size_t len, struct cep_msg *out,
 		       enum cep_wire_error *why);
 
 /* The validation rule that row @f's value in @m breaks (docs/protocol.md,
- * "Validation on receive"), or CEP_WIRE_ERR_OK. The XRC rule is reported
- * on the transport_service_type row. Pure; any thread. */
+ * "Validation on receive"), or CEP_WIRE_ERR_OK. The XRC rules are reported
+ * on the REQ's transport_service_type row and the REP's local_qpn row.
+ * Pure; any thread. */
 enum cep_wire_error cep_field_rule_broken(const struct cep_msg *m, const struct cep_field *f);
 
 /* Validation rules on host messages: X(TYPE, msg, member, min, max, error).
- * A value outside [min, max] is refused with CEP_WIRE_ERR_<error>. One rule
- * is not a range and lives in code: REQ transport service type 3 requires
- * extended transport type XRC (1). */
+ * A value outside [min, max] is refused with CEP_WIRE_ERR_<error>. Two rules
+ * are not ranges and live in code: REQ transport service type 3 requires
+ * extended transport type XRC (1); a REP's local QPN is 2..0xffffff except
+ * in an XRC target's REP, which names its QP in the local EECN (QPN 0, SRQ
+ * set, EECN 2..0xffffff: the kernel's cm_format_rep for IB_QPT_XRC_TGT). */
 #define CEP_WIRE_RULES(X) \
 	X(REQ,      req,      local_qpn,              2, 0xffffff, QPN)              \
 	X(REQ,      req,      path_mtu,               1, 5,        PATH_MTU)         \
-	X(REP,      rep,      local_qpn,              2, 0xffffff, QPN)              \
 	X(REP,      rep,      failover_accepted,      0, 2,        FAILOVER)         \
 	X(MRA,      mra,      message_mraed,          0, 2,        MSG_MRAED)        \
 	X(REJ,      rej,      message_rejected,       0, 2,        MSG_REJECTED)     \

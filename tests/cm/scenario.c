@@ -2887,10 +2887,79 @@ static void t_mra_replaces_auto(void)
 	teardown_all();
 }
 
+/* XRC (issue 28): an XRC target's REP names its QP in the local EECN with
+ * local QPN 0 (the kernel's cm_format_rep for IB_QPT_XRC_TGT). A REP of
+ * the other form names no QP of the connection and changes nothing - the
+ * kernel's cm_rep_handler reads the field of its id's type whatever the
+ * REP says: an XRC connect answered by an RC REP, and an RC connect
+ * answered by an XRC one, are dropped (MISMATCH) and the id waits; the
+ * right REP then establishes it with the QP it named (the DREQ names
+ * it). The codec refuses a REP of local QPN 0 that is no XRC target's. */
+static void t_xrc_rep_form(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *a, *a2;
+	struct cep_msg m, out;
+	uint8_t mad[CEP_MAD_SIZE];
+	uint64_t drops;
+
+	setup(2, 0);
+	a = make_id(&A);
+	conn_param(&p, 0x100, LID_A, LID_C);
+	p.transport_service_type = CEP_TS_EXTENDED;
+	CHECK_EQ(cep_cm_connect(a, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.transport_service_type, CEP_TS_EXTENDED);
+	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.extended_transport_type, CEP_EXT_TRANSPORT_XRC);
+	drops = stats_of(&A).drops[CEP_CM_DROP_MISMATCH];
+	raw_rep(&m, 0x7100, 0x900); /* an RC responder's */
+	raw_send(&m, LID_A);
+	settle();
+	CHECK_EQ(stats_of(&A).drops[CEP_CM_DROP_MISMATCH], drops + 1);
+	CHECK_EQ(cep_cm_id_state(a), CEP_CM_REQ_SENT);
+	CHECK_EQ(raw_count(CEP_MSG_RTU), 0);
+	raw_rep(&m, 0x7100, 0); /* the target's */
+	m.u.rep.local_eecn = 0x900;
+	m.u.rep.srq = 1;
+	raw_send(&m, LID_A);
+	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
+	CHECK(raw_wait(CEP_MSG_RTU, 1));
+	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
+	CHECK(raw_wait(CEP_MSG_DREQ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_DREQ).u.dreq.remote_qpn_eecn, 0x900);
+
+	a2 = make_id(&A);
+	conn_param(&p, 0x101, LID_A, LID_C); /* RC */
+	CHECK_EQ(cep_cm_connect(a2, &p), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 2));
+	CHECK_EQ(raw_last(CEP_MSG_REQ).u.req.transport_service_type, CEP_TS_RC);
+	raw_rep(&m, 0x7101, 0);
+	m.u.rep.local_eecn = 0x901;
+	m.u.rep.srq = 1;
+	raw_send(&m, LID_A);
+	settle();
+	CHECK_EQ(stats_of(&A).drops[CEP_CM_DROP_MISMATCH], drops + 2);
+	CHECK_EQ(cep_cm_id_state(a2), CEP_CM_REQ_SENT);
+	CHECK_EQ(raw_count(CEP_MSG_RTU), 1);
+
+	/* the codec: local QPN 0 only with SRQ and a QP in the EECN */
+	CHECK_EQ(cep_msg_encode(&m, mad), 0);
+	CHECK_EQ(cep_msg_decode(mad, sizeof(mad), &out, NULL), 0);
+	m.u.rep.srq = 0;
+	CHECK_EQ(cep_msg_encode(&m, mad), 0);
+	CHECK_EQ(cep_msg_decode(mad, sizeof(mad), &out, NULL), -EBADMSG);
+	m.u.rep.srq = 1;
+	m.u.rep.local_eecn = 1;
+	CHECK_EQ(cep_msg_encode(&m, mad), 0);
+	CHECK_EQ(cep_msg_decode(mad, sizeof(mad), &out, NULL), -EBADMSG);
+	teardown_all();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } scenarios[] = {
+	{ "xrc-rep-form", t_xrc_rep_form },
 	{ "rej-req-local-id", t_rej_req_local_id },
 	{ "sidr-backlog", t_sidr_backlog },
 	{ "half-open-repeats", t_half_open_repeats },

@@ -730,13 +730,14 @@ static void af_ib_endpoints(struct rcm_port *ports, const uint8_t ga[16], const 
 	CHECK_EQ(be16toh(id->route.path_rec->dlid), 4); /* the SA's answer */
 	rdma_destroy_ep(id);
 	/* XRC: the id is made (the kernel's RDMA_PS_IB takes the QP type
-	 * given); its connection is not built: rdma_connect ENOSYS */
+	 * given); without a QP or a QP number its rdma_connect is EINVAL,
+	 * as an RC id's (the connection itself: ib-listen-xrc-connect) */
 	res->ai_qp_type = IBV_QPT_XRC_SEND;
 	CHECK_EQ(rdma_create_ep(&id, res, NULL, NULL), 0);
 	CHECK_EQ(id->qp_type, IBV_QPT_XRC_SEND);
 	errno = 0;
 	CHECK_EQ(rdma_connect(id, NULL), -1);
-	CHECK_EQ(errno, ENOSYS);
+	CHECK_EQ(errno, EINVAL);
 	rdma_destroy_ep(id);
 	/* no QP type rdma_cm knows: EINVAL, nothing made (stricter) */
 	res->ai_qp_type = IBV_QPT_RAW_PACKET;

@@ -431,7 +431,176 @@ static void t_sidr_af_ib_no_grh(void)
 	sidr_to_af_ib(0);
 }
 
+/* XRC (issue 28), the active side: an AF_IB id of an XRC send QP (no QP
+ * here: the number given, as rdma_connect allows) sends the kernel's REQ
+ * for IB_QPT_XRC_INI (transport service type 3, extended transport 1, no
+ * responder resources, retry counts or SRQ; its initiator depth); the
+ * target's REP (local QPN 0, its QP in the local EECN) is
+ * CONNECT_RESPONSE with that QP as qp_num (the kernel's
+ * cm_format_rep_event), the initiator's RTR names it without a
+ * responder's limits, and rdma_establish sends the RTU. An XRC receive id
+ * answers and does not connect: EINVAL. */
+static void t_xrc_connect(void)
+{
+	const uint64_t sid = cep_rdma_service_id(CEP_RDMA_PS_IB, 0x4444);
+	struct rdma_conn_param cp = { .qp_num = 0x779, .initiator_depth = 3,
+				      .responder_resources = 2, .retry_count = 7,
+				      .rnr_retry_count = 7, .srq = 1 };
+	struct rdma_cm_event *ev;
+	struct rcm_channel *ch;
+	struct rcm_dev dev, dev2;
+	struct rcm_port port, port2;
+	struct ibv_qp_attr a;
+	struct rcm_id *r, *t;
+	struct cep_msg q, m;
+	int mask;
+
+	setup(2, 0);
+	ch = rcm_channel_new();
+	CHECK(ch != NULL);
+	t = af_ib_active(ch, &dev2, &port2, RDMA_PS_IB, IBV_QPT_XRC_RECV,
+			 cep_rdma_service_id(CEP_RDMA_PS_IB, 0x9997), sid);
+	CHECK_EQ(rdma_connect(&t->id, &cp), -1);
+	CHECK_EQ(errno, EINVAL);
+	CHECK_EQ(raw_count(CEP_MSG_REQ), 0);
+	CHECK_EQ(rdma_destroy_id(&t->id), 0);
+	free(port2.qpns);
+	r = af_ib_active(ch, &dev, &port, RDMA_PS_IB, IBV_QPT_XRC_SEND,
+			 cep_rdma_service_id(CEP_RDMA_PS_IB, 0x9996), sid);
+	CHECK_EQ(rdma_connect(&r->id, &cp), 0);
+	CHECK(raw_wait(CEP_MSG_REQ, 1));
+	q = raw_last(CEP_MSG_REQ);
+	CHECK_EQ(q.u.req.service_id, sid);
+	CHECK_EQ(q.u.req.local_qpn, 0x779);
+	CHECK_EQ(q.u.req.transport_service_type, CEP_TS_EXTENDED);
+	CHECK_EQ(q.u.req.extended_transport_type, CEP_EXT_TRANSPORT_XRC);
+	CHECK_EQ(q.u.req.initiator_depth, 3);
+	CHECK_EQ(q.u.req.responder_resources, 0);
+	CHECK_EQ(q.u.req.retry_count, 0);
+	CHECK_EQ(q.u.req.rnr_retry_count, 0);
+	CHECK_EQ(q.u.req.srq, 0);
+	raw_rep(&m, 0x7200, 0);
+	m.u.rep.local_eecn = 0x5b5b;
+	m.u.rep.srq = 1;
+	m.u.rep.responder_resources = 1;
+	m.u.rep.rnr_retry_count = 7;
+	m.u.rep.starting_psn = 0x777;
+	raw_send(&m, LID_A);
+	if (poll(&(struct pollfd){ .fd = ch->ch.fd, .events = POLLIN }, 1, 5000) != 1) {
+		CHECK(!"CONNECT_RESPONSE"); /* never block on an empty channel */
+		exit(check_done("xrc-connect"));
+	}
+	CHECK_EQ(rdma_get_cm_event(&ch->ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_RESPONSE);
+	CHECK_EQ(ev->param.conn.qp_num, 0x5b5b);
+	CHECK_EQ(ev->param.conn.srq, 1);
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	a.qp_state = IBV_QPS_RTR;
+	CHECK_EQ(rdma_init_qp_attr(&r->id, &a, &mask), 0);
+	CHECK_EQ(a.dest_qp_num, 0x5b5b);
+	CHECK_EQ(mask & (IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), 0);
+	a.qp_state = IBV_QPS_RTS;
+	CHECK_EQ(rdma_init_qp_attr(&r->id, &a, &mask), 0);
+	CHECK(mask & IBV_QP_RETRY_CNT);
+	CHECK_EQ(a.sq_psn, 0x777);
+	CHECK_EQ(rdma_establish(&r->id), 0);
+	CHECK(raw_wait(CEP_MSG_RTU, 1));
+	CHECK_EQ(rdma_destroy_id(&r->id), 0);
+	teardown_all();
+	free(port.qpns);
+	rcm_channel_free(ch);
+}
+
+/* XRC, the passive side: an XRC REQ is for a listener of XRC receive ids
+ * (the kernel's cma_ib_check_req_qp_type) - an RC listener refuses it
+ * with REJ 28, an XRC one an RC REQ; the XRC listener's new id is an XRC
+ * receive id, and its rdma_accept sends the target's REP (local QPN 0,
+ * the QP in the local EECN, SRQ set, no initiator depth), its QP moved by
+ * the target's attributes (RTR with the responder's limits, RTS the ACK
+ * timeout alone). */
+static struct rdma_cm_event *xrc_req(struct standin *s, uint32_t comm_id, int xrc,
+				     struct cep_msg *sent)
+{
+	struct rdma_cm_event *ev = NULL;
+	struct cep_cma_hdr h;
+	struct cep_msg m;
+
+	raw_req(&m, comm_id, 0x900);
+	m.u.req.service_id = s->tcp.sid;
+	if (xrc) {
+		m.u.req.transport_service_type = CEP_TS_EXTENDED;
+		m.u.req.extended_transport_type = CEP_EXT_TRANSPORT_XRC;
+		m.u.req.initiator_depth = 2;
+	}
+	cep_cma_hdr_ipv4(&h, htonl(0x0a000001), 5555, htonl(0x0a000002), PORT_RDMA);
+	CHECK_EQ(cep_cma_hdr_encode(&h, NULL, 0, m.u.req.private_data,
+				    sizeof(m.u.req.private_data)), CEP_CMA_HDR_SIZE);
+	raw_send(&m, LID_B);
+	settle();
+	if (sent)
+		*sent = m;
+	if (poll(&(struct pollfd){ .fd = s->ch->ch.fd, .events = POLLIN }, 1, 1000) != 1)
+		return NULL;
+	CHECK_EQ(rdma_get_cm_event(&s->ch->ch, &ev), 0);
+	return ev;
+}
+
+static void t_xrc_listen(void)
+{
+	struct standin s;
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param cp = { .qp_num = 0x300,
+				      .responder_resources = RDMA_MAX_RESP_RES,
+				      .initiator_depth = RDMA_MAX_INIT_DEPTH,
+				      .rnr_retry_count = 7 };
+	struct ibv_qp_attr a;
+	struct rdma_cm_id *c;
+	struct cep_msg r, sent;
+	int mask;
+
+	setup(2, 0);
+	standin_open(&s, IBV_LINK_LAYER_ETHERNET, 0);
+	s.l->backlog = 8;
+	CHECK(xrc_req(&s, 0x9600, 1, NULL) == NULL); /* RC listener, XRC REQ */
+	CHECK(raw_wait(CEP_MSG_REJ, 1));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.reason, CEP_REJ_CONSUMER_DEFINED);
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x9600);
+	s.l->id.qp_type = IBV_QPT_XRC_RECV; /* before any request: no lock */
+	CHECK(xrc_req(&s, 0x9601, 0, NULL) == NULL); /* XRC listener, RC REQ */
+	CHECK(raw_wait(CEP_MSG_REJ, 2));
+	CHECK_EQ(raw_last(CEP_MSG_REJ).u.rej.remote_comm_id, 0x9601);
+	ev = xrc_req(&s, 0x9602, 1, &sent);
+	CHECK(ev != NULL);
+	if (!ev)
+		exit(check_done("xrc-listen"));
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	c = ev->id;
+	CHECK_EQ(c->qp_type, IBV_QPT_XRC_RECV);
+	CHECK_EQ(ev->param.conn.qp_num, 0x900);
+	CHECK_EQ(ev->param.conn.responder_resources, 2); /* its initiator depth */
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	standin_req_params(c, &sent.u.req);
+	CHECK_EQ(rdma_accept(c, &cp), 0);
+	CHECK(raw_wait(CEP_MSG_REP, 1));
+	r = raw_last(CEP_MSG_REP);
+	CHECK_EQ(r.u.rep.remote_comm_id, 0x9602);
+	CHECK_EQ(r.u.rep.local_qpn, 0);
+	CHECK_EQ(r.u.rep.local_eecn, 0x300);
+	CHECK_EQ(r.u.rep.srq, 1);
+	CHECK_EQ(r.u.rep.initiator_depth, 0);
+	a.qp_state = IBV_QPS_RTR;
+	CHECK_EQ(rdma_init_qp_attr(c, &a, &mask), 0);
+	CHECK_EQ(a.dest_qp_num, 0x900);
+	CHECK(mask & IBV_QP_MAX_DEST_RD_ATOMIC);
+	a.qp_state = IBV_QPS_RTS;
+	CHECK_EQ(rdma_init_qp_attr(c, &a, &mask), 0);
+	CHECK_EQ(mask, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT);
+	standin_teardown(c, &s);
+}
+
 static const struct named_test tests[] = {
+	{ "xrc-connect", t_xrc_connect },
+	{ "xrc-listen", t_xrc_listen },
 	{ "sidr-af-ib", t_sidr_af_ib },
 	{ "sidr-af-ib-no-grh", t_sidr_af_ib_no_grh },
 	{ "primary", t_primary },

@@ -126,7 +126,6 @@ static void t_pdata_einval(void)
 	struct rcm_channel *ch;
 	struct rcm_id *u, *r;
 	struct rdma_conn_param cp;
-	struct cep_port_info pinfo;
 	struct cep_msg req;
 
 	setup(2, 0);
@@ -152,10 +151,8 @@ static void t_pdata_einval(void)
 	r->port = &port;
 	r->state = RCM_CONNECT;
 	r->cep = make_id(&B);
-	B.tp->ops->query_port(B.tp, &pinfo);
 	raw_req(&req, 0x9200, 0x900);
-	CHECK_EQ(cep_qp_params_passive(&r->qpp, &pinfo, &req.u.req), 0);
-	r->have_req = 1;
+	standin_req_params(&r->id, &req.u.req);
 	memset(&cp, 0, sizeof(cp));
 	cp.private_data = big;
 	cp.private_data_len = CEP_REP_PRIVATE_DATA_SIZE + 1;
@@ -197,7 +194,6 @@ static void t_accept_expired(void)
 	struct rdma_cm_event *ev = NULL;
 	struct rdma_conn_param cp;
 	struct rdma_cm_id *c;
-	struct cep_port_info pinfo;
 	struct cep_msg m;
 
 	half_open_ms_of[1] = 500; /* B's limit */
@@ -212,13 +208,7 @@ static void t_accept_expired(void)
 	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
 	c = ev->id;
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
-	/* the stand-in port's attributes do not fit the REQ: take B's, as
-	 * pdata-einval does, so only the request's end can refuse */
-	B.tp->ops->query_port(B.tp, &pinfo);
-	pthread_mutex_lock(&rcm_id_of(c)->mtx);
-	CHECK_EQ(cep_qp_params_passive(&rcm_id_of(c)->qpp, &pinfo, &m.u.req), 0);
-	rcm_id_of(c)->have_req = 1;
-	pthread_mutex_unlock(&rcm_id_of(c)->mtx);
+	standin_req_params(c, &m.u.req);
 	advance_ms(600); /* past the limit: the request expires */
 	memset(&cp, 0, sizeof(cp));
 	cp.qp_num = 0x200;
@@ -268,7 +258,6 @@ static void t_backlog_taken(void)
 	struct standin s;
 	struct rdma_cm_id *c[2 * BACKLOG];
 	struct rdma_conn_param cp;
-	struct cep_port_info pinfo;
 	struct cep_msg m, first;
 	unsigned i, n = 0;
 
@@ -302,11 +291,7 @@ static void t_backlog_taken(void)
 	/* A taken request answered leaves the count as it was: the backlog
 	 * is still empty (accept once cleared the take, and the answer took
 	 * the request out a second time: every later REQ was dropped). */
-	B.tp->ops->query_port(B.tp, &pinfo);
-	pthread_mutex_lock(&rcm_id_of(c[0])->mtx);
-	CHECK_EQ(cep_qp_params_passive(&rcm_id_of(c[0])->qpp, &pinfo, &first.u.req), 0);
-	rcm_id_of(c[0])->have_req = 1;
-	pthread_mutex_unlock(&rcm_id_of(c[0])->mtx);
+	standin_req_params(c[0], &first.u.req);
 	memset(&cp, 0, sizeof(cp));
 	cp.qp_num = 0x200;
 	cp.responder_resources = RDMA_MAX_RESP_RES;

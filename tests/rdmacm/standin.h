@@ -94,6 +94,21 @@ static void standin_open(struct standin *s, uint8_t ll, unsigned backlog)
 	rdma_listener(&s->tcp, s->ch, RDMA_PS_TCP, IBV_QPT_RC, &s->l);
 }
 
+/* Passive id @c of a stand-in port: the QP parameters of its request
+ * @rq from B's port attributes (the stand-in port's fit no REQ), as the
+ * layer's request handler sets them on a real port, so that rdma_accept
+ * answers and only the request's own end can refuse. */
+static void standin_req_params(struct rdma_cm_id *c, const struct cep_req *rq)
+{
+	struct cep_port_info pinfo;
+
+	B.tp->ops->query_port(B.tp, &pinfo);
+	pthread_mutex_lock(&rcm_id_of(c)->mtx);
+	CHECK_EQ(cep_qp_params_passive(&rcm_id_of(c)->qpp, &pinfo, rq), 0);
+	rcm_id_of(c)->have_req = 1;
+	pthread_mutex_unlock(&rcm_id_of(c)->mtx);
+}
+
 /* The end of such a test: destroy the passive rdma_cm id @c the test took
  * from the listener, the libcep listener, then the harness's nodes, the
  * port's QPN registry and the channel. */

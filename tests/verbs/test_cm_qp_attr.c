@@ -5,15 +5,11 @@
  * QPN and cross the PSNs; states that do not allow a QP state refuse it.
  */
 #include <errno.h>
-#include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 
-#include <cep/cm.h>
-#include <cep/fabric.h>
 #include <cep/verbs.h>
 
-#include "../common/check.h"
+#include "pair.h"
 
 #define QA 0x1111
 #define QB 0x2222
@@ -55,44 +51,16 @@ static int on_a(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	return 0;
 }
 
-static void wait_flag(atomic_int *f)
-{
-	for (int i = 0; i < 5000 && !atomic_load(f); i++) {
-		struct timespec ts = { 0, 1000000 };
-
-		nanosleep(&ts, NULL);
-	}
-	CHECK(atomic_load(f));
-}
-
 int main(void)
 {
-	struct cep_fabric_attr fa = { .size = sizeof(fa), .seed = 1 };
-	struct cep_fabric *fab;
-	struct cep_transport *ta, *tb;
-	struct cep_cm *a, *b;
-	struct cep_cm_id *ida, *listener;
-	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = on_a };
-	struct cep_cm_id_attr ib = { .size = sizeof(ib), .handler = on_b };
+	struct pair pr;
+	struct cep_cm_id *ida;
 	struct cep_cm_conn_param p;
 	struct ibv_qp_attr at;
 	int mask;
 
-	CHECK_EQ(cep_fabric_create(&fa, &fab), 0);
-	for (int k = 0; k < 2; k++) {
-		struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = 0x100 + (uint64_t)k,
-						   .port_num = 1, .link_layer = CEP_FABRIC_LINK_ROCE };
-		struct cep_cm_attr ca = { .size = sizeof(ca), .workers = 1 };
-
-		CHECK_EQ(cep_fabric_port_create(fab, &pa, k ? &tb : &ta), 0);
-		ca.transport = k ? tb : ta;
-		CHECK_EQ(cep_cm_create(&ca, k ? &b : &a), 0);
-	}
-	CHECK_EQ(cep_cm_qp_register(a, QA), 0);
-	CHECK_EQ(cep_cm_qp_register(b, QB), 0);
-	CHECK_EQ(cep_cm_create_id(b, &ib, &listener), 0);
-	CHECK_EQ(cep_cm_listen(listener, SID, ~0ull), 0);
-	CHECK_EQ(cep_cm_create_id(a, &ia, &ida), 0);
+	pair_open(&pr, CEP_FABRIC_LINK_ROCE, 1, NULL, QA, QB, SID, on_a, on_b);
+	ida = pr.ida;
 	/* IDLE: nothing to give yet. */
 	CHECK_EQ(cep_cm_init_qp_attr(ida, IBV_QPS_INIT, &at, &mask), -EINVAL);
 
@@ -159,11 +127,7 @@ int main(void)
 
 	CHECK_EQ(cep_cm_destroy_id_sync(ida), 0);
 	CHECK_EQ(cep_cm_destroy_id_sync(passive), 0);
-	CHECK_EQ(cep_cm_destroy_id_sync(listener), 0);
-	CHECK_EQ(cep_cm_destroy(a), 0);
-	CHECK_EQ(cep_cm_destroy(b), 0);
-	ta->ops->destroy(ta);
-	tb->ops->destroy(tb);
-	CHECK_EQ(cep_fabric_destroy(fab), 0);
+	CHECK_EQ(cep_cm_destroy_id_sync(pr.listener), 0);
+	pair_close(&pr);
 	return check_done("cm-qp-attr");
 }

@@ -8,15 +8,12 @@
  * No device needed: the event names the QP by its number.
  */
 #include <errno.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include <cep/clock.h>
-#include <cep/cm.h>
-#include <cep/fabric.h>
 #include <cep/verbs.h>
 
-#include "../common/check.h"
+#include "pair.h"
 
 #define QA 0x1111
 #define QB 0x2222
@@ -53,33 +50,15 @@ static int on_a(struct cep_cm_id *id, const struct cep_cm_event *ev)
 int main(void)
 {
 	struct cep_clock *clk;
-	struct cep_fabric_attr fa = { .size = sizeof(fa), .seed = 1 };
-	struct cep_fabric *fab;
-	struct cep_transport *ta, *tb;
-	struct cep_cm *a, *b;
-	struct cep_cm_id *ida, *listener;
-	struct cep_cm_id_attr ia = { .size = sizeof(ia), .handler = on_a };
-	struct cep_cm_id_attr ib = { .size = sizeof(ib), .handler = on_b };
+	struct pair pr;
+	struct cep_cm *b;
+	struct cep_cm_id *ida;
 	struct cep_cm_conn_param p;
 
 	CHECK_EQ(cep_clock_create(0, &clk), 0);
-	fa.clock = clk;
-	CHECK_EQ(cep_fabric_create(&fa, &fab), 0);
-	for (int k = 0; k < 2; k++) {
-		struct cep_fabric_port_attr pa = { .size = sizeof(pa), .ca_guid = 0x100 + (uint64_t)k,
-						   .lid = (uint16_t)(k + 1), .port_num = 1,
-						   .link_layer = CEP_FABRIC_LINK_IB };
-		struct cep_cm_attr ca = { .size = sizeof(ca), .workers = 2, .clock = clk };
-
-		CHECK_EQ(cep_fabric_port_create(fab, &pa, k ? &tb : &ta), 0);
-		ca.transport = k ? tb : ta;
-		CHECK_EQ(cep_cm_create(&ca, k ? &b : &a), 0);
-	}
-	CHECK_EQ(cep_cm_qp_register(a, QA), 0);
-	CHECK_EQ(cep_cm_qp_register(b, QB), 0);
-	CHECK_EQ(cep_cm_create_id(b, &ib, &listener), 0);
-	CHECK_EQ(cep_cm_listen(listener, SID, ~0ull), 0);
-	CHECK_EQ(cep_cm_create_id(a, &ia, &ida), 0);
+	pair_open(&pr, CEP_FABRIC_LINK_IB, 2, clk, QA, QB, SID, on_a, on_b);
+	ida = pr.ida;
+	b = pr.b;
 	memset(&p, 0, sizeof(p));
 	p.size = sizeof(p);
 	p.service_id = SID;
@@ -127,11 +106,7 @@ int main(void)
 	CHECK_EQ(atomic_load(&rep_a), 1);
 	CHECK_EQ(cep_cm_id_state(atomic_load(&passive)), CEP_CM_ESTABLISHED);
 
-	CHECK_EQ(cep_cm_destroy(a), 0);
-	CHECK_EQ(cep_cm_destroy(b), 0);
-	ta->ops->destroy(ta);
-	tb->ops->destroy(tb);
-	CHECK_EQ(cep_fabric_destroy(fab), 0);
+	pair_close(&pr);
 	CHECK_EQ(cep_clock_destroy(clk), 0);
 	return check_done("cm-comm-est-verbs");
 }

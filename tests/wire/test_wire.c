@@ -434,6 +434,20 @@ static void test_bad(void)
 	valid(CEP_MSG_REP, mad);
 	memcpy(b, mad, 256); g_put(b + 24, 12, 0, 24, 1);
 	expect_bad(&st, b, 256, EBADMSG, CEP_WIRE_ERR_QPN);
+	/* an XRC target's REP: local QPN 0, SRQ, its QP in the local EECN
+	 * (the kernel's cm_format_rep for IB_QPT_XRC_TGT) */
+	memcpy(b, mad, 256); g_put(b + 24, 12, 0, 24, 0); g_put(b + 24, 16, 0, 24, 0x4242);
+	g_put(b + 24, 27, 3, 1, 1);
+	CHECK_EQ(cep_msg_decode(b, 256, &out, NULL), 0);
+	CHECK_EQ(out.u.rep.local_qpn, 0);
+	CHECK_EQ(out.u.rep.local_eecn, 0x4242);
+	CHECK_EQ(out.u.rep.srq, 1);
+	g_put(b + 24, 27, 3, 1, 0); /* no SRQ: no XRC target's */
+	expect_bad(&st, b, 256, EBADMSG, CEP_WIRE_ERR_QPN);
+	g_put(b + 24, 27, 3, 1, 1); g_put(b + 24, 16, 0, 24, 1); /* EECN no QP */
+	expect_bad(&st, b, 256, EBADMSG, CEP_WIRE_ERR_QPN);
+	g_put(b + 24, 16, 0, 24, 0);
+	expect_bad(&st, b, 256, EBADMSG, CEP_WIRE_ERR_QPN);
 	memcpy(b, mad, 256); g_put(b + 24, 26, 5, 2, 3);
 	expect_bad(&st, b, 256, EBADMSG, CEP_WIRE_ERR_FAILOVER);
 
