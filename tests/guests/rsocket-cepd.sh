@@ -6,7 +6,8 @@
 # rsocket-duplex (8 MiB each way from two threads, checked; a blocked
 # reader woken by rshutdown and by the peer's disconnect), then rstream
 # -T v (every byte checked). Each cepd must have served the programs
-# (--stats: clients seen) and stop cleanly on SIGTERM.
+# (--stats: clients seen), hold nothing of them once their timewait is
+# over, and stop cleanly on SIGTERM.
 # Args: cep-rdmacm wrapper, cepd, rsocket-duplex. Exit 0 when all passed.
 set -u
 . "$GB_LIB"
@@ -70,6 +71,19 @@ cat $out/stats
 t=$(sed -n 's/^clients [0-9]* total \([0-9]*\) .*/\1/p' $out/stats)
 [ "${t:-0}" -ge 2 ] && ok "the programs went through this guest's cepd ($t clients)" ||
 	ko "cepd saw ${t:-no} clients"
+# Nothing of theirs stays once their connections' timewait is over (a few
+# seconds on Soft-RoCE): no id, CEP or QP of a client that has gone.
+i=0
+until "$cepd" --stats 2>/dev/null | grep -q '^port 0 .* ids 0 ceps 0 qps 0$'; do
+	i=$((i + 1))
+	[ $i -gt 300 ] && break
+	sleep 0.05
+done
+"$cepd" --stats >$out/stats.after 2>&1
+grep '^port 0 ' $out/stats.after
+grep -q '^port 0 .* ids 0 ceps 0 qps 0$' $out/stats.after &&
+	ok "no id, CEP or QP left after the programs ($((i * 50)) ms)" ||
+	ko "state left in cepd after the programs"
 kill -TERM $cepd_pid
 wait $cepd_pid
 rc=$?
