@@ -511,13 +511,9 @@ static void t_xrc_connect(void)
 	rcm_channel_free(ch);
 }
 
-/* XRC, the passive side: an XRC REQ is for a listener of XRC receive ids
- * (the kernel's cma_ib_check_req_qp_type) - an RC listener refuses it
- * with REJ 28, an XRC one an RC REQ; the XRC listener's new id is an XRC
- * receive id, and its rdma_accept sends the target's REP (local QPN 0,
- * the QP in the local EECN, SRQ set, no initiator depth), its QP moved by
- * the target's attributes (RTR with the responder's limits, RTS the ACK
- * timeout alone). */
+/* Raw C's REQ (@xrc: an XRC initiator's) to the stand-in service's port,
+ * kept in *@sent: the event it made on the listener's channel, or NULL
+ * when none came within 1 s (refused). */
 static struct rdma_cm_event *xrc_req(struct standin *s, uint32_t comm_id, int xrc,
 				     struct cep_msg *sent)
 {
@@ -545,6 +541,13 @@ static struct rdma_cm_event *xrc_req(struct standin *s, uint32_t comm_id, int xr
 	return ev;
 }
 
+/* XRC, the passive side: an XRC REQ is for a listener of XRC receive ids
+ * (the kernel's cma_ib_check_req_qp_type) - an RC listener refuses it
+ * with REJ 28, an XRC one an RC REQ; the XRC listener's new id is an XRC
+ * receive id, and its rdma_accept sends the target's REP (local QPN 0,
+ * the QP in the local EECN, SRQ set, no initiator depth), its QP moved by
+ * the target's attributes (RTR with the responder's limits, RTS the ACK
+ * timeout alone). */
 static void t_xrc_listen(void)
 {
 	struct standin s;
