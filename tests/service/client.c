@@ -922,15 +922,23 @@ static void case_register_refused(void)
 /* ---- destroy-quiet-cepd ------------------------------------------------------------ */
 
 static char sock_path[108];
-static _Atomic int b_est, a_est, a_dreq;
+static _Atomic int b_est, a_est, a_dreq, a_drep, b_req_got, a_rep_got;
+static struct cep_req b_req_seen; /* written before b_req_got, read after */
+static struct cep_rep a_rep_seen; /* written before a_rep_got, read after */
 
 static int a_cepd_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 {
 	(void)id;
+	if (ev->type == CEP_CM_EV_REP_RECEIVED) {
+		a_rep_seen = ev->msg.u.rep;
+		atomic_store(&a_rep_got, 1);
+	}
 	if (ev->type == CEP_CM_EV_ESTABLISHED)
 		atomic_store(&a_est, 1);
 	if (ev->type == CEP_CM_EV_DREQ_RECEIVED)
 		atomic_store(&a_dreq, 1);
+	if (ev->type == CEP_CM_EV_DREP_RECEIVED)
+		atomic_store(&a_drep, 1);
 	return 0;
 }
 
@@ -941,6 +949,8 @@ static int b_cepd_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
 	if (ev->type == CEP_CM_EV_REQ_RECEIVED) {
 		struct cep_cm_accept_param p;
 
+		b_req_seen = ev->msg.u.req;
+		atomic_store(&b_req_got, 1);
 		memset(&p, 0, sizeof(p));
 		p.size = sizeof(p);
 		p.qpn = 0x200;
@@ -1019,6 +1029,59 @@ static void case_destroy_quiet_cepd(void)
 	CHECK_EQ(atomic_load(&after_destroy), 0);
 	CHECK(wait_flag(&a_dreq, 5000)); /* cepd ended B's connection */
 	CHECK_EQ(cep_cm_destroy(a), 0);
+	real_cepd_stop(cepd, dir);
+}
+
+/* ---- xrc-cepd ------------------------------------------------------------------------ */
+
+/* An XRC connection between two clients of a real cepd (issue 28): the
+ * service's engine sends the initiator's REQ the client asked for
+ * (transport 3, extended transport 1, no responder resources, retry
+ * counts or SRQ), answers it with the target's REP (local QPN 0, the QP
+ * in the local EECN, SRQ 1), and both reach the clients whole through
+ * the socket; the disconnect finds the target's end. */
+static void case_xrc_cepd(void)
+{
+	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
+	struct cep_cm_id_attr attr = { .size = sizeof(attr) };
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *ia, *lb;
+	struct cep_cm *a, *b;
+	pid_t cepd;
+
+	cepd = real_cepd_start(dir);
+	a = attach_cepd(0);
+	b = attach_cepd(1);
+	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
+	CHECK_EQ(cep_cm_qp_register(b, 0x200), 0);
+	attr.handler = b_cepd_handler;
+	CHECK_EQ(cep_cm_create_id(b, &attr, &lb), 0);
+	CHECK_EQ(cep_cm_listen(lb, 0x58524300ull, ~0ull), 0);
+	attr.handler = a_cepd_handler;
+	CHECK_EQ(cep_cm_create_id(a, &attr, &ia), 0);
+	cepd_fabric_conn(&p, 0, 1, 0x58524300ull, 0x100, 16);
+	p.transport_service_type = CEP_TS_EXTENDED;
+	p.responder_resources = 2;
+	p.retry_count = 5;
+	p.srq = 1;
+	CHECK_EQ(cep_cm_connect(ia, &p), 0);
+	CHECK(wait_flag(&a_est, 5000));
+	CHECK(wait_flag(&b_est, 5000));
+	CHECK(wait_flag(&b_req_got, 5000) && wait_flag(&a_rep_got, 5000));
+	CHECK_EQ(b_req_seen.transport_service_type, CEP_TS_EXTENDED);
+	CHECK_EQ(b_req_seen.extended_transport_type, CEP_EXT_TRANSPORT_XRC);
+	CHECK_EQ(b_req_seen.local_qpn, 0x100);
+	CHECK_EQ(b_req_seen.responder_resources, 0);
+	CHECK_EQ(b_req_seen.retry_count, 0);
+	CHECK_EQ(b_req_seen.srq, 0);
+	CHECK_EQ(a_rep_seen.local_qpn, 0);
+	CHECK_EQ(a_rep_seen.local_eecn, 0x200);
+	CHECK_EQ(a_rep_seen.srq, 1);
+	CHECK_EQ(a_rep_seen.initiator_depth, 0);
+	CHECK_EQ(cep_cm_disconnect(ia, NULL, 0), 0);
+	CHECK(wait_flag(&a_drep, 5000)); /* B's end found: its DREP */
+	CHECK_EQ(cep_cm_destroy(a), 0);
+	CHECK_EQ(cep_cm_destroy(b), 0);
 	real_cepd_stop(cepd, dir);
 }
 
@@ -1355,6 +1418,8 @@ int main(int argc, char **argv)
 		case_destroy_quiet();
 	else if (!strcmp(c, "destroy-quiet-cepd"))
 		case_destroy_quiet_cepd();
+	else if (!strcmp(c, "xrc-cepd"))
+		case_xrc_cepd();
 	else if (!strcmp(c, "destroy-unsent"))
 		case_destroy_unsent();
 	else if (!strcmp(c, "register-refused"))
