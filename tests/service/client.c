@@ -999,25 +999,37 @@ static void real_cepd_stop(pid_t cepd, const char *dir)
 	rmdir(dir);
 }
 
+/* Clients A (port 0, QP 0x100, an id of a_cepd_handler) and B (port 1,
+ * QP 0x200, a listener on @sid of b_cepd_handler) of a real cepd started
+ * in @dir (real_cepd_start); its pid. */
+static pid_t cepd_clients(char *dir, uint64_t sid, struct cep_cm **a, struct cep_cm **b,
+			  struct cep_cm_id **ia)
+{
+	struct cep_cm_id_attr attr = { .size = sizeof(attr) };
+	struct cep_cm_id *lb;
+	pid_t cepd = real_cepd_start(dir);
+
+	*a = attach_cepd(0);
+	*b = attach_cepd(1);
+	CHECK_EQ(cep_cm_qp_register(*a, 0x100), 0);
+	CHECK_EQ(cep_cm_qp_register(*b, 0x200), 0);
+	attr.handler = b_cepd_handler;
+	CHECK_EQ(cep_cm_create_id(*b, &attr, &lb), 0);
+	CHECK_EQ(cep_cm_listen(lb, sid, ~0ull), 0);
+	attr.handler = a_cepd_handler;
+	CHECK_EQ(cep_cm_create_id(*a, &attr, ia), 0);
+	return cepd;
+}
+
 static void case_destroy_quiet_cepd(void)
 {
 	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
-	struct cep_cm_id_attr attr = { .size = sizeof(attr) };
 	struct cep_cm_conn_param p;
-	struct cep_cm_id *ia, *lb;
+	struct cep_cm_id *ia;
 	struct cep_cm *a, *b;
 	pid_t cepd;
 
-	cepd = real_cepd_start(dir);
-	a = attach_cepd(0);
-	b = attach_cepd(1);
-	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
-	CHECK_EQ(cep_cm_qp_register(b, 0x200), 0);
-	attr.handler = b_cepd_handler;
-	CHECK_EQ(cep_cm_create_id(b, &attr, &lb), 0);
-	CHECK_EQ(cep_cm_listen(lb, 0x51554945ull, ~0ull), 0);
-	attr.handler = a_cepd_handler;
-	CHECK_EQ(cep_cm_create_id(a, &attr, &ia), 0);
+	cepd = cepd_clients(dir, 0x51554945ull, &a, &b, &ia);
 	cepd_fabric_conn(&p, 0, 1, 0x51554945ull, 0x100, 16);
 	CHECK_EQ(cep_cm_connect(ia, &p), 0);
 	CHECK(wait_flag(&a_est, 5000));
@@ -1043,22 +1055,12 @@ static void case_destroy_quiet_cepd(void)
 static void case_xrc_cepd(void)
 {
 	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
-	struct cep_cm_id_attr attr = { .size = sizeof(attr) };
 	struct cep_cm_conn_param p;
-	struct cep_cm_id *ia, *lb;
+	struct cep_cm_id *ia;
 	struct cep_cm *a, *b;
 	pid_t cepd;
 
-	cepd = real_cepd_start(dir);
-	a = attach_cepd(0);
-	b = attach_cepd(1);
-	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
-	CHECK_EQ(cep_cm_qp_register(b, 0x200), 0);
-	attr.handler = b_cepd_handler;
-	CHECK_EQ(cep_cm_create_id(b, &attr, &lb), 0);
-	CHECK_EQ(cep_cm_listen(lb, 0x58524300ull, ~0ull), 0);
-	attr.handler = a_cepd_handler;
-	CHECK_EQ(cep_cm_create_id(a, &attr, &ia), 0);
+	cepd = cepd_clients(dir, 0x58524300ull, &a, &b, &ia);
 	cepd_fabric_conn(&p, 0, 1, 0x58524300ull, 0x100, 16);
 	p.transport_service_type = CEP_TS_EXTENDED;
 	p.responder_resources = 2;
