@@ -38,7 +38,9 @@ for b in $builds; do
 	fi
 	summary="$summary $dir/meson-logs/testlog.json"
 done
-# One closing line over all builds.
+# One closing line over all builds, after a line for each test that did
+# not pass (build, name, result): the end of the log names them, where a
+# log cut to its tail would otherwise lose which one failed.
 python3 - $summary <<'PY'
 import json, sys
 ok = fail = skip = 0
@@ -47,14 +49,17 @@ for path in sys.argv[1:]:
         lines = open(path).read().splitlines()
     except OSError:
         continue
+    build = path.split("/")[0]
     for line in lines:
-        r = json.loads(line).get("result")
+        t = json.loads(line)
+        r = t.get("result")
         if r in ("OK", "EXPECTEDFAIL"):
             ok += 1
         elif r == "SKIP":
             skip += 1
         else:
             fail += 1
+            print(f"not passed: {build} {t.get('name')} {r}")
 print(f"{ok} passed, {fail} failed, {skip} skipped")
 PY
 exit $status
