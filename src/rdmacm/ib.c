@@ -28,6 +28,7 @@
 
 #include "ib.h"
 #include "rdmacm.h"
+#include "service/remote.h" /* cmr_mc */
 
 #define IPOIB_HWADDR_LEN   20
 #define ARPHRD_INFINIBAND_ 32
@@ -442,6 +443,7 @@ struct rcm_ib_sys rcm_ib_sys = {
 	.neigh = rcm_ib_neigh,
 	.kick = sys_kick,
 	.sa_get = sys_sa_get,
+	.mc_remote = cmr_mc,
 };
 
 int rcm_ib_netdev_gid(const char *ifname, uint8_t gid[16])

@@ -103,6 +103,9 @@ int rcm_ib_conn_from_path(const struct ibv_sa_path_rec *rec, uint8_t ack_delay, 
 
 /* What the layer asks the system about IPoIB and the SA: the seams tests
  * replace (set before any id is used; read without a lock). */
+struct cep_cm;
+struct cepd_mc;
+struct cepd_mc_rep;
 struct rcm_ib_sys {
 	/* The interface holding local address @a: 0 and its name and index,
 	 * -EADDRNOTAVAIL when none does, or -errno (getifaddrs). */
@@ -115,6 +118,10 @@ struct rcm_ib_sys {
 	/* The port's SA client (cep_sa_get, a reference). */
 	int (*sa_get)(const char *dev, uint8_t port_num, uint32_t timeout_ms,
 		      struct cep_sa **out);
+	/* InfiniBand multicast through cepd: cmr_mc's contract
+	 * (src/service/remote.h). */
+	int (*mc_remote)(struct cep_cm *cm, uint32_t op, const struct cepd_mc *m,
+			 struct cepd_mc_rep *rep);
 };
 extern struct rcm_ib_sys rcm_ib_sys;
 

@@ -27,9 +27,12 @@
  * JoinState sends the Set and the last leave the Delete; the others
  * share the record. The call waits for the SA, then queues MULTICAST_JOIN
  * (or MULTICAST_ERROR with the SA's failure). The SA knows ports, not
- * processes: a process's count is not another's, and a dead process's
- * memberships stay; through cepd, which would have to hold them, a join
- * is ENOSYS (not built). The SA requests run under no id's mutex.
+ * processes: in a process of its own a process's count is not another's,
+ * and a dead process's memberships stay. Through cepd they are cepd's:
+ * each join and leave is its MC_JOIN / MC_LEAVE, cepd counts the node's
+ * (all its clients') joins as the kernel does and ends a dead client's
+ * (src/service/mcast.c). The SA requests and cepd's requests run under no
+ * id's mutex.
  *
  * MGID (cma_iboe_set_mgid, RoCE v2 - the only GID type libcep's ids use):
  * an IPv4 group a.b.c.d gives ::ffff:a.b.c.d, an IPv6 group itself, an
@@ -60,6 +63,9 @@
 #include <infiniband/ib.h>
 
 #include "rdmacm.h"
+#include "ib.h"
+#include "sa/mc_join.h"
+#include "service/proto.h"
 
 #define MC_QPN 0xffffffu   /* the multicast QPN (IB_MULTICAST_QPN) */
 #define MC_HOP_LIMIT 64    /* IPV6_DEFAULT_HOPLIMIT: RoCE v2 */
@@ -144,35 +150,6 @@ static int membership(const uint8_t mgid[16], int ifindex)
 /* ---- InfiniBand: memberships through the SA ----------------------------- */
 
 #define IB_SA_TIMEOUT_MS 1000u
-#define IB_BCAST_SCOPE   0x2   /* IPoIB's broadcast group: link-local */
-#define IB_JOIN_MASK (CEP_SA_MCM_MGID | CEP_SA_MCM_PORT_GID | CEP_SA_MCM_PKEY |  \
-		      CEP_SA_MCM_JOIN_STATE | CEP_SA_MCM_QKEY | CEP_SA_MCM_SL |   \
-		      CEP_SA_MCM_FLOW_LABEL | CEP_SA_MCM_TCLASS)
-#define IB_JOIN_MASK_IPOIB (CEP_SA_MCM_RATE | CEP_SA_MCM_RATE_SELECTOR |      \
-			    CEP_SA_MCM_MTU_SELECTOR | CEP_SA_MCM_MTU |              \
-			    CEP_SA_MCM_HOP_LIMIT)
-
-static int zero16(const uint8_t *b)
-{
-	static const uint8_t z[16];
-
-	return !memcmp(b, z, 16);
-}
-
-/* The first 6 bytes of an MGID of IPoIB's form (ipoib's broadcast
- * address, ip_ib_mc_map, ipv6_ib_mc_map): ff, 1 | scope 2, the signature
- * @sig (0x401b IPv4, 0x601b IPv6; rdma_cm's replaces the low byte by
- * 0x01), the P_Key with the full-member bit. */
-static void ipoib_mgid_prefix(uint8_t mgid[16], uint16_t sig, uint16_t pkey)
-{
-	pkey |= 0x8000;
-	mgid[0] = 0xff;
-	mgid[1] = 0x10 | IB_BCAST_SCOPE;
-	mgid[2] = (uint8_t)(sig >> 8);
-	mgid[3] = (uint8_t)sig;
-	mgid[4] = (uint8_t)(pkey >> 8);
-	mgid[5] = (uint8_t)pkey;
-}
 
 /* The MGID of group @a on an InfiniBand port (the kernel's cma_set_mgid),
  * with IPoIB's default broadcast address standing for the interface's:
@@ -195,7 +172,7 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 			return 0;
 		if (!IN_MULTICAST(h))
 			return -EINVAL;
-		ipoib_mgid_prefix(mgid, 0x4000 | sig, pkey);
+		cep_mc_ipoib_prefix(mgid, 0x4000 | sig, pkey);
 		mgid[12] = (uint8_t)((h >> 24) & 0x0f);
 		mgid[13] = (uint8_t)(h >> 16);
 		mgid[14] = (uint8_t)(h >> 8);
@@ -205,7 +182,7 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 	case AF_INET6: {
 		const uint8_t *g = ((const struct sockaddr_in6 *)(const void *)a)->sin6_addr.s6_addr;
 
-		if (zero16(g))
+		if (cep_mc_zero16(g))
 			return 0;
 		if (g[0] != 0xff)
 			return -EINVAL;
@@ -213,14 +190,14 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 			memcpy(mgid, g, 16); /* an MGID the SA assigned */
 			return 0;
 		}
-		ipoib_mgid_prefix(mgid, 0x6000 | sig, pkey);
+		cep_mc_ipoib_prefix(mgid, 0x6000 | sig, pkey);
 		memcpy(mgid + 6, g + 6, 10);
 		return 0;
 	}
 	case AF_IB: {
 		const uint8_t *g = ((const struct sockaddr_ib *)(const void *)a)->sib_addr.sib_raw;
 
-		if (!zero16(g) && g[0] != 0xff)
+		if (!cep_mc_zero16(g) && g[0] != 0xff)
 			return -EINVAL;
 		memcpy(mgid, g, 16);
 		return 0;
@@ -228,22 +205,6 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 	default:
 		return -EAFNOSUPPORT;
 	}
-}
-
-/* IPoIB's broadcast group's record (its MGID ff12:401b:P_Key::ffff:ffff,
- * the P_Key with the full-member bit) from the SA: what the kernel reads
- * from its cache of the groups IPoIB joined. -EADDRNOTAVAIL when the SA
- * has none (the kernel's cache miss), else the client's errors. */
-static int bcast_rec(struct cep_sa *sa, uint16_t pkey, struct cep_sa_mcmember *out)
-{
-	struct cep_sa_mcmember q;
-	int ret;
-
-	memset(&q, 0, sizeof(q));
-	ipoib_mgid_prefix(q.mgid, 0x401b, pkey);
-	memset(q.mgid + 12, 0xff, 4);
-	ret = cep_sa_mcmember(sa, CEP_SA_METHOD_GET, CEP_SA_MCM_MGID, &q, out);
-	return ret == -EHOSTUNREACH ? -EADDRNOTAVAIL : ret;
 }
 
 int rcm_qkey(struct rcm_id *r, uint32_t *out)
@@ -259,7 +220,7 @@ int rcm_qkey(struct rcm_id *r, uint32_t *out)
 			return -EINVAL;
 		ret = rcm_port_sa(r->port, IB_SA_TIMEOUT_MS, &sa);
 		if (!ret)
-			ret = bcast_rec(sa, be16toh(r->id.route.addr.addr.ibaddr.pkey), &t);
+			ret = cep_mc_bcast_rec(sa, be16toh(r->id.route.addr.addr.ibaddr.pkey), &t);
 		if (ret)
 			return ret;
 		r->qkey = t.qkey;
@@ -280,68 +241,102 @@ static struct rcm_ib_group *ib_group_find(struct rcm_port *p, const uint8_t mgid
 	return g;
 }
 
+/* The id's Q_Key for a join, as cepd's MC_JOIN and cep_mc_sa_join take
+ * it: 0 for the IPoIB broadcast group's (RDMA_PS_IPOIB), else rdma_cm's. */
+static uint32_t ib_join_qkey(int ps)
+{
+	return ps == RDMA_PS_IPOIB ? 0 : RDMA_UDP_QKEY;
+}
+
+/* Whether @p's CM is cepd's: then the port's memberships are cepd's,
+ * counted for the node and ended when this process dies. */
+static struct cep_cm *ib_remote(struct rcm_port *p)
+{
+	struct cep_cm *cm = atomic_load_explicit(&p->cm, memory_order_acquire);
+
+	return cm && p->attached ? cm : NULL; /* attached: written before cm */
+}
+
+/* A join through cepd: its MC_JOIN, the answer as ib_join's. */
+static int ib_join_remote(struct cep_cm *cm, struct rcm_mc *mc, const uint8_t sgid[16],
+			  uint16_t pkey, int ps, int *status, struct cep_sa_mcmember *rec)
+{
+	struct cepd_mc m;
+	struct cepd_mc_rep rep;
+	int ret;
+
+	memset(&m, 0, sizeof(m));
+	memcpy(m.mgid, mc->mgid.raw, 16);
+	memcpy(m.port_gid, sgid, 16);
+	m.qkey = ib_join_qkey(ps);
+	m.pkey = pkey;
+	m.bit = mc->ib_bit;
+	memset(&rep, 0, sizeof(rep));
+	ret = rcm_ib_sys.mc_remote(cm, CEPD_MC_JOIN, &m, &rep);
+	if (ret)
+		return ret;
+	*status = rep.status;
+	if (rep.status)
+		return 0;
+	cep_sa_mcmember_decode(rep.rec, rec);
+	return 0;
+}
+
 /*
  * Join @mc's group (mc->mgid, its JoinState bit mc->ib_bit) from the port
  * GID @sgid of InfiniBand port @p, as the kernel's cma_join_ib_multicast
- * and ib_multicast: the first join of a JoinState on this process's port
- * sends the SA a Set with IPoIB's broadcast group's SL, flow label and
- * traffic class (in RDMA_PS_IPOIB also its rate, MTU and hop limit),
- * the id's Q_Key (rcm_qkey's) and P_Key; later ones share its
+ * and ib_multicast. Through cepd the membership is cepd's (MC_JOIN: it
+ * counts the node's joins and sends the SA what this would). In a
+ * process of its own: the first join of a JoinState on this process's
+ * port sends the SA a Set (src/sa/mc_join.h: IPoIB's broadcast group's
+ * parameters, the id's Q_Key and P_Key); later ones share its
  * answer. Returns 0 with the group's record in @rec (mc->mgid, mc->mlid
  * and mc->ib_port set) or an SA failure in @status (the kernel's event
  * statuses: -ETIMEDOUT, -ENETDOWN, else -EINVAL for the SA's refusal); or
  * a negative errno for the call (-EADDRNOTAVAIL: no broadcast group to
  * take the parameters from, the kernel's cache miss; the client's errors;
- * -ENOMEM). Takes p->mc_mtx; blocks on the SA.
+ * cepd's refusals; -ENOMEM). Takes p->mc_mtx; blocks on the SA.
  */
 static int ib_join(struct rcm_port *p, struct rcm_mc *mc, const uint8_t sgid[16],
 		   uint16_t pkey, int ps, int *status, struct cep_sa_mcmember *rec)
 {
 	unsigned bit = mc->ib_bit;
-	struct cep_sa_mcmember q, t;
 	struct rcm_ib_group *g = NULL;
+	struct cep_cm *cm = ib_remote(p);
 	struct cep_sa *sa;
 	int ret;
 
 	*status = 0;
+	if (cm) {
+		ret = ib_join_remote(cm, mc, sgid, pkey, ps, status, rec);
+		if (!ret && !*status) {
+			memcpy(mc->mgid.raw, rec->mgid, 16);
+			memcpy(mc->ib_gid, sgid, 16);
+			mc->mlid = rec->mlid;
+			mc->ib_port = p;
+		}
+		return ret;
+	}
 	ret = rcm_port_sa(p, IB_SA_TIMEOUT_MS, &sa);
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&p->mc_mtx);
-	if (!zero16(mc->mgid.raw))
+	if (!cep_mc_zero16(mc->mgid.raw))
 		g = ib_group_find(p, mc->mgid.raw, sgid);
 	if (g && g->members[bit]) {
 		*rec = g->rec;
 		goto joined;
 	}
-	ret = bcast_rec(sa, pkey, &t);
-	if (ret)
+	ret = cep_mc_sa_join(sa, mc->mgid.raw, sgid, pkey, ib_join_qkey(ps), bit, status, rec);
+	if (ret || *status)
 		goto out;
-	q = t;
-	memcpy(q.mgid, mc->mgid.raw, 16);
-	memcpy(q.port_gid, sgid, 16);
-	/* the id's Q_Key: IPoIB's space's is the broadcast group's */
-	q.qkey = ps == RDMA_PS_IPOIB ? t.qkey : RDMA_UDP_QKEY;
-	q.pkey = pkey;
-	q.join_state = (uint8_t)(1u << bit);
-	ret = cep_sa_mcmember(sa, CEP_SA_METHOD_SET, IB_JOIN_MASK |
-			      (ps == RDMA_PS_IPOIB ? IB_JOIN_MASK_IPOIB : 0), &q, rec);
-	if (ret) {
-		*status = ret == -ETIMEDOUT || ret == -ENETDOWN ? ret : -EINVAL;
-		ret = 0;
-		goto out;
-	}
-	if (!zero16(q.mgid))
-		memcpy(rec->mgid, q.mgid, 16); /* the group asked for, whatever came */
 	if (!g)
 		g = ib_group_find(p, rec->mgid, sgid);
 	if (!g) {
 		g = calloc(1, sizeof(*g));
 		if (!g) {
 			/* joined, but nothing to count it in: leave again */
-			memcpy(q.mgid, rec->mgid, 16);
-			(void)cep_sa_mcmember(sa, CEP_SA_METHOD_DELETE, CEP_SA_MCM_MGID |
-					      CEP_SA_MCM_PORT_GID | CEP_SA_MCM_JOIN_STATE, &q, NULL);
+			cep_mc_sa_leave(sa, rec->mgid, sgid, bit);
 			ret = -ENOMEM;
 			goto out;
 		}
@@ -362,29 +357,36 @@ out:
 	return ret;
 }
 
-/* One join of @mgid's JoinState @bit from @port_gid ends: the last of
- * this process's for that bit sends the SA a Delete of it (its answer
- * changes nothing here: the membership is ours no longer either way).
- * Takes p->mc_mtx; blocks on the SA. */
+/* One join of @mgid's JoinState @bit from @port_gid ends: through cepd
+ * its MC_LEAVE (cepd counts); else the last of this process's for that
+ * bit sends the SA a Delete of it (its answer changes nothing here: the
+ * membership is ours no longer either way). Takes p->mc_mtx; blocks on
+ * the SA. */
 static void ib_leave(struct rcm_port *p, const uint8_t mgid[16], const uint8_t port_gid[16],
 		     unsigned bit)
 {
 	struct rcm_ib_group *g, **pp;
+	struct cep_cm *cm = ib_remote(p);
 	struct cep_sa *sa;
-	int have_sa = rcm_port_sa(p, IB_SA_TIMEOUT_MS, &sa) == 0; /* open since the join */
+	int have_sa;
 
+	if (cm) {
+		struct cepd_mc m;
+
+		memset(&m, 0, sizeof(m));
+		memcpy(m.mgid, mgid, 16);
+		memcpy(m.port_gid, port_gid, 16);
+		m.bit = (uint8_t)bit;
+		/* refused only for a membership cepd does not hold for us:
+		 * then there is nothing to end */
+		(void)rcm_ib_sys.mc_remote(cm, CEPD_MC_LEAVE, &m, NULL);
+		return;
+	}
+	have_sa = rcm_port_sa(p, IB_SA_TIMEOUT_MS, &sa) == 0; /* open since the join */
 	pthread_mutex_lock(&p->mc_mtx);
 	g = ib_group_find(p, mgid, port_gid);
-	if (g && g->members[bit] && --g->members[bit] == 0 && have_sa) {
-		struct cep_sa_mcmember q;
-
-		memset(&q, 0, sizeof(q));
-		memcpy(q.mgid, mgid, 16);
-		memcpy(q.port_gid, port_gid, 16);
-		q.join_state = (uint8_t)(1u << bit);
-		(void)cep_sa_mcmember(sa, CEP_SA_METHOD_DELETE, CEP_SA_MCM_MGID |
-				      CEP_SA_MCM_PORT_GID | CEP_SA_MCM_JOIN_STATE, &q, NULL);
-	}
+	if (g && g->members[bit] && --g->members[bit] == 0 && have_sa)
+		cep_mc_sa_leave(sa, mgid, port_gid, bit);
 	if (g && !g->members[0] && !g->members[1] && !g->members[2] && !g->members[3]) {
 		for (pp = &p->groups; *pp != g; pp = &(*pp)->next)
 			;
@@ -411,7 +413,6 @@ static int join(struct rcm_id *r, const struct sockaddr *addr, socklen_t addrlen
 	struct rcm_mc *mc;
 	struct rcm_event *e;
 	struct rcm_port *port;
-	struct cep_cm *cm;
 	uint8_t gid_index, sgid[16];
 	uint16_t pkey = 0;
 	int ret, send_only = flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER, ifindex;
@@ -451,14 +452,6 @@ static int join(struct rcm_id *r, const struct sockaddr *addr, socklen_t addrlen
 	if (ret)
 		goto err;
 	if (ib) {
-		/* Memberships are the port's at the SA: through cepd they must
-		 * be cepd's, released when a client dies, and a process's own
-		 * would neither be nor be shared with other processes'. */
-		cm = atomic_load_explicit(&port->cm, memory_order_acquire);
-		if (cm && port->attached) { /* opened at bind or resolve */
-			ret = -ENOSYS;
-			goto err;
-		}
 		ret = ib_join(port, mc, sgid, pkey, ps, &status, &rec);
 		if (ret)
 			goto err;

@@ -260,6 +260,35 @@ int access_qp_event(struct req *q)
 	return qps_mine(q->c, q->r->a) ? 0 : -ENOENT;
 }
 
+/* ---- multicast (mcast.c) ------------------------------------------------------ */
+
+#define RDMA_CM_UDP_QKEY 0x01234567u /* rdma_cm's RDMA_UDP_QKEY */
+
+/* A membership as the kernel's rdma_cm lets a process ask it
+ * (cma_join_ib_multicast through ucma): only on an InfiniBand port (a
+ * RoCE join is the process's own IP membership: -EOPNOTSUPP); JoinState
+ * full member or send-only full member (ucma's two join flags); rdma_cm's
+ * Q_Key, or 0 for the IPoIB broadcast group's (RDMA_PS_IPOIB) - never one
+ * of the client's choosing, a controlled one least of all; a port GID and
+ * a P_Key of the port's tables that the client may use (addr.h); a
+ * multicast MGID (ff00::/8), or for a join the zero one the SA replaces.
+ * -EINVAL for the rest. */
+int access_mc(struct req *q)
+{
+	struct cepd_mc m;
+	int ret;
+
+	memcpy(&m, q->param, sizeof(m));
+	if (q->c->port->info.link_layer != 1)
+		return -EOPNOTSUPP;
+	if ((m.bit != 0 && m.bit != 3) || (m.qkey && m.qkey != RDMA_CM_UDP_QKEY) || m.pad)
+		return -EINVAL;
+	if (m.mgid[0] != 0xff && (q->r->h.op != CEPD_MC_JOIN || !is_zero(m.mgid, 16)))
+		return -EINVAL;
+	ret = addr_pkey(q->c->port, m.pkey);
+	return ret ? ret : addr_gid(q->c->port, q->c->ac, m.port_gid);
+}
+
 /* ---- statistics --------------------------------------------------------------- */
 
 bool access_sees(const struct client *reader, const struct client *c)

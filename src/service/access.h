@@ -41,6 +41,9 @@ int access_lap(struct req *q);
 int access_qp_event(struct req *q);
 
 /* Statistics: whether @reader may see client @c (its own uid, or root). */
+/* MC_JOIN, MC_LEAVE: the membership asked. */
+int access_mc(struct req *q);
+
 bool access_sees(const struct client *reader, const struct client *c);
 
 #endif /* CEP_SERVICE_ACCESS_H */

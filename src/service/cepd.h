@@ -17,6 +17,8 @@
  *   acct.c     per-uid accounts and the limits
  *   config.c   the configuration file: grants, limits
  *   qps.c      each port's registry of QPNs and whose they are
+ *   mcast.c    each port's multicast memberships at the SA, counted for
+ *              the node's clients
  *   addr.c     the source GIDs and P_Keys a client may use
  *   events.c   the engine's callback and the event queues to clients
  *   stats.c    --stats, both ends
@@ -25,8 +27,10 @@
  *
  * Locks, outermost first: svc.lk (the client lists); then client.lk (its
  * table, sids and event queue) or port.lk (the port's listener and QP
- * registries), never both; then the accounts' lock (acct.c). No lock is
- * held across a cep_cm_* call but port.lk around a listen and a QP's
+ * registries), never both; then the accounts' lock (acct.c). port.mc_lk
+ * (mcast.c: held across the SA's requests) is taken under no lock and no
+ * other cepd lock is taken under it. No lock is held across a cep_cm_*
+ * call but port.lk around a listen and a QP's
  * register or destroy (the engine calls back no cepd code in those);
  * cep_cm_destroy_id waits for a running callback, which takes client.lk.
  */
@@ -50,6 +54,9 @@
 
 struct listener;
 struct qpent;
+struct mc_group;
+struct mc_ent;
+struct cep_sa;
 struct addr_client;
 
 #define MAX_PORTS 64
@@ -70,6 +77,14 @@ struct port {
 	struct listener *listeners;    /* lk: every client's listens (access.c) */
 	struct qpent **qpb;            /* lk: QPNs registered, by number (qps.c) */
 	uint32_t qpnb, nqp;            /* lk: buckets, entries */
+	pthread_mutex_t mc_lk;         /* mcast.c: the three below and the
+					  clients' memberships; held across
+					  the SA's requests */
+	struct mc_group *groups;       /* mc_lk: groups joined, the node's
+					  joins of each */
+	struct cep_sa *sa;             /* mc_lk: the port's SA client, opened
+					  at the first join */
+	_Atomic uint64_t nmc;          /* joins held (all clients; --stats) */
 };
 
 /* One EVENTS message being filled or waiting to go out. */
@@ -93,6 +108,8 @@ struct client {
 	uint32_t cap, nids, free_hint; /* lk */
 	struct qpent *qps;             /* port->lk: its registered QPNs */
 	uint32_t nqpn;                 /* port->lk */
+	struct mc_ent *mcs;            /* port->mc_lk: its memberships (mcast.c) */
+	_Atomic uint32_t nmcs;         /* written under port->mc_lk: how many */
 	struct chunk *qhead, *qtail;   /* lk: events to send */
 	uint64_t qbytes;               /* lk: bytes of those chunks (charged) */
 	int flushing;                  /* lk: a thread is sending the queue */
@@ -188,6 +205,19 @@ void flush_now(struct client *c);
 /* request.c */
 int reply(struct client *c, uint64_t seq, int ret, const void *payload, size_t len);
 void handle_request(struct client *c, const uint8_t *buf, size_t len);
+
+/* mcast.c: the port's multicast memberships at the SA, counted for the
+ * node. mc_join and mc_leave on the client's thread, after access_mc;
+ * mc_client_gone at its end (client_cleanup). Each blocks for the SA. */
+int mc_join(struct client *c, const struct cepd_mc *m, struct cepd_mc_rep *out);
+int mc_leave(struct client *c, const struct cepd_mc *m);
+void mc_client_gone(struct client *c);
+/* Before any client of the port; after the last. */
+void mc_port_init(struct port *p);
+void mc_port_fini(struct port *p);
+/* The port's SA client, opened at its first join (tests put in a fake):
+ * cep_sa_get of the port's device, -EOPNOTSUPP on the fabric. */
+extern int (*mc_sa_open)(struct port *p, struct cep_sa **out);
 
 /* qps.c: each port's registry of QPNs, who registered them. port->lk
  * taken inside; any client thread. */

@@ -300,6 +300,7 @@ static void client_cleanup(struct client *c)
 	}
 	free(ids);
 	qps_client_gone(c);
+	mc_client_gone(c); /* its joins end, as a closed file's in the kernel */
 }
 
 /* One message of the client into @buf: its length (greater than

@@ -78,6 +78,7 @@ static int port_start(struct port *p)
 		return ret;
 	}
 	qps_port_init(p);
+	mc_port_init(p);
 	svc.nports++;
 	return 0;
 }
@@ -310,6 +311,11 @@ static int check_tables(void)
 			logmsg("check: port %u did not quiesce", i);
 		(void)cep_cm_get_stats(cm, &st);
 		cep_table_stats(cep_cm_table(cm), &tst);
+		if (atomic_load_explicit(&svc.port[i].nmc, memory_order_relaxed)) {
+			logmsg("check: port %u keeps %llu multicast joins with no client", i,
+			       (unsigned long long)svc.port[i].nmc);
+			bad = 1;
+		}
 		if (st.ids || tst.live || tst.qps) {
 			logmsg("check: port %u keeps %llu ids, %llu CEPs, %llu QPNs with no client",
 			       i, (unsigned long long)st.ids, (unsigned long long)tst.live,
@@ -370,6 +376,7 @@ static int shutdown_all(void)
 		svc.port[i].tp->ops->destroy(svc.port[i].tp);
 		addr_port_close(&svc.port[i]);
 		qps_port_fini(&svc.port[i]);
+		mc_port_fini(&svc.port[i]);
 	}
 	sids_release_all(); /* no callback runs any more */
 	if (svc.fab)

@@ -62,6 +62,8 @@ enum cepd_op {
 	CEPD_SERVICE_STATS, /* -; reply text (not NUL-terminated) */
 	CEPD_INIT_QP_ATTR,  /* handle, a = enum ibv_qp_state; reply struct cepd_qp_attr_rep */
 	CEPD_QP_EVENT,      /* a = QPN, b = enum ibv_event_type (COMM_EST) */
+	CEPD_MC_JOIN,       /* struct cepd_mc; reply struct cepd_mc_rep */
+	CEPD_MC_LEAVE,      /* struct cepd_mc */
 	CEPD_OP_COUNT,
 	CEPD_REPLY = 0x100, /* struct cepd_rep + payload */
 	CEPD_EVENTS = 0x101,/* struct cepd_events + records */
@@ -181,6 +183,32 @@ struct cepd_sidr {
 	uint8_t timeout, max_cm_retries;
 };
 
+/* MC_JOIN, MC_LEAVE: one membership of the port at the SA (InfiniBand),
+ * counted by cepd for the node as the kernel's ib_multicast counts it:
+ * the first of a group's JoinState sends the SA a Set, the last leave a
+ * Delete, and a client's memberships end with it. The Set is built by
+ * cepd (src/sa/mc_join.h), from the fields below alone. */
+struct cepd_mc {
+	uint8_t mgid[16];        /* JOIN: zero = the SA assigns one; LEAVE: the
+				    MGID the join's answer named */
+	uint8_t port_gid[16];    /* one of the port's GIDs */
+	uint32_t qkey;           /* 0: the IPoIB broadcast group's (RDMA_PS_IPOIB);
+				    else rdma_cm's 0x01234567 */
+	uint16_t pkey;           /* in the port's P_Key table */
+	uint8_t bit;             /* JoinState bit: 0 full, 3 send-only full */
+	uint8_t pad;
+};
+
+/* MC_JOIN's reply payload (with ret 0): the SA's answer. */
+struct cepd_mc_rep {
+	int32_t status;          /* 0 joined; else the SA's failure as the
+				    kernel's event status (-ETIMEDOUT,
+				    -ENETDOWN, -EINVAL) */
+	uint32_t pad;
+	uint8_t rec[56];         /* status 0: the group's MCMemberRecord as on
+				    the wire (CEP_SA_MCM_REC_SIZE bytes) */
+};
+
 struct cepd_rep {
 	struct cepd_hdr h;       /* op CEPD_REPLY, seq of the request */
 	int32_t ret;             /* 0 or -errno, as the local call's */
@@ -235,6 +263,7 @@ static inline long cepd_param_size(uint32_t op)
 	case CEPD_ACCEPT: return (long)sizeof(struct cepd_accept);
 	case CEPD_LAP: return (long)sizeof(struct cep_path);
 	case CEPD_SIDR_REQ: return (long)sizeof(struct cepd_sidr);
+	case CEPD_MC_JOIN: case CEPD_MC_LEAVE: return (long)sizeof(struct cepd_mc);
 	case CEPD_CREATE_ID: case CEPD_DESTROY_ID: case CEPD_LISTEN: case CEPD_RTU:
 	case CEPD_NOTIFY_EST: case CEPD_REJECT: case CEPD_MRA: case CEPD_DISCONNECT:
 	case CEPD_DREP: case CEPD_APR: case CEPD_SIDR_REP: case CEPD_QP_REGISTER:
@@ -278,7 +307,7 @@ static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 	      r->h.op == CEPD_INIT_QP_ATTR || r->h.op == CEPD_CREATE_ID ||
 	      r->h.op == CEPD_QP_REGISTER || r->h.op == CEPD_QP_DESTROY || r->h.op == CEPD_CM_STATS ||
 	      r->h.op == CEPD_QUIESCE || r->h.op == CEPD_SERVICE_STATS ||
-	      r->h.op == CEPD_QP_EVENT)))
+	      r->h.op == CEPD_QP_EVENT || r->h.op == CEPD_MC_JOIN || r->h.op == CEPD_MC_LEAVE)))
 		return -EINVAL;
 	if (sizeof(*r) + (size_t)ps + r->pd_len + r->aux_len != len)
 		return -EBADMSG;

@@ -1593,6 +1593,24 @@ int cmr_cm_call(struct cep_cm *cm, uint32_t op, uint32_t a, uint32_t b)
 	return call_pd(R(cm), op, 0, a, b, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0);
 }
 
+int cmr_mc(struct cep_cm *cm, uint32_t op, const struct cepd_mc *m, struct cepd_mc_rep *rep)
+{
+	_Alignas(8) uint8_t buf[REQ_BUF];
+	size_t got = 0;
+	int ret;
+
+	if (!cm || cm->ops != &cmr_ops || !m || (op != CEPD_MC_JOIN && op != CEPD_MC_LEAVE) ||
+	    (op == CEPD_MC_JOIN && !rep))
+		return -EINVAL;
+	ret = build(buf, op, 0, 0, 0, 0, 0, 0, m, sizeof(*m), NULL, 0, NULL, 0);
+	if (ret)
+		return ret;
+	ret = call_len(R(cm), (struct cepd_req *)buf, rep, rep ? sizeof(*rep) : 0, &got, NULL);
+	if (!ret && rep && got != sizeof(*rep))
+		ret = -EPROTO; /* a join answered without the SA's answer */
+	return ret;
+}
+
 /* ---- the context ------------------------------------------------------------ */
 
 /* The HELLO @h on @fd, with who we are for the service (proto.h): the

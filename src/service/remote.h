@@ -77,6 +77,17 @@ int cmr_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev);
  * payload lands in @out; a request on the context with arguments a, b. */
 int cmr_id_call_out(struct cep_cm_id *id, uint32_t op, uint32_t a, void *out, size_t outlen);
 int cmr_cm_call(struct cep_cm *cm, uint32_t op, uint32_t a, uint32_t b);
+/* InfiniBand multicast through cepd (the librdmacm drop-in's mcast.c):
+ * CEPD_MC_JOIN or CEPD_MC_LEAVE (@op) of membership @m (proto.h's struct
+ * cepd_mc), cepd's answer in @rep (MC_JOIN; may be NULL for a leave).
+ * 0 or the service's -errno (-EOPNOTSUPP also from a service that has no
+ * such request, or a port without an SA); -EINVAL when @cm is not an
+ * attached context; -EPROTO for a join's reply without its payload.
+ * Blocks for the SA's answer (cepd waits for it). Any thread. */
+struct cepd_mc;
+struct cepd_mc_rep;
+int cmr_mc(struct cep_cm *cm, uint32_t op, const struct cepd_mc *m, struct cepd_mc_rep *rep);
+
 /* The outgoing queue of an attached context (remote.c, OUT_BATCH): the
  * requests sent from it, the system calls that sent them, and how many
  * wait now. Any thread; takes the context's lock. For tests and stats. */

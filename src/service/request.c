@@ -67,6 +67,7 @@ struct out {
 		struct cepd_id_rep idr;
 		struct cepd_query_rep q;
 		struct cep_cm_stats st;
+		struct cepd_mc_rep mc;
 	} u;
 	size_t len;
 	char *text;                /* a text payload instead (malloc'd) */
@@ -432,6 +433,27 @@ static int op_service_stats(struct req *q, struct out *o)
 	return 0;
 }
 
+static int op_mc_join(struct req *q, struct out *o)
+{
+	struct cepd_mc m;
+	int ret;
+
+	memcpy(&m, q->param, sizeof(m));
+	ret = mc_join(q->c, &m, &o->u.mc);
+	if (!ret)
+		o->len = sizeof(o->u.mc); /* the SA's answer, or its failure */
+	return ret;
+}
+
+static int op_mc_leave(struct req *q, struct out *o)
+{
+	struct cepd_mc m;
+
+	(void)o;
+	memcpy(&m, q->param, sizeof(m));
+	return mc_leave(q->c, &m);
+}
+
 /* ON_ID: the request acts on an id (its handle, or CEPD_F_CREATE);
  * ANY_CLIENT: a statistics reader (no port) may send it too. */
 enum { ON_ID = 1, ANY_CLIENT = 2 };
@@ -464,6 +486,8 @@ static const struct op {
 	[CEPD_SERVICE_STATS] = { ANY_CLIENT, NULL, op_service_stats },
 	[CEPD_INIT_QP_ATTR]  = { ON_ID, NULL, op_init_qp_attr },
 	[CEPD_QP_EVENT]      = { 0, access_qp_event, op_qp_event },
+	[CEPD_MC_JOIN]       = { 0, access_mc, op_mc_join },
+	[CEPD_MC_LEAVE]      = { 0, access_mc, op_mc_leave },
 };
 
 /* The id a request names: 0 and q->s; -EINVAL (not one of the client's

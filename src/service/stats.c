@@ -42,13 +42,14 @@ void print_stats(FILE *f, const struct client *reader)
 		 * registered, so a dead client's leftovers show */
 		cep_table_stats(cep_cm_table(p->cm), &ts);
 		fprintf(f, "port %u %s:%u guid %016llx mads_sent %llu mads_received %llu "
-			"drops %llu retries %llu ids %llu ceps %llu qps %llu\n", i,
+			"drops %llu retries %llu ids %llu ceps %llu qps %llu mc_joins %llu\n", i,
 			p->dev[0] ? p->dev : "fabric",
 			p->port_num, (unsigned long long)cep_cm_ca_guid(p->cm),
 			(unsigned long long)sent, (unsigned long long)rcvd,
 			(unsigned long long)drops, (unsigned long long)st.retries,
 			(unsigned long long)st.ids, (unsigned long long)ts.live,
-			(unsigned long long)ts.qps);
+			(unsigned long long)ts.qps,
+			(unsigned long long)atomic_load_explicit(&p->nmc, memory_order_relaxed));
 	}
 	pthread_mutex_lock(&svc.lk);
 	for (struct client *c = svc.clients; c; c = c->next)
@@ -71,14 +72,15 @@ void print_stats(FILE *f, const struct client *reader)
 		pthread_mutex_unlock(&c->port->lk);
 		fprintf(f, "client %u pid %d uid %u port %d ids %u qps %u requests %llu "
 			"bad %llu refused %llu events %llu events_dropped %llu uid_ids %llu "
-			"uid_qps %llu uid_event_bytes %llu\n", c->serial, (int)c->id.pid,
+			"uid_qps %llu uid_event_bytes %llu mc %u\n", c->serial, (int)c->id.pid,
 			(unsigned)c->id.uid, (int)c->port->index, nids, nq,
 			(unsigned long long)c->requests, (unsigned long long)c->bad,
 			(unsigned long long)c->refused,
 			(unsigned long long)c->events, (unsigned long long)c->events_dropped,
 			(unsigned long long)acct_held(c->acct, ACCT_IDS),
 			(unsigned long long)acct_held(c->acct, ACCT_QPS),
-			(unsigned long long)acct_held(c->acct, ACCT_EVENT_BYTES));
+			(unsigned long long)acct_held(c->acct, ACCT_EVENT_BYTES),
+			(unsigned)atomic_load_explicit(&c->nmcs, memory_order_relaxed));
 	}
 	pthread_mutex_unlock(&svc.lk);
 	fputs("limits ", f);

@@ -74,14 +74,14 @@ t=$(sed -n 's/^clients [0-9]* total \([0-9]*\) .*/\1/p' $out/stats)
 # Nothing of theirs stays once their connections' timewait is over (a few
 # seconds on Soft-RoCE): no id, CEP or QP of a client that has gone.
 i=0
-until "$cepd" --stats 2>/dev/null | grep -q '^port 0 .* ids 0 ceps 0 qps 0$'; do
+until "$cepd" --stats 2>/dev/null | grep -q '^port 0 .* ids 0 ceps 0 qps 0 mc_joins 0$'; do
 	i=$((i + 1))
 	[ $i -gt 300 ] && break
 	sleep 0.05
 done
 "$cepd" --stats >$out/stats.after 2>&1
 grep '^port 0 ' $out/stats.after
-grep -q '^port 0 .* ids 0 ceps 0 qps 0$' $out/stats.after &&
+grep -q '^port 0 .* ids 0 ceps 0 qps 0 mc_joins 0$' $out/stats.after &&
 	ok "no id, CEP or QP left after the programs ($((i * 50)) ms)" ||
 	ko "state left in cepd after the programs"
 kill -TERM $cepd_pid

@@ -54,6 +54,8 @@
 #include "sa/sa_backend.h"
 #include "ib.h"
 #include "rdmacm.h"
+#include "service/proto.h"
+#include "service/remote.h"
 #include "standin_dev.h"
 
 static struct cep_sa_path sample_path(void)
@@ -972,13 +974,54 @@ static unsigned mc_count(const unsigned *c)
 	return n;
 }
 
+/* cepd's MC_JOIN / MC_LEAVE as the drop-in sends them (rcm_ib_sys.mc_remote):
+ * recorded; a join answered with @status, or refused with @ret. Called on
+ * the test's thread only (the calls wait for it). */
+static struct {
+	unsigned joins, leaves;
+	struct cep_cm *cm;
+	struct cepd_mc last;
+	int ret, status;
+} fmc;
+
+static int fake_mc_remote(struct cep_cm *cm, uint32_t op, const struct cepd_mc *m,
+			  struct cepd_mc_rep *rep)
+{
+	struct cep_sa_mcmember rec;
+
+	fmc.cm = cm;
+	fmc.last = *m;
+	if (op == CEPD_MC_LEAVE) {
+		fmc.leaves++;
+		CHECK(rep == NULL);
+		return 0;
+	}
+	CHECK_EQ(op, CEPD_MC_JOIN);
+	fmc.joins++;
+	if (fmc.ret)
+		return fmc.ret;
+	memset(rep, 0, sizeof(*rep));
+	rep->status = fmc.status;
+	memset(&rec, 0, sizeof(rec));
+	memcpy(rec.mgid, m->mgid, 16);
+	memcpy(rec.port_gid, m->port_gid, 16);
+	rec.qkey = m->qkey ? m->qkey : 0xb1b;
+	rec.mlid = 0xc0de;
+	rec.sl = 5;
+	rec.pkey = m->pkey;
+	rec.join_state = (uint8_t)(1u << m->bit);
+	CHECK_EQ(cep_sa_mcmember_encode(&rec, rep->rec), 0);
+	return 0;
+}
+
 /* Multicast on the stand-in InfiniBand port (ib0: P_Key 0x8001, GID
  * @ga), as the kernel's cma_join_ib_multicast and ib_multicast: the
  * group's MGID, the broadcast group's parameters, the Set's record and
  * mask, MULTICAST_JOIN from the SA's answer, one Set and one Delete per
  * JoinState however many ids of the process join, Deletes at leave and at
  * destroy, the SA's refusal as MULTICAST_ERROR, no broadcast group as
- * EADDRNOTAVAIL, an SA-assigned MGID, and none through cepd. */
+ * EADDRNOTAVAIL, an SA-assigned MGID; through cepd, cepd's MC_JOIN and
+ * MC_LEAVE for every join and leave (it counts), none here. */
 static void ib_multicast(struct rcm_channel *ch, struct rcm_port *ports, const uint8_t ga[16])
 {
 	struct sockaddr_in src = { .sin_family = AF_INET }, grp = { .sin_family = AF_INET };
@@ -988,7 +1031,7 @@ static void ib_multicast(struct rcm_channel *ch, struct rcm_port *ports, const u
 	struct rcm_id *a, *b;
 	uint8_t want[16];
 	int ctx_a, ctx_b;
-	unsigned sets, dels;
+	unsigned sets, dels, gets_cepd;
 
 	src.sin_addr.s_addr = htonl(0x0a000001);
 	grp.sin_addr.s_addr = htonl(0xe0010203);        /* 224.1.2.3 */
@@ -1174,13 +1217,89 @@ static void ib_multicast(struct rcm_channel *ch, struct rcm_port *ports, const u
 		sets = mc_count(&fsa.mc_sets);
 	}
 
-	/* through cepd: memberships would have to be cepd's, not built */
+	/* through cepd: each join and leave is cepd's MC_JOIN / MC_LEAVE
+	 * (cepd counts the node's and builds the Set), none counted or sent
+	 * to the SA here; its answer makes the event, its refusal the call's
+	 * error, the SA's failure it reports MULTICAST_ERROR */
 	ports[0].attached = 1;
+	rcm_ib_sys.mc_remote = fake_mc_remote;
 	grp.sin_addr.s_addr = htonl(0xe0010203);
-	CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), -1);
-	CHECK_EQ(errno, ENOSYS);
+	gets_cepd = mc_count(&fsa.mc_gets);
+	{
+		struct rcm_id *c = rcm_id_new(ch, NULL, RDMA_PS_UDP, IBV_QPT_UD);
+		struct rcm_id *ip = rcm_id_new(ch, NULL, RDMA_PS_IPOIB, IBV_QPT_UD);
+
+		CHECK(c && ip);
+		CHECK_EQ(rdma_bind_addr(&c->id, (struct sockaddr *)&src), 0);
+		CHECK_EQ(rdma_bind_addr(&ip->id, (struct sockaddr *)&src), 0);
+		CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), 0);
+		CHECK_EQ(fmc.joins, 1);
+		CHECK(fmc.cm == ports[0].cm);
+		inet_pton(AF_INET6, "ff12:4001:8001::1:203", want);
+		CHECK(!memcmp(fmc.last.mgid, want, 16));
+		CHECK(!memcmp(fmc.last.port_gid, ga, 16));
+		CHECK_EQ(fmc.last.qkey, RDMA_UDP_QKEY);
+		CHECK_EQ(fmc.last.pkey, 0x8001);
+		CHECK_EQ(fmc.last.bit, 0);
+		ev = take_event(ch);
+		CHECK_EQ(ev.event, RDMA_CM_EVENT_MULTICAST_JOIN);
+		CHECK(ev.param.ud.private_data == &ctx_b);
+		CHECK_EQ(ev.param.ud.qkey, RDMA_UDP_QKEY);
+		CHECK_EQ(ev.param.ud.ah_attr.dlid, 0xc0de);  /* cepd's answer */
+		CHECK_EQ(ev.param.ud.ah_attr.sl, 5);
+		CHECK(!memcmp(ev.param.ud.ah_attr.grh.dgid.raw, want, 16));
+		/* a second id of the process: cepd's to count, so sent too */
+		CHECK_EQ(rdma_join_multicast(&c->id, (struct sockaddr *)&grp, &ctx_a), 0);
+		CHECK_EQ(fmc.joins, 2);
+		CHECK_EQ(take_event(ch).event, RDMA_CM_EVENT_MULTICAST_JOIN);
+		/* IPoIB's space asks the broadcast group's Q_Key (0); send-only
+		 * full member is bit 3 */
+		ex.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+		ex.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+		ex.addr = (struct sockaddr *)&grp;
+		CHECK_EQ(rdma_join_multicast_ex(&ip->id, &ex, &ctx_a), 0);
+		CHECK_EQ(fmc.joins, 3);
+		CHECK_EQ(fmc.last.qkey, 0);
+		CHECK_EQ(fmc.last.bit, 3);
+		inet_pton(AF_INET6, "ff12:401b:8001::1:203", want);
+		CHECK(!memcmp(fmc.last.mgid, want, 16));
+		CHECK_EQ(take_event(ch).event, RDMA_CM_EVENT_MULTICAST_JOIN);
+		/* leaves: each its MC_LEAVE of the group the join was answered */
+		CHECK_EQ(rdma_leave_multicast(&b->id, (struct sockaddr *)&grp), 0);
+		CHECK_EQ(fmc.leaves, 1);
+		inet_pton(AF_INET6, "ff12:4001:8001::1:203", want);
+		CHECK(!memcmp(fmc.last.mgid, want, 16));
+		CHECK(!memcmp(fmc.last.port_gid, ga, 16));
+		CHECK_EQ(fmc.last.bit, 0);
+		CHECK_EQ(rdma_destroy_id(&c->id), 0);
+		CHECK_EQ(fmc.leaves, 2);
+		CHECK_EQ(rdma_destroy_id(&ip->id), 0);
+		CHECK_EQ(fmc.leaves, 3);
+		CHECK_EQ(fmc.last.bit, 3);
+		/* the SA's failure, as cepd reports it: MULTICAST_ERROR, and the
+		 * leave sends nothing */
+		fmc.status = -ETIMEDOUT;
+		CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), 0);
+		ev = take_event(ch);
+		CHECK_EQ(ev.event, RDMA_CM_EVENT_MULTICAST_ERROR);
+		CHECK_EQ(ev.status, -ETIMEDOUT);
+		CHECK_EQ(rdma_leave_multicast(&b->id, (struct sockaddr *)&grp), 0);
+		CHECK_EQ(fmc.leaves, 3);
+		fmc.status = 0;
+		/* cepd refuses: the call's error, nothing held */
+		fmc.ret = -EACCES;
+		CHECK_EQ(rdma_join_multicast(&b->id, (struct sockaddr *)&grp, &ctx_b), -1);
+		CHECK_EQ(errno, EACCES);
+		fmc.ret = 0;
+		CHECK_EQ(rdma_leave_multicast(&b->id, (struct sockaddr *)&grp), -1);
+		CHECK_EQ(errno, EADDRNOTAVAIL);
+		CHECK_EQ(fmc.joins, 5);
+		CHECK_EQ(fmc.leaves, 3);
+	}
 	ports[0].attached = 0;
+	rcm_ib_sys.mc_remote = cmr_mc;
 	CHECK_EQ(mc_count(&fsa.mc_sets), sets);
+	CHECK_EQ(mc_count(&fsa.mc_gets), gets_cepd);
 	CHECK_EQ(rdma_destroy_id(&b->id), 0);
 	CHECK(ports[0].groups == NULL);
 }

@@ -28,6 +28,11 @@
  *   destroy-quiet-cepd      the same through a real cepd: B, established
  *                           with A, destroys its context: no event at B, a
  *                           DREQ at A.
+ *   mc-cepd                 InfiniBand multicast's MC_JOIN / MC_LEAVE
+ *                           (cmr_mc) through a real cepd: every refusal
+ *                           of access_mc, the fabric's EOPNOTSUPP (no
+ *                           SA), a leave of nothing held; the client's
+ *                           own checks.
  *   quiet-order-cepd        four threads' quiet registers and destroys and
  *                           calls through a real cepd: no call overtakes
  *                           a quiet request its thread gave before it.
@@ -82,6 +87,7 @@
 #include <unistd.h>
 
 #include <cep/cm.h>
+#include <cep/fabric.h>
 
 #include "../common/check.h"
 #include "cepd_test.h"
@@ -1087,6 +1093,87 @@ static void case_xrc_cepd(void)
 	real_cepd_stop(cepd, dir);
 }
 
+/* ---- mc-cepd ---------------------------------------------------------------------------- */
+
+/* InfiniBand multicast through a real cepd (issue 28), the client's
+ * cmr_mc: the service checks a membership before it asks the SA
+ * (access_mc: JoinState full or send-only full, rdma_cm's or IPoIB's
+ * Q_Key, the port's GID and P_Key, a multicast MGID), so each refusal
+ * comes back whatever the port; a well-formed join reaches the SA step,
+ * which the in-process fabric does not have (-EOPNOTSUPP), and a leave
+ * of nothing held is EADDRNOTAVAIL. The client is served as before
+ * afterwards. (Joins counted against an SA: service-mcast-*.) */
+static void case_mc_cepd(void)
+{
+	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
+	struct cep_cm_conn_param p;
+	struct cepd_mc m, ok;
+	struct cepd_mc_rep rep;
+	struct cep_cm *a, *local;
+	struct cep_fabric *fab;
+	struct cep_transport *tp;
+	pid_t cepd = real_cepd_start(dir);
+
+	a = attach_cepd(0);
+	cepd_fabric_conn(&p, 0, 1, 0x4d43ull, 0x100, 16);
+	memset(&ok, 0, sizeof(ok));
+	ok.mgid[0] = 0xff;
+	ok.mgid[1] = 0x12;
+	ok.mgid[15] = 1;
+	memcpy(ok.port_gid, p.primary.local_gid, 16);
+	ok.qkey = 0x01234567u;
+	ok.pkey = 0xffff;
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &ok, &rep), -EOPNOTSUPP); /* no SA on the fabric */
+	m = ok, m.bit = 3;
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EOPNOTSUPP); /* send-only full: allowed */
+	m = ok, m.qkey = 0;
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EOPNOTSUPP); /* IPoIB's Q_Key */
+	m = ok, memset(m.mgid, 0, 16);
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EOPNOTSUPP); /* the SA's MGID */
+	/* refused before the SA */
+	m = ok, m.bit = 1;                      /* non member: not rdma_cm's */
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EINVAL);
+	m = ok, m.bit = 4;
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EINVAL);
+	m = ok, m.qkey = 0x80010000u;           /* a controlled Q_Key */
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EINVAL);
+	m = ok, m.qkey = 0x1234;                /* one of the client's choosing */
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EINVAL);
+	m = ok, m.port_gid[15] ^= 1;            /* another node's GID */
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EINVAL);
+	m = ok, m.pkey = 0x1234;                /* not in the port's table */
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EINVAL);
+	m = ok, m.mgid[0] = 0xfe;               /* unicast */
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EINVAL);
+	m = ok, m.pad = 1;
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EINVAL);
+	m = ok, memset(m.mgid, 0, 16);          /* a leave names its group */
+	CHECK_EQ(cmr_mc(a, CEPD_MC_LEAVE, &m, NULL), -EINVAL);
+	m = ok, m.bit = 2;
+	CHECK_EQ(cmr_mc(a, CEPD_MC_LEAVE, &m, NULL), -EINVAL);
+	CHECK_EQ(cmr_mc(a, CEPD_MC_LEAVE, &ok, NULL), -EADDRNOTAVAIL); /* none held */
+	/* the client's own checks: a context that is not cepd's, a join
+	 * without room for the answer, another request */
+	CHECK_EQ(cep_fabric_create(&(struct cep_fabric_attr){ .size = sizeof(struct cep_fabric_attr) },
+				   &fab), 0);
+	CHECK_EQ(cep_fabric_port_create(fab, &(struct cep_fabric_port_attr){
+				.size = sizeof(struct cep_fabric_port_attr), .lid = 1, .port_num = 1,
+				.ca_guid = 1, .link_layer = CEP_FABRIC_LINK_IB }, &tp), 0);
+	CHECK_EQ(cep_cm_create(&(struct cep_cm_attr){ .size = sizeof(struct cep_cm_attr),
+						      .transport = tp }, &local), 0);
+	CHECK_EQ(cmr_mc(local, CEPD_MC_JOIN, &ok, &rep), -EINVAL);
+	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &ok, NULL), -EINVAL);
+	CHECK_EQ(cmr_mc(a, CEPD_QP_EVENT, &ok, &rep), -EINVAL);
+	CHECK_EQ(cep_cm_destroy(local), 0);
+	tp->ops->destroy(tp);
+	CHECK_EQ(cep_fabric_destroy(fab), 0);
+	/* served as before */
+	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
+	CHECK_EQ(cep_cm_qp_destroy(a, 0x100), 0);
+	CHECK_EQ(cep_cm_destroy(a), 0);
+	real_cepd_stop(cepd, dir);
+}
+
 /* ---- quiet-order-cepd ---------------------------------------------------------------- */
 
 /* The order of quiet requests and calls from many threads through a real
@@ -1422,6 +1509,8 @@ int main(int argc, char **argv)
 		case_destroy_quiet_cepd();
 	else if (!strcmp(c, "xrc-cepd"))
 		case_xrc_cepd();
+	else if (!strcmp(c, "mc-cepd"))
+		case_mc_cepd();
 	else if (!strcmp(c, "destroy-unsent"))
 		case_destroy_unsent();
 	else if (!strcmp(c, "register-refused"))
