@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cep/sa.h>
 #ifdef CEPD_HAVE_UMAD
 #include <cep/umad.h>
 #include <cep/verbs.h>
@@ -83,29 +84,85 @@ static int port_start(struct port *p)
 	return 0;
 }
 
-static int fabric_ports(unsigned n)
+/* The SA client of --fabric-sa DEV:PORT (DEV empty: libibumad's default
+ * CA), and that port's GID: 0 or -errno. */
+static int fabric_sa(const char *spec, struct cep_sa **sa, uint8_t gid[16])
 {
-	struct cep_fabric_attr fa = { .size = sizeof(fa), .seed = 1 };
-	int ret = cep_fabric_create(&fa, &svc.fab);
+#ifdef CEPD_HAVE_UMAD
+	char dev[CEPD_DEVICE_MAX];
+	const char *colon = strrchr(spec, ':');
+	size_t dl = colon ? (size_t)(colon - spec) : 0;
+	struct cep_sa_attr a = { .size = sizeof(a), .timeout_ms = 1000 };
+	struct cep_sa_port pi;
+	unsigned long num;
+	char *end;
+	int ret;
 
+	if (!colon || dl >= sizeof(dev))
+		return -EINVAL;
+	num = strtoul(colon + 1, &end, 10);
+	if (*end || num < 1 || num > 254)
+		return -EINVAL;
+	memcpy(dev, spec, dl);
+	dev[dl] = 0;
+	a.dev_name = dl ? dev : NULL;
+	a.port_num = (uint8_t)num;
+	ret = cep_sa_get(&a, sa);
 	if (ret)
 		return ret;
-	for (unsigned i = 0; i < n; i++) {
+	ret = cep_sa_port_info(*sa, &pi);
+	if (ret) {
+		cep_sa_put(*sa);
+		*sa = NULL;
+		return ret;
+	}
+	memcpy(gid, pi.gid, 16);
+	return 0;
+#else
+	(void)spec, (void)sa, (void)gid;
+	return -EOPNOTSUPP; /* no libibumad: no SA client */
+#endif
+}
+
+/* @n ports of an in-process fabric. With @sa_spec (--fabric-sa), port 0
+ * stands for that real or simulated port before the SA: it takes its GID,
+ * and its multicast joins go to its SA (the fabric has none). */
+static int fabric_ports(unsigned n, const char *sa_spec)
+{
+	struct cep_fabric_attr fa = { .size = sizeof(fa), .seed = 1 };
+	struct cep_sa *sa = NULL;
+	uint8_t gid[16] = { 0 };
+	int ret;
+
+	if (sa_spec) {
+		ret = fabric_sa(sa_spec, &sa, gid);
+		if (ret) {
+			fprintf(stderr, "cepd: --fabric-sa %s: %s\n", sa_spec, strerror(-ret));
+			return ret;
+		}
+	}
+	ret = cep_fabric_create(&fa, &svc.fab);
+	for (unsigned i = 0; i < n && !ret; i++) {
 		struct cep_fabric_port_attr pa = {
 			.size = sizeof(pa), .ca_guid = 0x0002c90300a00000ull + i,
 			.lid = (uint16_t)(i + 1), .port_num = 1, .link_layer = CEP_FABRIC_LINK_IB,
 		};
 		struct port *p = &svc.port[svc.nports];
 
+		if (i == 0 && sa)
+			memcpy(pa.gid, gid, 16);
 		ret = cep_fabric_port_create(svc.fab, &pa, &p->tp);
 		if (ret)
-			return ret;
+			break;
 		p->port_num = 1;
 		ret = port_start(p);
-		if (ret)
-			return ret;
+		if (!ret && i == 0) {
+			p->sa = sa; /* mcast.c's, put at its end */
+			sa = NULL;
+		}
 	}
-	return 0;
+	cep_sa_put(sa);
+	return ret;
 }
 
 #ifdef CEPD_HAVE_UMAD
@@ -395,6 +452,8 @@ static void usage(FILE *f)
 		"  --port DEV:PORT  own this RDMA port's CM class (repeatable;\n"
 		"                 default: every active port)\n"
 		"  --fabric N     an in-process fabric of N ports instead (tests, benchmarks)\n"
+		"  --fabric-sa DEV:PORT  with --fabric: port 0 takes that port's GID and\n"
+		"                 sends its multicast joins to its SA (tests: ibsim)\n"
 		"  --workers N    CM workers per port (default: online CPUs)\n"
 		"  --config FILE  grants and limits (default %s, if present)\n"
 		"  --limit NAME=VALUE  one limit (over the file's); names and defaults:\n"
@@ -416,6 +475,7 @@ int main(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "port", required_argument, NULL, 'p' },
 		{ "fabric", required_argument, NULL, 'f' },
+		{ "fabric-sa", required_argument, NULL, 'F' },
 		{ "workers", required_argument, NULL, 'w' },
 		{ "config", required_argument, NULL, 'c' },
 		{ "limit", required_argument, NULL, 'l' },
@@ -426,7 +486,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *path = NULL;
+	const char *path = NULL, *fabric_sa_spec = NULL;
 	const char *ports[MAX_PORTS];
 	const char *limits[64];
 	unsigned nports = 0, nlimits = 0;
@@ -434,7 +494,7 @@ int main(int argc, char **argv)
 	int stats = 0, o, ret = 0;
 	struct sigaction sa;
 
-	while ((o = getopt_long(argc, argv, "s:p:f:w:c:l:m:SCvh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "s:p:f:F:w:c:l:m:SCvh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's': path = optarg; break;
 		case 'p':
@@ -451,6 +511,7 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'F': fabric_sa_spec = optarg; break;
 		case 'w': svc.workers = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'c': config_path = optarg; break;
 		case 'l':
@@ -510,6 +571,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cepd: --fabric and --port exclude each other\n");
 		return 2;
 	}
+	if (fabric_sa_spec && !fabric) {
+		fprintf(stderr, "cepd: --fabric-sa needs --fabric\n");
+		return 2;
+	}
 #ifdef CEPD_HAVE_SD_LISTEN
 	/* before any thread: it edits the environment */
 	ret = cepd_sd_listen_fd();
@@ -532,7 +597,7 @@ int main(int argc, char **argv)
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	if (fabric)
-		ret = fabric_ports((unsigned)fabric);
+		ret = fabric_ports((unsigned)fabric, fabric_sa_spec);
 	else {
 #ifdef CEPD_HAVE_UMAD
 		for (unsigned i = 0; i < nports && !ret; i++) {

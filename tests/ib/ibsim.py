@@ -19,8 +19,16 @@ and Hca2 with that group's parameters (OpenSM creates it, both get its
 MLID, saquery -g lists it), and leaves: the group stays while Hca2 is a
 member and is gone (ERR_NO_RECORDS) after its last member left; a second
 leave is refused.
+Through cepd (with CEPD and CEPD_MC): `cepd --fabric 1 --fabric-sa :1` on
+Hca2 (its fabric port 0 stands for Hca2's port before the SA) and two
+client processes that join one group through it (cepd-mc): one Set from
+cepd (both get the MLID, OpenSM has the group), `cepd --stats` counts 2
+joins; the first client killed (-9): cepd drops its join and sends no
+Delete, the group stays (the other holds it); the second killed: cepd's
+Delete, the group is gone; a third joins and leaves; cepd's --check finds
+nothing left at SIGTERM.
 Exit 77 (skip) with the reason when ibsim, OpenSM or saquery is missing.
-Usage: ibsim.py SA_IBSIM_BINARY [CEP_STORM CEP_BENCH]"""
+Usage: ibsim.py SA_IBSIM_BINARY [CEP_STORM CEP_BENCH [CEPD CEPD_MC]]"""
 import ipaddress
 import os
 import re
@@ -159,6 +167,76 @@ def multicast(run, prog):
     check(rc == 1 and 'error -22' in out, f'a second leave is refused: {out.strip()}')
 
 
+def stats_joins(cepd, sock, env):
+    """cepd --stats: port 0's mc_joins (None when unreadable)."""
+    r = subprocess.run([cepd, '--stats', '--socket', sock], env=env, capture_output=True,
+                       text=True, timeout=10)
+    m = re.search(r'^port 0 .* mc_joins (\d+)', r.stdout, re.M)
+    return int(m.group(1)) if m else None
+
+
+def cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g2):
+    """Joins through cepd on Hca2's port, two clients, each killed."""
+    group = 'ff12:4001:ffff::e001:204'
+    sock = os.path.join(tmp, 'cepd.sock')
+    env = dict(base)
+    d = start([cepd, '--fabric', '1', '--fabric-sa', ':1', '--socket', sock, '--check'],
+              None, 'cepd.log', host='Hca2')
+    end = time.monotonic() + 20
+    while time.monotonic() < end and not os.path.exists(sock) and d.poll() is None:
+        time.sleep(0.1)
+    if not os.path.exists(sock):
+        check(False, f'cepd --fabric-sa starts: {open(os.path.join(tmp, "cepd.log")).read()}')
+        return
+    clients = []
+    for n in range(2):
+        c = subprocess.Popen([cepd_mc, sock, g2, 'hold', group], cwd=tmp, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+        procs.append(c)
+        line = c.stdout.readline().strip()
+        check(line.startswith('joined status 0 mlid 0x'),
+              f'client {n + 1} joins {group} through cepd: {line!r}')
+        clients.append((c, line.split()[-1] if line.startswith('joined') else None))
+    mlids = {m for _, m in clients}
+    check(len(mlids) == 1 and None not in mlids, f'both got one MLID: {mlids}')
+    rc, out, err = run([prog, 'mcast-get', group], 'Hca1')
+    got = parse_kv(out).get('mlid', '-1')
+    check(rc == 0 and value(got) == value(next(iter(mlids)) or '-2'),
+          f'OpenSM has the group with that MLID: {out.split()[-2:]} {err.strip()}')
+    check(stats_joins(cepd, sock, env) == 2, 'cepd --stats: 2 joins held')
+
+    def killed(c, left):
+        os.killpg(c.pid, signal.SIGKILL)
+        c.wait()
+        end = time.monotonic() + 10
+        while time.monotonic() < end and stats_joins(cepd, sock, env) != left:
+            time.sleep(0.1)
+        return stats_joins(cepd, sock, env) == left
+
+    check(killed(clients[0][0], 1), 'client 1 killed: cepd holds 1 join')
+    rc, out, err = run([prog, 'mcast-get', group], 'Hca1')
+    check(rc == 0, f'the group stays, client 2 holds it: {out.strip()} {err.strip()}')
+    check(killed(clients[1][0], 0), 'client 2 killed: cepd holds none')
+    rc, out, err = run([prog, 'mcast-get', group], 'Hca1')
+    check(rc == 1 and 'error -113' in out,
+          f'cepd left the group for its dead clients (ERR_NO_RECORDS): {out.strip()}')
+    r = subprocess.run([cepd_mc, sock, g2, 'join-leave', group], cwd=tmp, env=env,
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and 'left 0' in r.stdout,
+          f'a third client joins and leaves: {r.stdout.split()} {r.stderr.strip()}')
+    rc, out, err = run([prog, 'mcast-get', group], 'Hca1')
+    check(rc == 1 and 'error -113' in out, f'and the group is gone again: {out.strip()}')
+    d.send_signal(signal.SIGTERM)
+    try:
+        d.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pass
+    log = open(os.path.join(tmp, 'cepd.log'), errors='replace').read()
+    check(d.returncode == 0 and 'tables consistent and empty' in log,
+          f'cepd stops with nothing left (--check): exit {d.returncode} {log.strip()[-300:]}')
+
+
 def parse_kv(text):
     return dict(l.split(None, 1) for l in text.splitlines() if ' ' in l)
 
@@ -211,11 +289,13 @@ def storms(run, storm, bench, l1, l2, g1, g2):
 
 
 def main():
-    if len(sys.argv) not in (2, 4):
+    if len(sys.argv) not in (2, 4, 6):
         print(__doc__)
         return 2
     prog = os.path.abspath(sys.argv[1])
-    storm, bench = (os.path.abspath(a) for a in sys.argv[2:4]) if len(sys.argv) == 4 \
+    storm, bench = (os.path.abspath(a) for a in sys.argv[2:4]) if len(sys.argv) >= 4 \
+        else (None, None)
+    cepd, cepd_mc = (os.path.abspath(a) for a in sys.argv[4:6]) if len(sys.argv) == 6 \
         else (None, None)
     for tool, pkg in (('ibsim', 'ibsim-utils'), ('opensm', 'opensm'),
                       ('saquery', 'infiniband-diags')):
@@ -251,7 +331,9 @@ def main():
         sim_env['ASAN_OPTIONS'] = base['ASAN_OPTIONS'] + ':suppressions=' + supp
     open(os.path.join(tmp, 'net'), 'w').write(NET)
 
-    def start(args, env, log):
+    def start(args, env, log, host=None):
+        if host:
+            env = dict(sim_env, SIM_HOST=host)
         p = subprocess.Popen(args, cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                              stdout=open(os.path.join(tmp, log), 'w'),
                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -341,6 +423,8 @@ def main():
                       f'ClassPortInfo {mine}: saquery {want.get(theirs)} libcep {got.get(mine)}')
 
         multicast(run, prog)
+        if cepd:
+            cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g2)
 
         # No such LID: the SA answers with an error or not at all; either
         # way the query ends within its bound (300 ms x 2, + 5 s on a loaded host).

@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A client of cepd that joins an InfiniBand multicast group through it,
+ * as the librdmacm drop-in does (cmr_mc: MC_JOIN, MC_LEAVE), for the ib
+ * tier (ibsim.py): cepd runs `--fabric 1 --fabric-sa :1` under ibsim, so
+ * its joins reach OpenSM.
+ *
+ *   cepd-mc SOCKET PORT-GID hold MGID        join (full member), print
+ *                                            "joined status S mlid M", then
+ *                                            wait to be killed
+ *   cepd-mc SOCKET PORT-GID join-leave MGID  join, print the same, leave,
+ *                                            print "left R"
+ *
+ * The Set's other fields are cepd's (rdma_cm's Q_Key, P_Key 0xffff).
+ * Exit 0 when every call returned 0, 1 otherwise.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cep/cm.h>
+#include <cep/sa.h>
+
+#include "service/proto.h"
+#include "service/remote.h"
+
+int main(int argc, char **argv)
+{
+	struct cep_cm_attach_attr a = { .size = sizeof(a) };
+	struct cep_sa_mcmember rec;
+	struct cepd_mc m;
+	struct cepd_mc_rep rep;
+	struct cep_cm *cm = NULL;
+	int ret, hold;
+
+	if (argc != 5 || (strcmp(argv[3], "hold") && strcmp(argv[3], "join-leave"))) {
+		fprintf(stderr, "usage: %s SOCKET PORT-GID hold|join-leave MGID\n", argv[0]);
+		return 2;
+	}
+	hold = !strcmp(argv[3], "hold");
+	memset(&m, 0, sizeof(m));
+	if (inet_pton(AF_INET6, argv[2], m.port_gid) != 1 ||
+	    inet_pton(AF_INET6, argv[4], m.mgid) != 1) {
+		fprintf(stderr, "cepd-mc: bad GID\n");
+		return 2;
+	}
+	m.qkey = 0x01234567u; /* rdma_cm's RDMA_UDP_QKEY */
+	m.pkey = 0xffff;
+	a.socket = argv[1];
+	ret = cep_cm_attach(&a, &cm);
+	if (ret) {
+		printf("attach error %d\n", ret);
+		return 1;
+	}
+	ret = cmr_mc(cm, CEPD_MC_JOIN, &m, &rep);
+	if (ret) {
+		printf("join error %d\n", ret);
+		return 1;
+	}
+	cep_sa_mcmember_decode(rep.rec, &rec);
+	printf("joined status %d mlid 0x%x\n", rep.status, rep.status ? 0 : rec.mlid);
+	fflush(stdout);
+	if (rep.status)
+		return 1;
+	if (hold) {
+		for (;;)
+			pause(); /* until killed: cepd must end the join */
+	}
+	ret = cmr_mc(cm, CEPD_MC_LEAVE, &m, NULL);
+	printf("left %d\n", ret);
+	(void)cep_cm_destroy(cm);
+	return ret ? 1 : 0;
+}
