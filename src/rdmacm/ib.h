@@ -104,6 +104,8 @@ int rcm_ib_conn_from_path(const struct ibv_sa_path_rec *rec, uint8_t ack_delay, 
 /* What the layer asks the system about IPoIB and the SA: the seams tests
  * replace (set before any id is used; read without a lock). */
 struct cep_cm;
+struct cep_sa_path;
+struct rcm_port;
 struct cepd_mc;
 struct cepd_mc_rep;
 struct rcm_ib_sys {
@@ -122,8 +124,20 @@ struct rcm_ib_sys {
 	 * (src/service/remote.h). */
 	int (*mc_remote)(struct cep_cm *cm, uint32_t op, const struct cepd_mc *m,
 			 struct cepd_mc_rep *rep);
+	/* A path query through cepd: cmr_path_query's contract. */
+	int (*path_remote)(struct cep_cm *cm, uint64_t comp_mask, uint32_t flags,
+			   const struct cep_sa_path *query, struct cep_sa_path *out);
 };
 extern struct rcm_ib_sys rcm_ib_sys;
+
+/* One PathRecord Get for an id on InfiniBand port @p (rdma_resolve_route):
+ * through cepd when the port's CM is cepd's (the SA is asked there: the
+ * umad devices are root's, as the kernel's rdma_cm asks it for any user),
+ * else of the process's SA client for the port (opened with @timeout_ms
+ * per attempt). 0 or cep_sa_path_query's errors (cepd's refusal). Blocks
+ * for the SA; takes rcm.lock when it opens the client. */
+int rcm_ib_path_query(struct rcm_port *p, uint32_t timeout_ms, uint64_t comp_mask,
+		      const struct cep_sa_path *query, struct cep_sa_path *out);
 
 /* The port GID of IPoIB interface @ifname: its 20-byte hardware address
  * (/sys/class/net/IF/address under $CEP_RDMACM_SYSROOT), bytes 4-19.

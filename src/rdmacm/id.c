@@ -625,13 +625,11 @@ RCM_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	ib = r->port && r->port->link_layer == IBV_LINK_LAYER_INFINIBAND;
 	if (ib) {
 		struct cep_sa_path q;
-		struct cep_sa *sa;
 		uint64_t mask = rcm_ib_route_query(r, &q);
 		uint32_t per = timeout_ms > 0 ? (uint32_t)timeout_ms / 4 : 0;
 
-		status = rcm_port_sa(r->port, per < 100 ? 100 : per, &sa);
-		if (!status)
-			status = cep_sa_path_query(sa, mask, &q, 0, &sp);
+		/* through cepd when the port's CM is its (rcm_ib_path_query) */
+		status = rcm_ib_path_query(r->port, per < 100 ? 100 : per, mask, &q, &sp);
 		if (status) {
 			e = rcm_event_new(r, RDMA_CM_EVENT_ROUTE_ERROR, status);
 			if (!e)

@@ -38,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cep/sa.h>
+
 #include "service/access.h"
 #include "service/addr.h"
 #include "service/config.h"
@@ -287,6 +289,38 @@ int access_mc(struct req *q)
 		return -EINVAL;
 	ret = addr_pkey(q->c->port, m.pkey);
 	return ret ? ret : addr_gid(q->c->port, q->c->ac, m.port_gid);
+}
+
+/* ---- path queries (sa.c) ------------------------------------------------------- */
+
+#define PR_MASK_ALL ((UINT64_C(1) << 23) - 1) /* PathRecord's 23 component bits */
+
+/* A PathRecord Get as the kernel's rdma_cm asks for a process
+ * (cma_query_ib_route: from the id's own source): only on an InfiniBand
+ * port (-EOPNOTSUPP); the source GID named, and one of the port's the
+ * client may use; a P_Key, when named, of the port's table; no unknown
+ * mask bit or flag. -EINVAL for the rest. The rest of the query (the
+ * destination, service ID, traffic class, ...) is the client's to ask, as
+ * the kernel's users may resolve a route to anywhere. */
+int access_path(struct req *q)
+{
+	struct cepd_path_q w;
+	struct cep_sa_path p;
+	int ret;
+
+	memcpy(&w, q->param, sizeof(w));
+	if (q->c->port->info.link_layer != 1)
+		return -EOPNOTSUPP;
+	if ((w.comp_mask & ~PR_MASK_ALL) || !(w.comp_mask & CEP_SA_PR_SGID) ||
+	    (w.flags & ~CEP_SA_QUERY_FRESH) || w.pad)
+		return -EINVAL;
+	cep_sa_path_decode(w.rec, &p);
+	if (w.comp_mask & CEP_SA_PR_PKEY) {
+		ret = addr_pkey(q->c->port, p.pkey);
+		if (ret)
+			return ret;
+	}
+	return addr_gid(q->c->port, q->c->ac, p.sgid);
 }
 
 /* ---- statistics --------------------------------------------------------------- */

@@ -43,6 +43,8 @@ int access_qp_event(struct req *q);
 /* Statistics: whether @reader may see client @c (its own uid, or root). */
 /* MC_JOIN, MC_LEAVE: the membership asked. */
 int access_mc(struct req *q);
+/* PATH_QUERY: the query's source. */
+int access_path(struct req *q);
 
 bool access_sees(const struct client *reader, const struct client *c);
 

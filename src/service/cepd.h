@@ -19,6 +19,7 @@
  *   qps.c      each port's registry of QPNs and whose they are
  *   mcast.c    each port's multicast memberships at the SA, counted for
  *              the node's clients
+ *   sa.c       each port's SA client; the clients' path queries
  *   addr.c     the source GIDs and P_Keys a client may use
  *   events.c   the engine's callback and the event queues to clients
  *   stats.c    --stats, both ends
@@ -77,13 +78,15 @@ struct port {
 	struct listener *listeners;    /* lk: every client's listens (access.c) */
 	struct qpent **qpb;            /* lk: QPNs registered, by number (qps.c) */
 	uint32_t qpnb, nqp;            /* lk: buckets, entries */
-	pthread_mutex_t mc_lk;         /* mcast.c: the three below and the
-					  clients' memberships; held across
-					  the SA's requests */
+	pthread_mutex_t mc_lk;         /* mcast.c: groups, nmc's changes and
+					  the clients' memberships; held
+					  across the SA's requests */
 	struct mc_group *groups;       /* mc_lk: groups joined, the node's
 					  joins of each */
-	struct cep_sa *sa;             /* mc_lk: the port's SA client, opened
-					  at the first join */
+	pthread_mutex_t sa_lk;         /* sa.c: opening sa */
+	struct cep_sa *sa;             /* sa_lk: the port's SA client, opened
+					  at its first use (port_sa); then set
+					  until the port ends */
 	_Atomic uint64_t nmc;          /* joins held (all clients; --stats) */
 };
 
@@ -215,9 +218,22 @@ void mc_client_gone(struct client *c);
 /* Before any client of the port; after the last. */
 void mc_port_init(struct port *p);
 void mc_port_fini(struct port *p);
-/* The port's SA client, opened at its first join (tests put in a fake):
- * cep_sa_get of the port's device, -EOPNOTSUPP on the fabric. */
-extern int (*mc_sa_open)(struct port *p, struct cep_sa **out);
+
+/* sa.c: each port's SA client and the clients' path queries. */
+/* Before any client of the port (@sa: one opened already, or NULL);
+ * after the last. */
+void sa_port_init(struct port *p, struct cep_sa *sa);
+void sa_port_fini(struct port *p);
+/* The port's SA client, opened at its first use: 0 and *out (valid until
+ * sa_port_fini), or port_sa_open's error (tried again next time). Any
+ * client thread. */
+int port_sa(struct port *p, struct cep_sa **out);
+/* How port_sa opens it (tests put in a fake): cep_sa_get of the port's
+ * device; -EOPNOTSUPP on the fabric. */
+extern int (*port_sa_open)(struct port *p, struct cep_sa **out);
+/* PATH_QUERY, after access_path: the SA's PathRecord, encoded, or -errno
+ * (cep_sa_path_query's, port_sa's). Client thread; blocks for the SA. */
+int sa_path_query(struct client *c, const struct cepd_path_q *q, uint8_t out[64]);
 
 /* qps.c: each port's registry of QPNs, who registered them. port->lk
  * taken inside; any client thread. */

@@ -54,8 +54,9 @@ void logmsg(const char *fmt, ...)
 /* ---- ports ------------------------------------------------------------------ */
 
 /* The next slot's port, its transport just opened: start its CM and count
- * it, or destroy the transport and leave the slot free. */
-static int port_start(struct port *p)
+ * it, or destroy the transport and leave the slot free. @sa: its SA client
+ * if one is opened already (--fabric-sa), which it then owns. */
+static int port_start(struct port *p, struct cep_sa *sa)
 {
 	/* As the kernel's CM serves rdma_cm (and as the librdmacm drop-in's
 	 * in-process CM does): a request the application has not answered in
@@ -80,6 +81,7 @@ static int port_start(struct port *p)
 	}
 	qps_port_init(p);
 	mc_port_init(p);
+	sa_port_init(p, sa);
 	svc.nports++;
 	return 0;
 }
@@ -155,11 +157,9 @@ static int fabric_ports(unsigned n, const char *sa_spec)
 		if (ret)
 			break;
 		p->port_num = 1;
-		ret = port_start(p);
-		if (!ret && i == 0) {
-			p->sa = sa; /* mcast.c's, put at its end */
-			sa = NULL;
-		}
+		ret = port_start(p, i == 0 ? sa : NULL);
+		if (!ret && i == 0)
+			sa = NULL; /* the port's now (sa.c) */
 	}
 	cep_sa_put(sa);
 	return ret;
@@ -180,7 +180,7 @@ static int umad_port(const char *dev, unsigned num)
 		return ret;
 	snprintf(p->dev, sizeof(p->dev), "%s", dev);
 	p->port_num = (uint8_t)num;
-	return port_start(p);
+	return port_start(p, NULL);
 }
 
 /* Every active port of every RDMA device. */
@@ -434,6 +434,7 @@ static int shutdown_all(void)
 		addr_port_close(&svc.port[i]);
 		qps_port_fini(&svc.port[i]);
 		mc_port_fini(&svc.port[i]);
+		sa_port_fini(&svc.port[i]);
 	}
 	sids_release_all(); /* no callback runs any more */
 	if (svc.fab)

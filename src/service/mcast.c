@@ -22,8 +22,9 @@
  *   joined at most MC_MAX_JOINS times (ENOBUFS beyond): what a client
  *   makes cepd hold is bounded.
  *
- * Locking: port->mc_lk guards the port's groups, its SA client, and its
- * clients' membership lists; it is held across the SA's requests (a join
+ * Locking: port->mc_lk guards the port's groups and its clients'
+ * membership lists (the SA client is sa.c's, port_sa); it is held across
+ * the SA's requests (a join
  * or a leave waits for the SA, at most its attempts times its timeout, as
  * the kernel's waits for ib_sa), so one port's joins go to the SA one at
  * a time; it is taken under no other lock and no other is taken under it.
@@ -41,7 +42,6 @@
 
 #define MC_MAX_PER_CLIENT 1024u
 #define MC_MAX_JOINS (1u << 20)
-#define MC_SA_TIMEOUT_MS 1000u  /* per attempt (the SA client's 4 attempts) */
 
 /* One group of the port that some client joined: the node's joins per
  * JoinState bit. port->mc_lk. */
@@ -62,30 +62,10 @@ struct mc_ent {
 	uint32_t joins;
 };
 
-static int sa_open_default(struct port *p, struct cep_sa **out)
-{
-	struct cep_sa_attr a = { .size = sizeof(a), .dev_name = p->dev, .port_num = p->port_num,
-				 .timeout_ms = MC_SA_TIMEOUT_MS };
-
-	/* the in-process fabric has no subnet administrator (cepd's
-	 * --fabric-sa gives its port 0 one at start) */
-	if (!p->dev[0])
-		return -EOPNOTSUPP;
-#ifdef CEPD_HAVE_UMAD
-	return cep_sa_get(&a, out);
-#else
-	(void)a, (void)out;
-	return -EOPNOTSUPP; /* no libibumad */
-#endif
-}
-
-int (*mc_sa_open)(struct port *p, struct cep_sa **out) = sa_open_default;
-
 void mc_port_init(struct port *p)
 {
 	pthread_mutex_init(&p->mc_lk, NULL);
 	p->groups = NULL;
-	p->sa = NULL;
 	atomic_init(&p->nmc, 0);
 }
 
@@ -98,8 +78,6 @@ void mc_port_fini(struct port *p)
 		p->groups = g->next;
 		free(g);
 	}
-	cep_sa_put(p->sa);
-	p->sa = NULL;
 	pthread_mutex_destroy(&p->mc_lk);
 }
 
@@ -132,10 +110,12 @@ static struct mc_ent *ent_find(struct client *c, const uint8_t mgid[16],
 static void group_drop(struct port *p, struct mc_group *g, unsigned bit, uint64_t n)
 {
 	struct mc_group **pp;
+	struct cep_sa *sa;
 
 	g->members[bit] -= n;
-	if (!g->members[bit] && p->sa)
-		cep_mc_sa_leave(p->sa, g->mgid, g->port_gid, bit);
+	/* the SA client is open: the join that counted opened it */
+	if (!g->members[bit] && !port_sa(p, &sa))
+		cep_mc_sa_leave(sa, g->mgid, g->port_gid, bit);
 	if (g->members[0] || g->members[1] || g->members[2] || g->members[3])
 		return;
 	for (pp = &p->groups; *pp != g; pp = &(*pp)->next)
@@ -150,6 +130,7 @@ int mc_join(struct client *c, const struct cepd_mc *m, struct cepd_mc_rep *out)
 	struct mc_group *g = NULL, *ng = calloc(1, sizeof(*ng));
 	struct mc_ent *e = NULL, *ne = calloc(1, sizeof(*ne));
 	struct cep_sa_mcmember rec;
+	struct cep_sa *sa = NULL;
 	int ret = 0, status = 0;
 
 	memset(out, 0, sizeof(*out));
@@ -171,14 +152,10 @@ int mc_join(struct client *c, const struct cepd_mc *m, struct cepd_mc_rep *out)
 		rec = g->rec; /* the port is a member: nothing to ask */
 		goto joined;
 	}
-	if (!p->sa) {
-		ret = mc_sa_open(p, &p->sa);
-		if (ret) {
-			p->sa = NULL;
-			goto out;
-		}
-	}
-	ret = cep_mc_sa_join(p->sa, m->mgid, m->port_gid, m->pkey, m->qkey, m->bit, &status,
+	ret = port_sa(p, &sa);
+	if (ret)
+		goto out;
+	ret = cep_mc_sa_join(sa, m->mgid, m->port_gid, m->pkey, m->qkey, m->bit, &status,
 			     &rec);
 	if (ret || status)
 		goto out;

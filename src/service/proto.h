@@ -64,6 +64,7 @@ enum cepd_op {
 	CEPD_QP_EVENT,      /* a = QPN, b = enum ibv_event_type (COMM_EST) */
 	CEPD_MC_JOIN,       /* struct cepd_mc; reply struct cepd_mc_rep */
 	CEPD_MC_LEAVE,      /* struct cepd_mc */
+	CEPD_PATH_QUERY,    /* struct cepd_path_q; reply the PathRecord */
 	CEPD_OP_COUNT,
 	CEPD_REPLY = 0x100, /* struct cepd_rep + payload */
 	CEPD_EVENTS = 0x101,/* struct cepd_events + records */
@@ -209,6 +210,19 @@ struct cepd_mc_rep {
 				    the wire (CEP_SA_MCM_REC_SIZE bytes) */
 };
 
+/* PATH_QUERY: a PathRecord Get of the port's SA client in cepd (what the
+ * kernel's rdma_cm asks for rdma_resolve_route on InfiniBand: the SA is
+ * the kernel's to ask there, and /dev/infiniband/umad* is root's). The
+ * query's fields as cep_sa_path_query takes them, encoded as a
+ * PathRecord; the reply's payload is the SA's answer, encoded the same
+ * way (CEP_SA_PATH_REC_SIZE bytes). */
+struct cepd_path_q {
+	uint64_t comp_mask;      /* CEP_SA_PR_*: SGID among them */
+	uint32_t flags;          /* CEP_SA_QUERY_FRESH or 0 */
+	uint32_t pad;
+	uint8_t rec[64];         /* the query (CEP_SA_PATH_REC_SIZE bytes) */
+};
+
 struct cepd_rep {
 	struct cepd_hdr h;       /* op CEPD_REPLY, seq of the request */
 	int32_t ret;             /* 0 or -errno, as the local call's */
@@ -264,6 +278,7 @@ static inline long cepd_param_size(uint32_t op)
 	case CEPD_LAP: return (long)sizeof(struct cep_path);
 	case CEPD_SIDR_REQ: return (long)sizeof(struct cepd_sidr);
 	case CEPD_MC_JOIN: case CEPD_MC_LEAVE: return (long)sizeof(struct cepd_mc);
+	case CEPD_PATH_QUERY: return (long)sizeof(struct cepd_path_q);
 	case CEPD_CREATE_ID: case CEPD_DESTROY_ID: case CEPD_LISTEN: case CEPD_RTU:
 	case CEPD_NOTIFY_EST: case CEPD_REJECT: case CEPD_MRA: case CEPD_DISCONNECT:
 	case CEPD_DREP: case CEPD_APR: case CEPD_SIDR_REP: case CEPD_QP_REGISTER:
@@ -307,7 +322,8 @@ static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 	      r->h.op == CEPD_INIT_QP_ATTR || r->h.op == CEPD_CREATE_ID ||
 	      r->h.op == CEPD_QP_REGISTER || r->h.op == CEPD_QP_DESTROY || r->h.op == CEPD_CM_STATS ||
 	      r->h.op == CEPD_QUIESCE || r->h.op == CEPD_SERVICE_STATS ||
-	      r->h.op == CEPD_QP_EVENT || r->h.op == CEPD_MC_JOIN || r->h.op == CEPD_MC_LEAVE)))
+	      r->h.op == CEPD_QP_EVENT || r->h.op == CEPD_MC_JOIN || r->h.op == CEPD_MC_LEAVE ||
+	      r->h.op == CEPD_PATH_QUERY)))
 		return -EINVAL;
 	if (sizeof(*r) + (size_t)ps + r->pd_len + r->aux_len != len)
 		return -EBADMSG;

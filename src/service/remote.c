@@ -99,6 +99,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cep/sa.h>
+
 #include "cm/cm_internal.h"
 #include "cm/lead.h"
 #include "core/clock.h"
@@ -1608,6 +1610,33 @@ int cmr_mc(struct cep_cm *cm, uint32_t op, const struct cepd_mc *m, struct cepd_
 	ret = call_len(R(cm), (struct cepd_req *)buf, rep, rep ? sizeof(*rep) : 0, &got, NULL);
 	if (!ret && rep && got != sizeof(*rep))
 		ret = -EPROTO; /* a join answered without the SA's answer */
+	return ret;
+}
+
+int cmr_path_query(struct cep_cm *cm, uint64_t comp_mask, uint32_t flags,
+		   const struct cep_sa_path *query, struct cep_sa_path *out)
+{
+	_Alignas(8) uint8_t buf[REQ_BUF];
+	uint8_t rec[CEP_SA_PATH_REC_SIZE];
+	struct cepd_path_q w;
+	size_t got = 0;
+	int ret;
+
+	if (!cm || cm->ops != &cmr_ops || !query || !out)
+		return -EINVAL;
+	memset(&w, 0, sizeof(w));
+	w.comp_mask = comp_mask;
+	w.flags = flags;
+	ret = cep_sa_path_encode(query, w.rec);
+	if (!ret)
+		ret = build(buf, CEPD_PATH_QUERY, 0, 0, 0, 0, 0, 0, &w, sizeof(w), NULL, 0, NULL, 0);
+	if (ret)
+		return ret;
+	ret = call_len(R(cm), (struct cepd_req *)buf, rec, sizeof(rec), &got, NULL);
+	if (!ret && got != sizeof(rec))
+		ret = -EPROTO; /* answered without the record */
+	if (!ret)
+		cep_sa_path_decode(rec, out);
 	return ret;
 }
 

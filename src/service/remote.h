@@ -88,6 +88,16 @@ struct cepd_mc;
 struct cepd_mc_rep;
 int cmr_mc(struct cep_cm *cm, uint32_t op, const struct cepd_mc *m, struct cepd_mc_rep *rep);
 
+/* A PathRecord Get through cepd (the librdmacm drop-in's
+ * rdma_resolve_route on an InfiniBand port, PATH_QUERY): cep_sa_path_query's
+ * arguments and answer, asked of cepd's SA client. 0 or the service's
+ * -errno (its SA client's, its refusal; -EOPNOTSUPP also from a service
+ * without the request); -EINVAL when @cm is not an attached context;
+ * -EPROTO for a reply without the record. Blocks for the SA. Any thread. */
+struct cep_sa_path;
+int cmr_path_query(struct cep_cm *cm, uint64_t comp_mask, uint32_t flags,
+		   const struct cep_sa_path *query, struct cep_sa_path *out);
+
 /* The outgoing queue of an attached context (remote.c, OUT_BATCH): the
  * requests sent from it, the system calls that sent them, and how many
  * wait now. Any thread; takes the context's lock. For tests and stats. */

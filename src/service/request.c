@@ -68,6 +68,7 @@ struct out {
 		struct cepd_query_rep q;
 		struct cep_cm_stats st;
 		struct cepd_mc_rep mc;
+		uint8_t path[64];
 	} u;
 	size_t len;
 	char *text;                /* a text payload instead (malloc'd) */
@@ -454,6 +455,18 @@ static int op_mc_leave(struct req *q, struct out *o)
 	return mc_leave(q->c, &m);
 }
 
+static int op_path_query(struct req *q, struct out *o)
+{
+	struct cepd_path_q w;
+	int ret;
+
+	memcpy(&w, q->param, sizeof(w));
+	ret = sa_path_query(q->c, &w, o->u.path);
+	if (!ret)
+		o->len = sizeof(o->u.path);
+	return ret;
+}
+
 /* ON_ID: the request acts on an id (its handle, or CEPD_F_CREATE);
  * ANY_CLIENT: a statistics reader (no port) may send it too. */
 enum { ON_ID = 1, ANY_CLIENT = 2 };
@@ -488,6 +501,7 @@ static const struct op {
 	[CEPD_QP_EVENT]      = { 0, access_qp_event, op_qp_event },
 	[CEPD_MC_JOIN]       = { 0, access_mc, op_mc_join },
 	[CEPD_MC_LEAVE]      = { 0, access_mc, op_mc_leave },
+	[CEPD_PATH_QUERY]    = { 0, access_path, op_path_query },
 };
 
 /* The id a request names: 0 and q->s; -EINVAL (not one of the client's

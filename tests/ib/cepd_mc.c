@@ -10,6 +10,11 @@
  *                                            wait to be killed
  *   cepd-mc SOCKET PORT-GID join-leave MGID  join, print the same, leave,
  *                                            print "left R"
+ *   cepd-mc SOCKET PORT-GID path DGID        a PathRecord query through
+ *                                            cepd (cmr_path_query, as the
+ *                                            drop-in's rdma_resolve_route):
+ *                                            its fields as saquery names
+ *                                            them, one "name value" a line
  *
  * The Set's other fields are cepd's (rdma_cm's Q_Key, P_Key 0xffff).
  * Exit 0 when every call returned 0, 1 otherwise.
@@ -25,6 +30,35 @@
 #include "service/proto.h"
 #include "service/remote.h"
 
+/* The path from @sgid to @dgid, asked as the kernel's rdma_cm asks it. */
+static int path(struct cep_cm *cm, const uint8_t sgid[16], const uint8_t dgid[16])
+{
+	struct cep_sa_path q, p;
+	char s[64], d[64];
+	int ret;
+
+	memset(&q, 0, sizeof(q));
+	memcpy(q.sgid, sgid, 16);
+	memcpy(q.dgid, dgid, 16);
+	q.pkey = 0xffff;
+	q.numb_path = 1;
+	q.reversible = 1;
+	ret = cmr_path_query(cm, CEP_SA_PR_SGID | CEP_SA_PR_DGID | CEP_SA_PR_PKEY |
+			     CEP_SA_PR_NUMB_PATH | CEP_SA_PR_REVERSIBLE, 0, &q, &p);
+	if (ret) {
+		printf("path error %d\n", ret);
+		return 1;
+	}
+	inet_ntop(AF_INET6, p.sgid, s, sizeof(s));
+	inet_ntop(AF_INET6, p.dgid, d, sizeof(d));
+	printf("sgid %s\ndgid %s\nslid %u\ndlid %u\npkey 0x%x\nsl %u\nmtu 0x%x\nrate 0x%x\n"
+	       "pkt_life 0x%x\n", s, d, p.slid, p.dlid, p.pkey, p.sl,
+	       (unsigned)(p.mtu_selector << 6 | p.mtu), (unsigned)(p.rate_selector << 6 | p.rate),
+	       (unsigned)(p.packet_life_time_selector << 6 | p.packet_life_time));
+	(void)cep_cm_destroy(cm);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct cep_cm_attach_attr a = { .size = sizeof(a) };
@@ -34,8 +68,10 @@ int main(int argc, char **argv)
 	struct cep_cm *cm = NULL;
 	int ret, hold;
 
-	if (argc != 5 || (strcmp(argv[3], "hold") && strcmp(argv[3], "join-leave"))) {
-		fprintf(stderr, "usage: %s SOCKET PORT-GID hold|join-leave MGID\n", argv[0]);
+	if (argc != 5 || (strcmp(argv[3], "hold") && strcmp(argv[3], "join-leave") &&
+			  strcmp(argv[3], "path"))) {
+		fprintf(stderr, "usage: %s SOCKET PORT-GID hold|join-leave MGID|path DGID\n",
+			argv[0]);
 		return 2;
 	}
 	hold = !strcmp(argv[3], "hold");
@@ -53,6 +89,8 @@ int main(int argc, char **argv)
 		printf("attach error %d\n", ret);
 		return 1;
 	}
+	if (!strcmp(argv[3], "path"))
+		return path(cm, m.port_gid, m.mgid);
 	ret = cmr_mc(cm, CEPD_MC_JOIN, &m, &rep);
 	if (ret) {
 		printf("join error %d\n", ret);

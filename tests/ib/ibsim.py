@@ -26,7 +26,8 @@ cepd (both get the MLID, OpenSM has the group), `cepd --stats` counts 2
 joins; the first client killed (-9): cepd drops its join and sends no
 Delete, the group stays (the other holds it); the second killed: cepd's
 Delete, the group is gone; a third joins and leaves; cepd's --check finds
-nothing left at SIGTERM.
+nothing left at SIGTERM. A PathRecord query through that cepd (from
+Hca2's GID to Hca1's, as rdma_resolve_route asks it) must be saquery's.
 Exit 77 (skip) with the reason when ibsim, OpenSM or saquery is missing.
 Usage: ibsim.py SA_IBSIM_BINARY [CEP_STORM CEP_BENCH [CEPD CEPD_MC]]"""
 import ipaddress
@@ -175,7 +176,7 @@ def stats_joins(cepd, sock, env):
     return int(m.group(1)) if m else None
 
 
-def cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g2):
+def cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g1, g2):
     """Joins through cepd on Hca2's port, two clients, each killed."""
     group = 'ff12:4001:ffff::e001:204'
     sock = os.path.join(tmp, 'cepd.sock')
@@ -205,6 +206,16 @@ def cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g2):
     check(rc == 0 and value(got) == value(next(iter(mlids)) or '-2'),
           f'OpenSM has the group with that MLID: {out.split()[-2:]} {err.strip()}')
     check(stats_joins(cepd, sock, env) == 2, 'cepd --stats: 2 joins held')
+    # a path query through cepd, as the drop-in's rdma_resolve_route
+    r = subprocess.run([cepd_mc, sock, g2, 'path', g1], cwd=tmp, env=env,
+                       capture_output=True, text=True, timeout=30)
+    rc, ref, err = run(['saquery', '--sgid-to-dgid', f'{g2}-{g1}'], 'Hca2')
+    got, want = parse_kv(r.stdout), parse_saquery(ref) if rc == 0 else {}
+    check(r.returncode == 0 and rc == 0, f'a path through cepd: {r.stdout.split()} '
+          f'{r.stderr.strip()} saquery {err.strip()}')
+    for f in ('sgid', 'dgid', 'slid', 'dlid', 'pkey', 'sl', 'mtu', 'rate', 'pkt_life'):
+        check(f in got and f in want and value(got[f]) == value(want[f]),
+              f'path through cepd: {f} saquery {want.get(f)} cepd {got.get(f)}')
 
     def killed(c, left):
         os.killpg(c.pid, signal.SIGKILL)
@@ -424,7 +435,7 @@ def main():
 
         multicast(run, prog)
         if cepd:
-            cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g2)
+            cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g1, g2)
 
         # No such LID: the SA answers with an error or not at all; either
         # way the query ends within its bound (300 ms x 2, + 5 s on a loaded host).

@@ -974,6 +974,30 @@ static unsigned mc_count(const unsigned *c)
 	return n;
 }
 
+/* cepd's PATH_QUERY as the drop-in sends it (rcm_ib_sys.path_remote):
+ * recorded, answered with @answer or refused with @ret. */
+static struct {
+	unsigned calls;
+	struct cep_cm *cm;
+	uint64_t mask;
+	struct cep_sa_path query, answer;
+	int ret;
+} fpr;
+
+static int fake_path_remote(struct cep_cm *cm, uint64_t comp_mask, uint32_t flags,
+			    const struct cep_sa_path *query, struct cep_sa_path *out)
+{
+	fpr.calls++;
+	fpr.cm = cm;
+	fpr.mask = comp_mask;
+	fpr.query = *query;
+	CHECK_EQ(flags, 0);
+	if (fpr.ret)
+		return fpr.ret;
+	*out = fpr.answer;
+	return 0;
+}
+
 /* cepd's MC_JOIN / MC_LEAVE as the drop-in sends them (rcm_ib_sys.mc_remote):
  * recorded; a join answered with @status, or refused with @ret. Called on
  * the test's thread only (the calls wait for it). */
@@ -1321,6 +1345,7 @@ static void resolve(void)
 	uint8_t ga[16], gb[16];
 	uint64_t t0;
 	uint16_t pkey;
+	unsigned sends;
 	int status, ifindex;
 
 	CHECK(ch != NULL);
@@ -1471,6 +1496,36 @@ static void resolve(void)
 	CHECK_EQ(to.grh_present, 0);
 	CHECK_EQ(cp.primary.remote_lid, 4);
 	CHECK_EQ(cp.pkey, 0x8001);
+	/* through cepd: the same query is cepd's PATH_QUERY (the SA is asked
+	 * there), the process's SA client is not asked; cepd's answer is the
+	 * route, its error ROUTE_ERROR */
+	ports[0].attached = 1;
+	rcm_ib_sys.path_remote = fake_path_remote;
+	sends = mc_count(&fsa.sends);
+	fpr.answer = fsa.answer;
+	fpr.answer.dlid = 9;
+	fpr.ret = -ETIMEDOUT;
+	r->state = RCM_ADDR_RESOLVED; /* resolve the route again */
+	CHECK_EQ(rdma_resolve_route(&r->id, 2000), 0);
+	CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ROUTE_ERROR);
+	CHECK_EQ(status, -ETIMEDOUT);
+	CHECK_EQ(fpr.calls, 1);
+	CHECK(fpr.cm == ports[0].cm);
+	CHECK_EQ(fpr.mask, CEP_SA_PR_DGID | CEP_SA_PR_SGID | CEP_SA_PR_PKEY | CEP_SA_PR_NUMB_PATH |
+			   CEP_SA_PR_REVERSIBLE | CEP_SA_PR_SERVICE_ID | CEP_SA_PR_QOS_CLASS);
+	CHECK(!memcmp(fpr.query.sgid, ga, 16));
+	CHECK(!memcmp(fpr.query.dgid, gb, 16));
+	CHECK_EQ(fpr.query.pkey, 0x8001);
+	CHECK_EQ(fpr.query.qos_class, 0x10);
+	fpr.ret = 0;
+	CHECK_EQ(rdma_resolve_route(&r->id, 2000), 0);
+	CHECK_EQ(next_event(ch, &status), RDMA_CM_EVENT_ROUTE_RESOLVED);
+	CHECK_EQ(r->state, RCM_ROUTE_RESOLVED);
+	CHECK_EQ(ntohs(r->id.route.path_rec->dlid), 9);
+	CHECK_EQ(fpr.calls, 2);
+	CHECK_EQ(mc_count(&fsa.sends), sends);
+	ports[0].attached = 0;
+	rcm_ib_sys.path_remote = cmr_path_query;
 	CHECK_EQ(rdma_destroy_id(&r->id), 0);
 
 	/* a neighbour that never resolves: ADDR_ERROR -ETIMEDOUT after the

@@ -33,6 +33,9 @@
  *                           of access_mc, the fabric's EOPNOTSUPP (no
  *                           SA), a leave of nothing held; the client's
  *                           own checks.
+ *   path-cepd               a PathRecord query (cmr_path_query) through a
+ *                           real cepd: every refusal of access_path, the
+ *                           fabric's EOPNOTSUPP.
  *   quiet-order-cepd        four threads' quiet registers and destroys and
  *                           calls through a real cepd: no call overtakes
  *                           a quiet request its thread gave before it.
@@ -88,6 +91,7 @@
 
 #include <cep/cm.h>
 #include <cep/fabric.h>
+#include <cep/sa.h>
 
 #include "../common/check.h"
 #include "cepd_test.h"
@@ -1174,6 +1178,48 @@ static void case_mc_cepd(void)
 	real_cepd_stop(cepd, dir);
 }
 
+/* ---- path-cepd --------------------------------------------------------------------------- */
+
+/* A PathRecord query through a real cepd (cmr_path_query, the drop-in's
+ * rdma_resolve_route on InfiniBand): cepd checks the query's source
+ * (access_path: the SGID named and the port's, a P_Key of the port's, no
+ * unknown mask bit or flag) before it asks the SA, which the in-process
+ * fabric does not have (-EOPNOTSUPP). (Answered by OpenSM: sa-opensm.) */
+static void case_path_cepd(void)
+{
+	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
+	struct cep_cm_conn_param p;
+	struct cep_sa_path q, out;
+	struct cep_cm *a;
+	uint64_t mask = CEP_SA_PR_SGID | CEP_SA_PR_DGID | CEP_SA_PR_PKEY;
+	pid_t cepd = real_cepd_start(dir);
+
+	a = attach_cepd(0);
+	cepd_fabric_conn(&p, 0, 1, 0x5041ull, 0x100, 16);
+	memset(&q, 0, sizeof(q));
+	memcpy(q.sgid, p.primary.local_gid, 16);
+	memcpy(q.dgid, p.primary.remote_gid, 16);
+	q.pkey = 0xffff;
+	CHECK_EQ(cmr_path_query(a, mask, 0, &q, &out), -EOPNOTSUPP); /* no SA on the fabric */
+	CHECK_EQ(cmr_path_query(a, mask, CEP_SA_QUERY_FRESH, &q, &out), -EOPNOTSUPP);
+	/* refused before the SA */
+	CHECK_EQ(cmr_path_query(a, CEP_SA_PR_DGID, 0, &q, &out), -EINVAL); /* no source */
+	CHECK_EQ(cmr_path_query(a, mask | (UINT64_C(1) << 23), 0, &q, &out), -EINVAL);
+	CHECK_EQ(cmr_path_query(a, mask, 2, &q, &out), -EINVAL);
+	q.sgid[15] ^= 1;                                   /* another node's GID */
+	CHECK_EQ(cmr_path_query(a, mask, 0, &q, &out), -EINVAL);
+	q.sgid[15] ^= 1;
+	q.pkey = 0x1234;                                   /* not the port's */
+	CHECK_EQ(cmr_path_query(a, mask, 0, &q, &out), -EINVAL);
+	CHECK_EQ(cmr_path_query(a, mask & ~CEP_SA_PR_PKEY, 0, &q, &out), -EOPNOTSUPP);
+	CHECK_EQ(cmr_path_query(NULL, mask, 0, &q, &out), -EINVAL);
+	CHECK_EQ(cmr_path_query(a, mask, 0, &q, NULL), -EINVAL);
+	/* served as before */
+	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
+	CHECK_EQ(cep_cm_destroy(a), 0);
+	real_cepd_stop(cepd, dir);
+}
+
 /* ---- quiet-order-cepd ---------------------------------------------------------------- */
 
 /* The order of quiet requests and calls from many threads through a real
@@ -1511,6 +1557,8 @@ int main(int argc, char **argv)
 		case_xrc_cepd();
 	else if (!strcmp(c, "mc-cepd"))
 		case_mc_cepd();
+	else if (!strcmp(c, "path-cepd"))
+		case_path_cepd();
 	else if (!strcmp(c, "destroy-unsent"))
 		case_destroy_unsent();
 	else if (!strcmp(c, "register-refused"))

@@ -286,8 +286,9 @@ static void port_up(void)
 	snprintf(port.dev, sizeof(port.dev), "ib0");
 	port.port_num = 1;
 	port.info.link_layer = 1;
-	mc_sa_open = fake_sa_open;
+	port_sa_open = fake_sa_open;
 	mc_port_init(&port);
+	sa_port_init(&port, NULL);
 	sa_reset();
 }
 
@@ -296,6 +297,7 @@ static void port_down(void)
 	CHECK_EQ(port.nmc, 0);
 	CHECK(port.groups == NULL);
 	mc_port_fini(&port);
+	sa_port_fini(&port);
 }
 
 static struct client *client_new(void)
