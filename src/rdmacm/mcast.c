@@ -207,6 +207,15 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 	}
 }
 
+/* Whether @p's CM is cepd's: then the port's memberships are cepd's,
+ * counted for the node and ended when this process dies. */
+static struct cep_cm *ib_remote(struct rcm_port *p)
+{
+	struct cep_cm *cm = atomic_load_explicit(&p->cm, memory_order_acquire);
+
+	return cm && p->attached ? cm : NULL; /* attached: written before cm */
+}
+
 int rcm_qkey(struct rcm_id *r, uint32_t *out)
 {
 	struct cep_sa_mcmember t;
@@ -216,11 +225,24 @@ int rcm_qkey(struct rcm_id *r, uint32_t *out)
 	if (!r->qkey && r->id.ps != RDMA_PS_IPOIB) {
 		r->qkey = RDMA_UDP_QKEY; /* cma_set_default_qkey */
 	} else if (!r->qkey) {
+		uint16_t pkey = be16toh(r->id.route.addr.addr.ibaddr.pkey);
+		struct cep_cm *cm;
+
 		if (!r->port || r->port->link_layer != IBV_LINK_LAYER_INFINIBAND)
 			return -EINVAL;
-		ret = rcm_port_sa(r->port, IB_SA_TIMEOUT_MS, &sa);
-		if (!ret)
-			ret = cep_mc_bcast_rec(sa, be16toh(r->id.route.addr.addr.ibaddr.pkey), &t);
+		cm = ib_remote(r->port);
+		if (cm) { /* cepd asks the SA: the process may not */
+			struct cepd_mc m = { .pkey = pkey };
+			struct cepd_mc_rep rep;
+
+			ret = rcm_ib_sys.mc_remote(cm, CEPD_MC_BCAST, &m, &rep);
+			if (!ret)
+				cep_sa_mcmember_decode(rep.rec, &t);
+		} else {
+			ret = rcm_port_sa(r->port, IB_SA_TIMEOUT_MS, &sa);
+			if (!ret)
+				ret = cep_mc_bcast_rec(sa, pkey, &t);
+		}
 		if (ret)
 			return ret;
 		r->qkey = t.qkey;
@@ -246,15 +268,6 @@ static struct rcm_ib_group *ib_group_find(struct rcm_port *p, const uint8_t mgid
 static uint32_t ib_join_qkey(int ps)
 {
 	return ps == RDMA_PS_IPOIB ? 0 : RDMA_UDP_QKEY;
-}
-
-/* Whether @p's CM is cepd's: then the port's memberships are cepd's,
- * counted for the node and ended when this process dies. */
-static struct cep_cm *ib_remote(struct rcm_port *p)
-{
-	struct cep_cm *cm = atomic_load_explicit(&p->cm, memory_order_acquire);
-
-	return cm && p->attached ? cm : NULL; /* attached: written before cm */
 }
 
 /* A join through cepd: its MC_JOIN, the answer as ib_join's. */

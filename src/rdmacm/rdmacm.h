@@ -493,10 +493,10 @@ void rcm_mc_join_taken(struct rcm_id *r, struct rcm_event *e);
 void rcm_mc_end(struct rcm_id *r);
 /* A UD id's Q_Key, set on first use as the kernel's cma_set_qkey(id, 0):
  * rdma_cm's (RDMA_UDP_QKEY) in RDMA_PS_UDP and RDMA_PS_IB, the IPoIB
- * broadcast group's (the SA's MCMemberRecord) in RDMA_PS_IPOIB - which
- * gets a device only on InfiniBand. 0 and @out, or -errno
- * (-EADDRNOTAVAIL: no broadcast group). r->mtx held; may block on the
- * SA. */
+ * broadcast group's (the SA's MCMemberRecord, through cepd cepd's
+ * MC_BCAST) in RDMA_PS_IPOIB - which gets a device only on InfiniBand. 0
+ * and @out, or -errno (-EADDRNOTAVAIL: no broadcast group). r->mtx held;
+ * may block on the SA. */
 int rcm_qkey(struct rcm_id *r, uint32_t *out);
 /* rdma_destroy_id, after that section: @r's InfiniBand memberships end
  * (an SA Delete where it held the process's last join of a JoinState).

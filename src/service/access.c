@@ -274,7 +274,9 @@ int access_qp_event(struct req *q)
  * of the client's choosing, a controlled one least of all; a port GID and
  * a P_Key of the port's tables that the client may use (addr.h); a
  * multicast MGID (ff00::/8), or for a join the zero one the SA replaces.
- * -EINVAL for the rest. */
+ * -EINVAL for the rest. MC_BCAST reads IPoIB's broadcast group of a P_Key
+ * of the port's table (what the kernel reads from its cache for any
+ * user's IPoIB id). */
 int access_mc(struct req *q)
 {
 	struct cepd_mc m;
@@ -283,6 +285,8 @@ int access_mc(struct req *q)
 	memcpy(&m, q->param, sizeof(m));
 	if (q->c->port->info.link_layer != 1)
 		return -EOPNOTSUPP;
+	if (q->r->h.op == CEPD_MC_BCAST) /* a Get: only the P_Key is asked */
+		return addr_pkey(q->c->port, m.pkey);
 	if ((m.bit != 0 && m.bit != 3) || (m.qkey && m.qkey != RDMA_CM_UDP_QKEY) || m.pad)
 		return -EINVAL;
 	if (m.mgid[0] != 0xff && (q->r->h.op != CEPD_MC_JOIN || !is_zero(m.mgid, 16)))

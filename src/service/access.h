@@ -41,7 +41,7 @@ int access_lap(struct req *q);
 int access_qp_event(struct req *q);
 
 /* Statistics: whether @reader may see client @c (its own uid, or root). */
-/* MC_JOIN, MC_LEAVE: the membership asked. */
+/* MC_JOIN, MC_LEAVE: the membership asked; MC_BCAST: its P_Key. */
 int access_mc(struct req *q);
 /* PATH_QUERY: the query's source. */
 int access_path(struct req *q);

@@ -234,6 +234,9 @@ extern int (*port_sa_open)(struct port *p, struct cep_sa **out);
 /* PATH_QUERY, after access_path: the SA's PathRecord, encoded, or -errno
  * (cep_sa_path_query's, port_sa's). Client thread; blocks for the SA. */
 int sa_path_query(struct client *c, const struct cepd_path_q *q, uint8_t out[64]);
+/* MC_BCAST, after access_mc: IPoIB's broadcast group of m->pkey, or
+ * -errno (-EADDRNOTAVAIL: none). Client thread; blocks for the SA. */
+int sa_bcast(struct client *c, const struct cepd_mc *m, struct cepd_mc_rep *out);
 
 /* qps.c: each port's registry of QPNs, who registered them. port->lk
  * taken inside; any client thread. */

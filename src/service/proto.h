@@ -65,6 +65,8 @@ enum cepd_op {
 	CEPD_MC_JOIN,       /* struct cepd_mc; reply struct cepd_mc_rep */
 	CEPD_MC_LEAVE,      /* struct cepd_mc */
 	CEPD_PATH_QUERY,    /* struct cepd_path_q; reply the PathRecord */
+	CEPD_MC_BCAST,      /* struct cepd_mc (its P_Key); reply struct cepd_mc_rep:
+			       IPoIB's broadcast group of that P_Key */
 	CEPD_OP_COUNT,
 	CEPD_REPLY = 0x100, /* struct cepd_rep + payload */
 	CEPD_EVENTS = 0x101,/* struct cepd_events + records */
@@ -200,7 +202,10 @@ struct cepd_mc {
 	uint8_t pad;
 };
 
-/* MC_JOIN's reply payload (with ret 0): the SA's answer. */
+/* MC_JOIN's reply payload (with ret 0): the SA's answer. MC_BCAST's:
+ * status 0 and IPoIB's broadcast group's record (the Q_Key of an
+ * RDMA_PS_IPOIB id, cma_set_qkey); its SA errors are the reply's ret
+ * (-EADDRNOTAVAIL: the SA has no such group). */
 struct cepd_mc_rep {
 	int32_t status;          /* 0 joined; else the SA's failure as the
 				    kernel's event status (-ETIMEDOUT,
@@ -277,7 +282,8 @@ static inline long cepd_param_size(uint32_t op)
 	case CEPD_ACCEPT: return (long)sizeof(struct cepd_accept);
 	case CEPD_LAP: return (long)sizeof(struct cep_path);
 	case CEPD_SIDR_REQ: return (long)sizeof(struct cepd_sidr);
-	case CEPD_MC_JOIN: case CEPD_MC_LEAVE: return (long)sizeof(struct cepd_mc);
+	case CEPD_MC_JOIN: case CEPD_MC_LEAVE: case CEPD_MC_BCAST:
+		return (long)sizeof(struct cepd_mc);
 	case CEPD_PATH_QUERY: return (long)sizeof(struct cepd_path_q);
 	case CEPD_CREATE_ID: case CEPD_DESTROY_ID: case CEPD_LISTEN: case CEPD_RTU:
 	case CEPD_NOTIFY_EST: case CEPD_REJECT: case CEPD_MRA: case CEPD_DISCONNECT:
@@ -323,7 +329,7 @@ static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 	      r->h.op == CEPD_QP_REGISTER || r->h.op == CEPD_QP_DESTROY || r->h.op == CEPD_CM_STATS ||
 	      r->h.op == CEPD_QUIESCE || r->h.op == CEPD_SERVICE_STATS ||
 	      r->h.op == CEPD_QP_EVENT || r->h.op == CEPD_MC_JOIN || r->h.op == CEPD_MC_LEAVE ||
-	      r->h.op == CEPD_PATH_QUERY)))
+	      r->h.op == CEPD_PATH_QUERY || r->h.op == CEPD_MC_BCAST)))
 		return -EINVAL;
 	if (sizeof(*r) + (size_t)ps + r->pd_len + r->aux_len != len)
 		return -EBADMSG;

@@ -1601,15 +1601,16 @@ int cmr_mc(struct cep_cm *cm, uint32_t op, const struct cepd_mc *m, struct cepd_
 	size_t got = 0;
 	int ret;
 
-	if (!cm || cm->ops != &cmr_ops || !m || (op != CEPD_MC_JOIN && op != CEPD_MC_LEAVE) ||
-	    (op == CEPD_MC_JOIN && !rep))
+	if (!cm || cm->ops != &cmr_ops || !m ||
+	    (op != CEPD_MC_JOIN && op != CEPD_MC_LEAVE && op != CEPD_MC_BCAST) ||
+	    (op != CEPD_MC_LEAVE && !rep))
 		return -EINVAL;
 	ret = build(buf, op, 0, 0, 0, 0, 0, 0, m, sizeof(*m), NULL, 0, NULL, 0);
 	if (ret)
 		return ret;
 	ret = call_len(R(cm), (struct cepd_req *)buf, rep, rep ? sizeof(*rep) : 0, &got, NULL);
 	if (!ret && rep && got != sizeof(*rep))
-		ret = -EPROTO; /* a join answered without the SA's answer */
+		ret = -EPROTO; /* answered without the SA's answer */
 	return ret;
 }
 

@@ -79,10 +79,11 @@ int cmr_id_call_out(struct cep_cm_id *id, uint32_t op, uint32_t a, void *out, si
 int cmr_cm_call(struct cep_cm *cm, uint32_t op, uint32_t a, uint32_t b);
 /* InfiniBand multicast through cepd (the librdmacm drop-in's mcast.c):
  * CEPD_MC_JOIN or CEPD_MC_LEAVE (@op) of membership @m (proto.h's struct
- * cepd_mc), cepd's answer in @rep (MC_JOIN; may be NULL for a leave).
+ * cepd_mc), or CEPD_MC_BCAST (IPoIB's broadcast group of m->pkey);
+ * cepd's answer in @rep (may be NULL for a leave).
  * 0 or the service's -errno (-EOPNOTSUPP also from a service that has no
  * such request, or a port without an SA); -EINVAL when @cm is not an
- * attached context; -EPROTO for a join's reply without its payload.
+ * attached context; -EPROTO for a reply without its payload.
  * Blocks for the SA's answer (cepd waits for it). Any thread. */
 struct cepd_mc;
 struct cepd_mc_rep;

@@ -467,6 +467,18 @@ static int op_path_query(struct req *q, struct out *o)
 	return ret;
 }
 
+static int op_mc_bcast(struct req *q, struct out *o)
+{
+	struct cepd_mc m;
+	int ret;
+
+	memcpy(&m, q->param, sizeof(m));
+	ret = sa_bcast(q->c, &m, &o->u.mc);
+	if (!ret)
+		o->len = sizeof(o->u.mc);
+	return ret;
+}
+
 /* ON_ID: the request acts on an id (its handle, or CEPD_F_CREATE);
  * ANY_CLIENT: a statistics reader (no port) may send it too. */
 enum { ON_ID = 1, ANY_CLIENT = 2 };
@@ -502,6 +514,7 @@ static const struct op {
 	[CEPD_MC_JOIN]       = { 0, access_mc, op_mc_join },
 	[CEPD_MC_LEAVE]      = { 0, access_mc, op_mc_leave },
 	[CEPD_PATH_QUERY]    = { 0, access_path, op_path_query },
+	[CEPD_MC_BCAST]      = { 0, access_mc, op_mc_bcast },
 };
 
 /* The id a request names: 0 and q->s; -EINVAL (not one of the client's

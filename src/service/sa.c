@@ -8,7 +8,9 @@
  * cepd asks cepd. access_path has checked the query: its source is a GID
  * of the port the client may use, its P_Key one of the port's. Answers
  * come from the port's client and its path cache, which every client of
- * the port shares (as the processes of a node share the kernel's).
+ * the port shares (as the processes of a node share the kernel's). And
+ * IPoIB's broadcast group of a P_Key (MC_BCAST), whose Q_Key an IPoIB id
+ * takes (the kernel's cma_set_qkey, from its cache).
  *
  * Contract: port_sa and sa_path_query on any client thread, concurrently;
  * they block for the SA (cep_sa_path_query's bounds). port->sa_lk guards
@@ -19,6 +21,7 @@
 
 #include <cep/sa.h>
 
+#include "sa/mc_join.h"
 #include "service/cepd.h"
 
 #define SA_TIMEOUT_MS 1000u  /* per attempt (the SA client's 4 attempts) */
@@ -82,4 +85,18 @@ int sa_path_query(struct client *c, const struct cepd_path_q *q, uint8_t out[CEP
 	if (ret)
 		return ret;
 	return cep_sa_path_encode(&path, out); /* it came off the wire: fits */
+}
+
+int sa_bcast(struct client *c, const struct cepd_mc *m, struct cepd_mc_rep *out)
+{
+	struct cep_sa_mcmember rec;
+	struct cep_sa *sa;
+	int ret = port_sa(c->port, &sa);
+
+	memset(out, 0, sizeof(*out));
+	if (!ret)
+		ret = cep_mc_bcast_rec(sa, m->pkey, &rec);
+	if (!ret)
+		ret = cep_sa_mcmember_encode(&rec, out->rec); /* off the wire: fits */
+	return ret;
 }

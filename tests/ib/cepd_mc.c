@@ -10,6 +10,9 @@
  *                                            wait to be killed
  *   cepd-mc SOCKET PORT-GID join-leave MGID  join, print the same, leave,
  *                                            print "left R"
+ *   cepd-mc SOCKET PORT-GID bcast 0xffff     IPoIB's broadcast group of
+ *                                            that P_Key through cepd
+ *                                            (MC_BCAST): "qkey Q mlid M"
  *   cepd-mc SOCKET PORT-GID path DGID        a PathRecord query through
  *                                            cepd (cmr_path_query, as the
  *                                            drop-in's rdma_resolve_route):
@@ -21,6 +24,7 @@
  */
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -69,15 +73,15 @@ int main(int argc, char **argv)
 	int ret, hold;
 
 	if (argc != 5 || (strcmp(argv[3], "hold") && strcmp(argv[3], "join-leave") &&
-			  strcmp(argv[3], "path"))) {
-		fprintf(stderr, "usage: %s SOCKET PORT-GID hold|join-leave MGID|path DGID\n",
-			argv[0]);
+			  strcmp(argv[3], "path") && strcmp(argv[3], "bcast"))) {
+		fprintf(stderr, "usage: %s SOCKET PORT-GID hold|join-leave MGID|path DGID|"
+			"bcast PKEY\n", argv[0]);
 		return 2;
 	}
 	hold = !strcmp(argv[3], "hold");
 	memset(&m, 0, sizeof(m));
 	if (inet_pton(AF_INET6, argv[2], m.port_gid) != 1 ||
-	    inet_pton(AF_INET6, argv[4], m.mgid) != 1) {
+	    (strcmp(argv[3], "bcast") && inet_pton(AF_INET6, argv[4], m.mgid) != 1)) {
 		fprintf(stderr, "cepd-mc: bad GID\n");
 		return 2;
 	}
@@ -91,6 +95,19 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[3], "path"))
 		return path(cm, m.port_gid, m.mgid);
+	if (!strcmp(argv[3], "bcast")) {
+		memset(&m, 0, sizeof(m));
+		m.pkey = (uint16_t)strtoul(argv[4], NULL, 0);
+		ret = cmr_mc(cm, CEPD_MC_BCAST, &m, &rep);
+		if (ret) {
+			printf("bcast error %d\n", ret);
+			return 1;
+		}
+		cep_sa_mcmember_decode(rep.rec, &rec);
+		printf("qkey 0x%x\nmlid 0x%x\n", rec.qkey, rec.mlid);
+		(void)cep_cm_destroy(cm);
+		return 0;
+	}
 	ret = cmr_mc(cm, CEPD_MC_JOIN, &m, &rep);
 	if (ret) {
 		printf("join error %d\n", ret);

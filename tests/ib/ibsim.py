@@ -27,7 +27,9 @@ joins; the first client killed (-9): cepd drops its join and sends no
 Delete, the group stays (the other holds it); the second killed: cepd's
 Delete, the group is gone; a third joins and leaves; cepd's --check finds
 nothing left at SIGTERM. A PathRecord query through that cepd (from
-Hca2's GID to Hca1's, as rdma_resolve_route asks it) must be saquery's.
+Hca2's GID to Hca1's, as rdma_resolve_route asks it) must be saquery's,
+and so must IPoIB's broadcast group asked through it (an IPoIB id's
+Q_Key).
 Exit 77 (skip) with the reason when ibsim, OpenSM or saquery is missing.
 Usage: ibsim.py SA_IBSIM_BINARY [CEP_STORM CEP_BENCH [CEPD CEPD_MC]]"""
 import ipaddress
@@ -216,6 +218,20 @@ def cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g1, g2):
     for f in ('sgid', 'dgid', 'slid', 'dlid', 'pkey', 'sl', 'mtu', 'rate', 'pkt_life'):
         check(f in got and f in want and value(got[f]) == value(want[f]),
               f'path through cepd: {f} saquery {want.get(f)} cepd {got.get(f)}')
+    # IPoIB's broadcast group through cepd (an IPoIB id's Q_Key)
+    r = subprocess.run([cepd_mc, sock, g2, 'bcast', '0xffff'], cwd=tmp, env=env,
+                       capture_output=True, text=True, timeout=30)
+    # (saquery -g shows no Q_Key: the Q_Key as sa-ibsim reads the group
+    # from Hca1, the MLID as saquery)
+    rc, ref, err = run(['saquery', '-g'], 'Hca2')
+    want = parse_groups(ref).get(value('ff12:401b:ffff::ffff:ffff'), {}) if rc == 0 else {}
+    rc2, own, err2 = run([prog, 'mcast-get', 'ff12:401b:ffff::ffff:ffff'], 'Hca1')
+    got, direct = parse_kv(r.stdout), parse_kv(own)
+    check(r.returncode == 0 and rc2 == 0 and 'Mlid' in want and 'qkey' in got and
+          value(got['qkey']) == value(direct.get('qkey', '-1')) and
+          value(got['mlid']) == value(want['Mlid']),
+          f'the broadcast group through cepd: {r.stdout.split()} sa-ibsim qkey '
+          f'{direct.get("qkey")}, saquery Mlid {want.get("Mlid")} {r.stderr.strip()} {err2.strip()}')
 
     def killed(c, left):
         os.killpg(c.pid, signal.SIGKILL)

@@ -1002,7 +1002,7 @@ static int fake_path_remote(struct cep_cm *cm, uint64_t comp_mask, uint32_t flag
  * recorded; a join answered with @status, or refused with @ret. Called on
  * the test's thread only (the calls wait for it). */
 static struct {
-	unsigned joins, leaves;
+	unsigned joins, leaves, bcasts;
 	struct cep_cm *cm;
 	struct cepd_mc last;
 	int ret, status;
@@ -1018,6 +1018,15 @@ static int fake_mc_remote(struct cep_cm *cm, uint32_t op, const struct cepd_mc *
 	if (op == CEPD_MC_LEAVE) {
 		fmc.leaves++;
 		CHECK(rep == NULL);
+		return 0;
+	}
+	if (op == CEPD_MC_BCAST) { /* IPoIB's broadcast group, cepd's answer */
+		fmc.bcasts++;
+		memset(rep, 0, sizeof(*rep));
+		memset(&rec, 0, sizeof(rec));
+		rec.qkey = 0xb2b;
+		rec.pkey = m->pkey;
+		CHECK_EQ(cep_sa_mcmember_encode(&rec, rep->rec), 0);
 		return 0;
 	}
 	CHECK_EQ(op, CEPD_MC_JOIN);
@@ -1276,6 +1285,16 @@ static void ib_multicast(struct rcm_channel *ch, struct rcm_port *ports, const u
 		CHECK_EQ(rdma_join_multicast(&c->id, (struct sockaddr *)&grp, &ctx_a), 0);
 		CHECK_EQ(fmc.joins, 2);
 		CHECK_EQ(take_event(ch).event, RDMA_CM_EVENT_MULTICAST_JOIN);
+		/* an IPoIB id's Q_Key: the broadcast group's, asked of cepd */
+		{
+			struct ibv_qp_attr qa = { .qp_state = IBV_QPS_INIT };
+			int qmask;
+
+			CHECK_EQ(rdma_init_qp_attr(&ip->id, &qa, &qmask), 0);
+			CHECK_EQ(qa.qkey, 0xb2b);
+			CHECK_EQ(fmc.bcasts, 1);
+			CHECK_EQ(fmc.last.pkey, 0x8001);
+		}
 		/* IPoIB's space asks the broadcast group's Q_Key (0); send-only
 		 * full member is bit 3 */
 		ex.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
@@ -1287,7 +1306,9 @@ static void ib_multicast(struct rcm_channel *ch, struct rcm_port *ports, const u
 		CHECK_EQ(fmc.last.bit, 3);
 		inet_pton(AF_INET6, "ff12:401b:8001::1:203", want);
 		CHECK(!memcmp(fmc.last.mgid, want, 16));
-		CHECK_EQ(take_event(ch).event, RDMA_CM_EVENT_MULTICAST_JOIN);
+		ev = take_event(ch);
+		CHECK_EQ(ev.event, RDMA_CM_EVENT_MULTICAST_JOIN);
+		CHECK_EQ(ev.param.ud.qkey, 0xb1b); /* the group's, as cepd answered */
 		/* leaves: each its MC_LEAVE of the group the join was answered */
 		CHECK_EQ(rdma_leave_multicast(&b->id, (struct sockaddr *)&grp), 0);
 		CHECK_EQ(fmc.leaves, 1);

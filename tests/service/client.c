@@ -28,11 +28,11 @@
  *   destroy-quiet-cepd      the same through a real cepd: B, established
  *                           with A, destroys its context: no event at B, a
  *                           DREQ at A.
- *   mc-cepd                 InfiniBand multicast's MC_JOIN / MC_LEAVE
- *                           (cmr_mc) through a real cepd: every refusal
- *                           of access_mc, the fabric's EOPNOTSUPP (no
- *                           SA), a leave of nothing held; the client's
- *                           own checks.
+ *   mc-cepd                 InfiniBand multicast's MC_JOIN / MC_LEAVE /
+ *                           MC_BCAST (cmr_mc) through a real cepd: every
+ *                           refusal of access_mc, the fabric's EOPNOTSUPP
+ *                           (no SA), a leave of nothing held; the
+ *                           client's own checks.
  *   path-cepd               a PathRecord query (cmr_path_query) through a
  *                           real cepd: every refusal of access_path, the
  *                           fabric's EOPNOTSUPP.
@@ -1156,6 +1156,13 @@ static void case_mc_cepd(void)
 	m = ok, m.bit = 2;
 	CHECK_EQ(cmr_mc(a, CEPD_MC_LEAVE, &m, NULL), -EINVAL);
 	CHECK_EQ(cmr_mc(a, CEPD_MC_LEAVE, &ok, NULL), -EADDRNOTAVAIL); /* none held */
+	/* IPoIB's broadcast group of a P_Key: the port's P_Keys only */
+	memset(&m, 0, sizeof(m));
+	m.pkey = 0xffff;
+	CHECK_EQ(cmr_mc(a, CEPD_MC_BCAST, &m, &rep), -EOPNOTSUPP); /* no SA */
+	m.pkey = 0x1234;
+	CHECK_EQ(cmr_mc(a, CEPD_MC_BCAST, &m, &rep), -EINVAL);
+	CHECK_EQ(cmr_mc(a, CEPD_MC_BCAST, &m, NULL), -EINVAL);     /* no room for it */
 	/* the client's own checks: a context that is not cepd's, a join
 	 * without room for the answer, another request */
 	CHECK_EQ(cep_fabric_create(&(struct cep_fabric_attr){ .size = sizeof(struct cep_fabric_attr) },
