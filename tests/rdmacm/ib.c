@@ -51,6 +51,7 @@
 #include <infiniband/ib.h>
 
 #include "../common/check.h"
+#include "../common/fake_sa.h"
 #include "sa/sa_backend.h"
 #include "ib.h"
 #include "rdmacm.h"
@@ -539,24 +540,9 @@ static int fsa_send(void *ctx, const uint8_t *mad, size_t len, uint16_t dlid, ui
 
 static int fsa_recv(void *ctx, uint8_t *mad, size_t len, int timeout_ms)
 {
-	struct timespec ts;
-	int n = 0;
-
 	(void)ctx;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)timeout_ms * 1000000L;
-	ts.tv_sec += ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
-	pthread_mutex_lock(&fsa.lock);
-	while (fsa.head == fsa.tail)
-		if (pthread_cond_timedwait(&fsa.cond, &fsa.lock, &ts) == ETIMEDOUT)
-			break;
-	if (fsa.head != fsa.tail) {
-		n = (int)(len < CEP_SA_MAD_SIZE ? len : CEP_SA_MAD_SIZE);
-		memcpy(mad, fsa.q[fsa.head++ % 8], (size_t)n);
-	}
-	pthread_mutex_unlock(&fsa.lock);
-	return n;
+	return fake_sa_take(&fsa.lock, &fsa.cond, &fsa.head, &fsa.tail, fsa.q, 8, mad, len,
+			    timeout_ms);
 }
 
 static int fsa_port(void *ctx, struct cep_sa_port *out)

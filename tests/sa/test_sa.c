@@ -18,6 +18,7 @@
 
 #include "sa/sa_backend.h"
 #include "../common/check.h"
+#include "../common/fake_sa.h"
 
 /* ---- golden vectors ---- */
 
@@ -375,24 +376,9 @@ static int fake_send(void *ctx, const uint8_t *mad, size_t len, uint16_t dlid,
 static int fake_recv(void *ctx, uint8_t *mad, size_t len, int timeout_ms)
 {
 	struct fake *f = ctx;
-	struct timespec ts;
-	int n = 0;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)timeout_ms * 1000000L;
-	ts.tv_sec += ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
-	pthread_mutex_lock(&f->lock);
-	while (f->head == f->tail)
-		if (pthread_cond_timedwait(&f->cond, &f->lock, &ts) == ETIMEDOUT)
-			break;
-	if (f->head != f->tail) {
-		n = (int)(len < CEP_SA_MAD_SIZE ? len : CEP_SA_MAD_SIZE);
-		memcpy(mad, f->q[f->head % QLEN], (size_t)n);
-		f->head++;
-	}
-	pthread_mutex_unlock(&f->lock);
-	return n;
+	return fake_sa_take(&f->lock, &f->cond, &f->head, &f->tail, f->q, QLEN, mad, len,
+			    timeout_ms);
 }
 
 static int fake_port(void *ctx, struct cep_sa_port *out)
