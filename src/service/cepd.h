@@ -29,8 +29,8 @@
  * Locks, outermost first: svc.lk (the client lists); then client.lk (its
  * table, sids and event queue) or port.lk (the port's listener and QP
  * registries), never both; then the accounts' lock (acct.c). port.mc_lk
- * (mcast.c: held across the SA's requests) is taken under no lock and no
- * other cepd lock is taken under it. No lock is held across a cep_cm_*
+ * (mcast.c: held across the SA's requests) is taken under no lock; under
+ * it only port.sa_lk (sa.c), a leaf. No lock is held across a cep_cm_*
  * call but port.lk around a listen and a QP's
  * register or destroy (the engine calls back no cepd code in those);
  * cep_cm_destroy_id waits for a running callback, which takes client.lk.

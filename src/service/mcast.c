@@ -24,12 +24,12 @@
  *
  * Locking: port->mc_lk guards the port's groups and its clients'
  * membership lists (the SA client is sa.c's, port_sa); it is held across
- * the SA's requests (a join
- * or a leave waits for the SA, at most its attempts times its timeout, as
- * the kernel's waits for ib_sa), so one port's joins go to the SA one at
- * a time; it is taken under no other lock and no other is taken under it.
- * The counts --stats prints are atomics, read without it. A client's list
- * changes only on its own thread (its requests, then its end).
+ * the SA's requests (a join or a leave waits for the SA, at most its
+ * attempts times its timeout, as the kernel's waits for ib_sa), so one
+ * port's joins go to the SA one at a time. It is taken under no other
+ * lock; under it only port->sa_lk, a leaf (port_sa). The counts --stats
+ * prints are atomics, read without it. A client's list changes only on
+ * its own thread (its requests, then its end).
  */
 #include <errno.h>
 #include <stdlib.h>
