@@ -47,6 +47,10 @@
  *                 its owner's ids-per-uid until they are over
  *   stats         `cepd --stats` shows a user its own clients only
  *   socket-mode   the socket cepd makes is 0666 whatever its umask
+ *   sa            what nobody may ask of the port's SA through cepd
+ *                 (multicast joins and leaves, path queries, IPoIB's
+ *                 broadcast group), spoken raw: the kernel rdma_cm's
+ *                 choices only
  *
  * Usage: test-service-attack CEPD-PATH SCENARIO
  */
@@ -73,6 +77,7 @@
 #include <linux/capability.h>
 
 #include <cep/cm.h>
+#include <cep/sa.h>
 
 #include "../common/check.h"
 #include "cepd_raw.h"
@@ -873,6 +878,93 @@ static void scenario_source(void)
 	stop_cepd(d);
 }
 
+/* ---- sa ------------------------------------------------------------------------------- */
+
+/* One request @op with fixed part @param (@plen bytes) on @fd: its
+ * reply's ret. */
+static int raw_param(int fd, uint32_t op, const void *param, size_t plen)
+{
+	_Alignas(8) uint8_t buf[sizeof(struct cepd_req) + 256];
+	struct cepd_req *q = (struct cepd_req *)buf;
+
+	memset(buf, 0, sizeof(buf));
+	q->h.op = op;
+	q->h.len = (uint32_t)(sizeof(*q) + plen);
+	q->h.seq = 9;
+	memcpy(buf + sizeof(*q), param, plen);
+	return cepd_raw_call(fd, buf, q->h.len, NULL, 0);
+}
+
+/* What nobody may ask of the port's SA through cepd (multicast joins,
+ * path queries, IPoIB's broadcast group; cepd(8) ACCESS), spoken raw so
+ * that no client library filters it: nothing of its own choosing beyond
+ * the kernel's rdma_cm's - a controlled or private Q_Key, a non-member
+ * JoinState, another node's GID, a foreign P_Key, a unicast group, a
+ * query without its source - and no leave of a membership it does not
+ * hold. A well-formed request gets as far as the SA, which the fabric
+ * lacks (-EOPNOTSUPP), whoever asks; a bad length is -EBADMSG. */
+static int sa_checks(void *arg)
+{
+	struct cep_cm_conn_param p;
+	struct cepd_mc ok, m;
+	struct cepd_path_q pq;
+	struct cep_sa_path path;
+	int fd = raw_open0();
+
+	(void)arg;
+	cepd_fabric_conn(&p, 0, 1, TCP(7100), 0x600, 14);
+	memset(&ok, 0, sizeof(ok));
+	ok.mgid[0] = 0xff;
+	ok.mgid[1] = 0x12;
+	ok.mgid[15] = 7;
+	memcpy(ok.port_gid, p.primary.local_gid, 16);
+	ok.qkey = 0x01234567u;
+	ok.pkey = 0xffff;
+	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &ok, sizeof(ok)), -EOPNOTSUPP);
+	m = ok, m.qkey = 0x80000000u;
+	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &m, sizeof(m)), -EINVAL);
+	m = ok, m.qkey = 0xb1b;
+	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &m, sizeof(m)), -EINVAL);
+	m = ok, m.bit = 1;
+	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &m, sizeof(m)), -EINVAL);
+	m = ok, m.port_gid[8] ^= 0x80;
+	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &m, sizeof(m)), -EINVAL);
+	m = ok, m.pkey = 0x8001;
+	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &m, sizeof(m)), -EINVAL);
+	m = ok, m.mgid[0] = 0x20;
+	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &m, sizeof(m)), -EINVAL);
+	CHECK_EQ(raw_param(fd, CEPD_MC_LEAVE, &ok, sizeof(ok)), -EADDRNOTAVAIL);
+	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &ok, sizeof(ok) - 4), -EBADMSG);
+	m = ok, m.pkey = 0x8001;
+	CHECK_EQ(raw_param(fd, CEPD_MC_BCAST, &m, sizeof(m)), -EINVAL);
+	CHECK_EQ(raw_param(fd, CEPD_MC_BCAST, &ok, sizeof(ok)), -EOPNOTSUPP);
+	memset(&path, 0, sizeof(path));
+	memcpy(path.sgid, p.primary.local_gid, 16);
+	memcpy(path.dgid, p.primary.remote_gid, 16);
+	path.pkey = 0xffff;
+	memset(&pq, 0, sizeof(pq));
+	pq.comp_mask = CEP_SA_PR_SGID | CEP_SA_PR_DGID | CEP_SA_PR_PKEY;
+	CHECK_EQ(cep_sa_path_encode(&path, pq.rec), 0);
+	CHECK_EQ(raw_param(fd, CEPD_PATH_QUERY, &pq, sizeof(pq)), -EOPNOTSUPP);
+	pq.comp_mask = CEP_SA_PR_DGID;          /* asked from no source */
+	CHECK_EQ(raw_param(fd, CEPD_PATH_QUERY, &pq, sizeof(pq)), -EINVAL);
+	pq.comp_mask = CEP_SA_PR_SGID | CEP_SA_PR_DGID;
+	path.sgid[15] ^= 1;                     /* from another node */
+	CHECK_EQ(cep_sa_path_encode(&path, pq.rec), 0);
+	CHECK_EQ(raw_param(fd, CEPD_PATH_QUERY, &pq, sizeof(pq)), -EINVAL);
+	close(fd);
+	return check_done(getuid() ? "sa-nobody" : "sa-root");
+}
+
+static void scenario_sa(void)
+{
+	pid_t d = start_cepd(NULL);
+
+	CHECK_EQ(run_as(NOBODY, sa_checks, NULL), 0);
+	CHECK_EQ(run_as(-1, sa_checks, NULL), 0);
+	stop_cepd(d);
+}
+
 /* ---- clients, fds, ids, events: limits -------------------------------------------------- */
 
 /* `cepd --stats` as the caller: its output (at most @len bytes). */
@@ -1343,6 +1435,7 @@ int main(int argc, char **argv)
 		{ "timewait", scenario_timewait },
 		{ "stats", scenario_stats },
 		{ "socket-mode", scenario_socket_mode },
+		{ "sa", scenario_sa },
 	};
 
 	if (argc == 4 && !strcmp(argv[2], "userns-inner")) { /* userns_root's */

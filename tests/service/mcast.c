@@ -20,9 +20,10 @@
  *            works; an SA-assigned MGID is the membership's
  *   bounds   at most MC_MAX_PER_CLIENT memberships per client (ENOBUFS),
  *            the next after a leave
- *   race     four clients' threads join and leave one group at once, then
- *            end: the SA's Sets and Deletes alternate (never a Delete
- *            while another client holds the bit) and nothing is left
+ *   race     four clients' threads join and leave one group at once, each
+ *            checking after every join that the SA has the port as a
+ *            member (no Delete while any client holds the bit), then end:
+ *            as many Deletes as Sets, and nothing is left
  *
  * Usage: test-service-mcast SCENARIO
  */
