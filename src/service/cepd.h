@@ -126,6 +126,16 @@ struct client {
 	struct sid *sids;              /* lk: every sid not yet freed */
 };
 
+/* One multicast membership of a client (mcast.c): how many of its joins
+ * hold it. On the client's list, under its port's mc_lk. */
+struct mc_ent {
+	struct mc_ent *next;
+	uint8_t mgid[16];
+	uint8_t port_gid[16];
+	uint8_t bit;
+	uint32_t joins;
+};
+
 struct sid {
 	struct client *c;
 	struct cep_cm_id *id;
@@ -215,7 +225,8 @@ void handle_request(struct client *c, const uint8_t *buf, size_t len);
 int mc_join(struct client *c, const struct cepd_mc *m, struct cepd_mc_rep *out);
 int mc_leave(struct client *c, const struct cepd_mc *m);
 void mc_client_gone(struct client *c);
-/* Before any client of the port; after the last. */
+/* Before any client of the port; after the last (ending, with an SA
+ * Delete, any join still counted), before sa_port_fini. */
 void mc_port_init(struct port *p);
 void mc_port_fini(struct port *p);
 

@@ -53,15 +53,6 @@ struct mc_group {
 	struct cep_sa_mcmember rec;    /* the SA's answer to the last Set */
 };
 
-/* One membership of a client: how many of its joins hold it. port->mc_lk. */
-struct mc_ent {
-	struct mc_ent *next;
-	uint8_t mgid[16];
-	uint8_t port_gid[16];
-	uint8_t bit;
-	uint32_t joins;
-};
-
 void mc_port_init(struct port *p)
 {
 	pthread_mutex_init(&p->mc_lk, NULL);
@@ -72,10 +63,16 @@ void mc_port_init(struct port *p)
 void mc_port_fini(struct port *p)
 {
 	struct mc_group *g;
+	struct cep_sa *sa;
 
-	/* every client has ended: no group has a member left */
+	/* Every client has ended, so no group has a member left - unless a
+	 * client's thread did not end within the shutdown's wait: its joins
+	 * end with the service all the same (before sa_port_fini). */
 	while ((g = p->groups)) {
 		p->groups = g->next;
+		for (unsigned b = 0; b < 4; b++)
+			if (g->members[b] && !port_sa(p, &sa))
+				cep_mc_sa_leave(sa, g->mgid, g->port_gid, b);
 		free(g);
 	}
 	pthread_mutex_destroy(&p->mc_lk);

@@ -25,8 +25,9 @@ client processes that join one group through it (cepd-mc): one Set from
 cepd (both get the MLID, OpenSM has the group), `cepd --stats` counts 2
 joins; the first client killed (-9): cepd drops its join and sends no
 Delete, the group stays (the other holds it); the second killed: cepd's
-Delete, the group is gone; a third joins and leaves; cepd's --check finds
-nothing left at SIGTERM. A PathRecord query through that cepd (from
+Delete, the group is gone; a third joins and leaves; a fourth joins and
+cepd is stopped (SIGTERM): its --check finds nothing left and the
+group is gone. A PathRecord query through that cepd (from
 Hca2's GID to Hca1's, as rdma_resolve_route asks it) must be saquery's,
 and so must IPoIB's broadcast group asked through it (an IPoIB id's
 Q_Key).
@@ -254,6 +255,13 @@ def cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g1, g2):
           f'a third client joins and leaves: {r.stdout.split()} {r.stderr.strip()}')
     rc, out, err = run([prog, 'mcast-get', group], 'Hca1')
     check(rc == 1 and 'error -113' in out, f'and the group is gone again: {out.strip()}')
+    # cepd stopped while a client holds a join: the join ends with it
+    c = subprocess.Popen([cepd_mc, sock, g2, 'hold', group], cwd=tmp, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    procs.append(c)
+    line = c.stdout.readline().strip()
+    check(line.startswith('joined status 0'), f'a fourth client joins: {line!r}')
     d.send_signal(signal.SIGTERM)
     try:
         d.wait(timeout=20)
@@ -262,6 +270,11 @@ def cepd_multicast(run, start, prog, cepd, cepd_mc, tmp, base, g1, g2):
     log = open(os.path.join(tmp, 'cepd.log'), errors='replace').read()
     check(d.returncode == 0 and 'tables consistent and empty' in log,
           f'cepd stops with nothing left (--check): exit {d.returncode} {log.strip()[-300:]}')
+    rc, out, err = run([prog, 'mcast-get', group], 'Hca1')
+    check(rc == 1 and 'error -113' in out,
+          f'cepd stopped: the join its client held has ended: {out.strip()}')
+    os.killpg(c.pid, signal.SIGKILL)
+    c.wait()
 
 
 def parse_kv(text):

@@ -13,7 +13,8 @@
  *            send-only full member is its own bit; the answer's record
  *   gone     a client's end takes its joins out of the counts: the Delete
  *            only when no other client holds the bit, and no membership at
- *            the SA once every client has gone
+ *            the SA once every client has gone; a join still held when
+ *            the service stops ends with it
  *   refused  the SA's refusal is the join's status, no broadcast group
  *            is EADDRNOTAVAIL, an SA client that cannot open is the
  *            join's error: nothing is counted by any, and a later join
@@ -421,7 +422,22 @@ static void t_gone(void)
 	CHECK_EQ(sa_count(&fsa.dels), 4);
 	CHECK_EQ(sa_state(m.mgid), 0);
 	CHECK_EQ(sa_state(h.mgid), 0);
-	port_down();
+	/* the service stops while a client still holds a join (its thread
+	 * did not end within the wait): the port's membership ends with it */
+	a = client_new();
+	CHECK_EQ(mc_join(a, &so, &r), 0);
+	CHECK_EQ(sa_state(so.mgid), CEP_SA_JOIN_SENDONLY_FULL);
+	mc_port_fini(&port);
+	CHECK_EQ(sa_state(so.mgid), 0);
+	CHECK_EQ(sa_count(&fsa.dels), 5);
+	sa_port_fini(&port);
+	while (a->mcs) { /* what its end would have freed */
+		struct mc_ent *e = a->mcs;
+
+		a->mcs = e->next;
+		free(e);
+	}
+	free(a);
 }
 
 static void t_refused(void)
