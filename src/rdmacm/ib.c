@@ -447,14 +447,21 @@ struct rcm_ib_sys rcm_ib_sys = {
 	.path_remote = cmr_path_query,
 };
 
+struct cep_cm *rcm_port_cepd(struct rcm_port *p)
+{
+	struct cep_cm *cm = atomic_load_explicit(&p->cm, memory_order_acquire);
+
+	return cm && p->attached ? cm : NULL; /* attached: written before cm */
+}
+
 int rcm_ib_path_query(struct rcm_port *p, uint32_t timeout_ms, uint64_t comp_mask,
 		      const struct cep_sa_path *query, struct cep_sa_path *out)
 {
-	struct cep_cm *cm = atomic_load_explicit(&p->cm, memory_order_acquire);
+	struct cep_cm *cm = rcm_port_cepd(p);
 	struct cep_sa *sa;
 	int ret;
 
-	if (cm && p->attached) /* attached: written before cm was published */
+	if (cm)
 		return rcm_ib_sys.path_remote(cm, comp_mask, 0, query, out);
 	ret = rcm_port_sa(p, timeout_ms, &sa);
 	return ret ? ret : cep_sa_path_query(sa, comp_mask, query, 0, out);

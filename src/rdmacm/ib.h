@@ -130,6 +130,11 @@ struct rcm_ib_sys {
 };
 extern struct rcm_ib_sys rcm_ib_sys;
 
+/* @p's CM when it is cepd's (the port's SA requests are cepd's then:
+ * the SA is asked there, and the port's memberships are the node's),
+ * else NULL. Any thread. */
+struct cep_cm *rcm_port_cepd(struct rcm_port *p);
+
 /* One PathRecord Get for an id on InfiniBand port @p (rdma_resolve_route):
  * through cepd when the port's CM is cepd's (the SA is asked there: the
  * umad devices are root's, as the kernel's rdma_cm asks it for any user),

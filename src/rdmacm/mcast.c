@@ -207,15 +207,6 @@ static int ib_mgid_of(const struct sockaddr *a, int ps, uint16_t pkey, uint8_t m
 	}
 }
 
-/* Whether @p's CM is cepd's: then the port's memberships are cepd's,
- * counted for the node and ended when this process dies. */
-static struct cep_cm *ib_remote(struct rcm_port *p)
-{
-	struct cep_cm *cm = atomic_load_explicit(&p->cm, memory_order_acquire);
-
-	return cm && p->attached ? cm : NULL; /* attached: written before cm */
-}
-
 int rcm_qkey(struct rcm_id *r, uint32_t *out)
 {
 	struct cep_sa_mcmember t;
@@ -230,7 +221,7 @@ int rcm_qkey(struct rcm_id *r, uint32_t *out)
 
 		if (!r->port || r->port->link_layer != IBV_LINK_LAYER_INFINIBAND)
 			return -EINVAL;
-		cm = ib_remote(r->port);
+		cm = rcm_port_cepd(r->port);
 		if (cm) { /* cepd asks the SA: the process may not */
 			struct cepd_mc m = { .pkey = pkey };
 			struct cepd_mc_rep rep;
@@ -315,7 +306,7 @@ static int ib_join(struct rcm_port *p, struct rcm_mc *mc, const uint8_t sgid[16]
 {
 	unsigned bit = mc->ib_bit;
 	struct rcm_ib_group *g = NULL;
-	struct cep_cm *cm = ib_remote(p);
+	struct cep_cm *cm = rcm_port_cepd(p);
 	struct cep_sa *sa;
 	int ret;
 
@@ -379,7 +370,7 @@ static void ib_leave(struct rcm_port *p, const uint8_t mgid[16], const uint8_t p
 		     unsigned bit)
 {
 	struct rcm_ib_group *g, **pp;
-	struct cep_cm *cm = ib_remote(p);
+	struct cep_cm *cm = rcm_port_cepd(p);
 	struct cep_sa *sa;
 	int have_sa;
 
