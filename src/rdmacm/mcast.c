@@ -254,6 +254,8 @@ static struct rcm_ib_group *ib_group_find(struct rcm_port *p, const uint8_t mgid
 	return g;
 }
 
+_Static_assert(CEPD_MC_QKEY == RDMA_UDP_QKEY, "cepd's rdma_cm Q_Key is librdmacm's");
+
 /* The id's Q_Key for a join, as cepd's MC_JOIN and cep_mc_sa_join take
  * it: 0 for the IPoIB broadcast group's (RDMA_PS_IPOIB), else rdma_cm's. */
 static uint32_t ib_join_qkey(int ps)

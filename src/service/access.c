@@ -264,8 +264,6 @@ int access_qp_event(struct req *q)
 
 /* ---- multicast (mcast.c) ------------------------------------------------------ */
 
-#define RDMA_CM_UDP_QKEY 0x01234567u /* rdma_cm's RDMA_UDP_QKEY */
-
 /* A membership as the kernel's rdma_cm lets a process ask it
  * (cma_join_ib_multicast through ucma): only on an InfiniBand port (a
  * RoCE join is the process's own IP membership: -EOPNOTSUPP); JoinState
@@ -287,7 +285,7 @@ int access_mc(struct req *q)
 		return -EOPNOTSUPP;
 	if (q->r->h.op == CEPD_MC_BCAST) /* a Get: only the P_Key is asked */
 		return addr_pkey(q->c->port, m.pkey);
-	if ((m.bit != 0 && m.bit != 3) || (m.qkey && m.qkey != RDMA_CM_UDP_QKEY) || m.pad)
+	if ((m.bit != 0 && m.bit != 3) || (m.qkey && m.qkey != CEPD_MC_QKEY) || m.pad)
 		return -EINVAL;
 	if (m.mgid[0] != 0xff && (q->r->h.op != CEPD_MC_JOIN || !is_zero(m.mgid, 16)))
 		return -EINVAL;

@@ -191,12 +191,14 @@ struct cepd_sidr {
  * the first of a group's JoinState sends the SA a Set, the last leave a
  * Delete, and a client's memberships end with it. The Set is built by
  * cepd (src/sa/mc_join.h), from the fields below alone. */
+#define CEPD_MC_QKEY 0x01234567u /* rdma_cm's RDMA_UDP_QKEY: the one Q_Key of a
+					 client's choosing a join may name */
 struct cepd_mc {
 	uint8_t mgid[16];        /* JOIN: zero = the SA assigns one; LEAVE: the
 				    MGID the join's answer named */
 	uint8_t port_gid[16];    /* one of the port's GIDs */
 	uint32_t qkey;           /* 0: the IPoIB broadcast group's (RDMA_PS_IPOIB);
-				    else rdma_cm's 0x01234567 */
+				    else rdma_cm's, CEPD_MC_QKEY */
 	uint16_t pkey;           /* in the port's P_Key table */
 	uint8_t bit;             /* JoinState bit: 0 full, 3 send-only full */
 	uint8_t pad;

@@ -913,13 +913,7 @@ static int sa_checks(void *arg)
 
 	(void)arg;
 	cepd_fabric_conn(&p, 0, 1, TCP(7100), 0x600, 14);
-	memset(&ok, 0, sizeof(ok));
-	ok.mgid[0] = 0xff;
-	ok.mgid[1] = 0x12;
-	ok.mgid[15] = 7;
-	memcpy(ok.port_gid, p.primary.local_gid, 16);
-	ok.qkey = 0x01234567u;
-	ok.pkey = 0xffff;
+	cepd_mc_rdma_cm(&ok, p.primary.local_gid, 7);
 	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &ok, sizeof(ok)), -EOPNOTSUPP);
 	m = ok, m.qkey = 0x80000000u;
 	CHECK_EQ(raw_param(fd, CEPD_MC_JOIN, &m, sizeof(m)), -EINVAL);

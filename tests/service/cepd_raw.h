@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Tests of cepd that speak its protocol raw (service.c, attack.c): open a
+ * Tests of cepd that speak its protocol raw (service.c, attack.c, client.c): open a
  * client connection with the HELLO libcep's client sends (credentials and
  * pidfd: cmr_hello_send), send a request and wait for its reply. Needs
  * src/ on the include path and the static library. No shared state.
@@ -102,6 +102,20 @@ static inline int cepd_raw_req(int fd, uint32_t op, uint32_t handle, uint32_t a,
 	q.x = x;
 	q.y = y;
 	return cepd_raw_call(fd, &q, sizeof(q), out, outlen);
+}
+
+/* A membership rdma_cm may ask (MC_JOIN's fields) from port GID
+ * @port_gid: group ff12::@last, full member, rdma_cm's Q_Key, the default
+ * P_Key. */
+static inline void cepd_mc_rdma_cm(struct cepd_mc *m, const uint8_t port_gid[16], uint8_t last)
+{
+	memset(m, 0, sizeof(*m));
+	m->mgid[0] = 0xff;
+	m->mgid[1] = 0x12;
+	m->mgid[15] = last;
+	memcpy(m->port_gid, port_gid, 16);
+	m->qkey = 0x01234567u;
+	m->pkey = 0xffff;
 }
 
 #endif

@@ -94,6 +94,7 @@
 #include <cep/sa.h>
 
 #include "../common/check.h"
+#include "cepd_raw.h"
 #include "cepd_test.h"
 #include "cm/cm_internal.h"
 #include "service/remote.h"
@@ -1120,13 +1121,7 @@ static void case_mc_cepd(void)
 
 	a = attach_cepd(0);
 	cepd_fabric_conn(&p, 0, 1, 0x4d43ull, 0x100, 16);
-	memset(&ok, 0, sizeof(ok));
-	ok.mgid[0] = 0xff;
-	ok.mgid[1] = 0x12;
-	ok.mgid[15] = 1;
-	memcpy(ok.port_gid, p.primary.local_gid, 16);
-	ok.qkey = 0x01234567u;
-	ok.pkey = 0xffff;
+	cepd_mc_rdma_cm(&ok, p.primary.local_gid, 1);
 	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &ok, &rep), -EOPNOTSUPP); /* no SA on the fabric */
 	m = ok, m.bit = 3;
 	CHECK_EQ(cmr_mc(a, CEPD_MC_JOIN, &m, &rep), -EOPNOTSUPP); /* send-only full: allowed */
