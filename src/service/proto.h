@@ -143,9 +143,10 @@ struct cepd_hello_rep {
 #define CEPD_F_QUIET 2u  /* no REPLY when the request succeeds (a failure
 			    is answered as always): for a request whose
 			    success the client does not wait for, so that
-			    no answer wakes it. Only on CEPD_QP_REGISTER,
-			    CEPD_QP_DESTROY, CEPD_DESTROY_ID and
-			    CEPD_DISCONNECT */
+			    no answer wakes it. Only on the ops
+			    cepd_op_info gives CEPD_OPF_QUIET:
+			    CEPD_QP_REGISTER, CEPD_QP_DESTROY,
+			    CEPD_DESTROY_ID and CEPD_DISCONNECT */
 
 struct cepd_req {
 	struct cepd_hdr h;
@@ -276,26 +277,55 @@ struct cepd_ev {
 	struct cep_mad_addr from;
 };
 
-/* Bytes of an op's fixed part after struct cepd_req; -1: not a request. */
-static inline long cepd_param_size(uint32_t op)
+/* What a request of an op may carry (cepd_op_info): one list, which
+ * cepd_req_check and cepd's request table both read, so a new op is
+ * written down once. */
+#define CEPD_OPF_ID     1u /* acts on an id of the client (its handle) */
+#define CEPD_OPF_CREATE 2u /* may make that id first (CEPD_F_CREATE): not
+			      on an op that ends the id or whose answer is a
+			      payload the created id's would replace */
+#define CEPD_OPF_QUIET  4u /* may ask for no answer (CEPD_F_QUIET) */
+
+/* Bytes of an op's fixed part after struct cepd_req, and its CEPD_OPF_*
+ * into *flags (if not NULL); -1: not a request. Pure. */
+static inline long cepd_op_info(uint32_t op, unsigned *flags)
 {
+	const unsigned id = CEPD_OPF_ID | CEPD_OPF_CREATE;
+	unsigned f = 0;
+	long size = 0;
+
 	switch (op) {
-	case CEPD_CONNECT: return (long)sizeof(struct cepd_conn);
-	case CEPD_ACCEPT: return (long)sizeof(struct cepd_accept);
-	case CEPD_LAP: return (long)sizeof(struct cep_path);
-	case CEPD_SIDR_REQ: return (long)sizeof(struct cepd_sidr);
+	case CEPD_CONNECT: size = (long)sizeof(struct cepd_conn); f = id; break;
+	case CEPD_ACCEPT: size = (long)sizeof(struct cepd_accept); f = id; break;
+	case CEPD_LAP: size = (long)sizeof(struct cep_path); f = id; break;
+	case CEPD_SIDR_REQ: size = (long)sizeof(struct cepd_sidr); f = id; break;
+	case CEPD_LISTEN: case CEPD_RTU: case CEPD_NOTIFY_EST: case CEPD_REJECT:
+	case CEPD_MRA: case CEPD_DREP: case CEPD_APR: case CEPD_SIDR_REP:
+		f = id;
+		break;
+	case CEPD_DISCONNECT: f = id | CEPD_OPF_QUIET; break;
+	case CEPD_DESTROY_ID: f = CEPD_OPF_ID | CEPD_OPF_QUIET; break;
+	case CEPD_ID_QUERY: case CEPD_INIT_QP_ATTR: f = CEPD_OPF_ID; break;
+	case CEPD_QP_REGISTER: case CEPD_QP_DESTROY: f = CEPD_OPF_QUIET; break;
 	case CEPD_MC_JOIN: case CEPD_MC_LEAVE: case CEPD_MC_BCAST:
-		return (long)sizeof(struct cepd_mc);
-	case CEPD_PATH_QUERY: return (long)sizeof(struct cepd_path_q);
-	case CEPD_CREATE_ID: case CEPD_DESTROY_ID: case CEPD_LISTEN: case CEPD_RTU:
-	case CEPD_NOTIFY_EST: case CEPD_REJECT: case CEPD_MRA: case CEPD_DISCONNECT:
-	case CEPD_DREP: case CEPD_APR: case CEPD_SIDR_REP: case CEPD_QP_REGISTER:
-	case CEPD_QP_DESTROY: case CEPD_ID_QUERY: case CEPD_CM_STATS: case CEPD_QUIESCE:
-	case CEPD_SERVICE_STATS: case CEPD_INIT_QP_ATTR: case CEPD_QP_EVENT:
-		return 0;
+		size = (long)sizeof(struct cepd_mc);
+		break;
+	case CEPD_PATH_QUERY: size = (long)sizeof(struct cepd_path_q); break;
+	case CEPD_CREATE_ID: case CEPD_CM_STATS: case CEPD_QUIESCE: case CEPD_SERVICE_STATS:
+	case CEPD_QP_EVENT:
+		break;
 	default:
 		return -1;
 	}
+	if (flags)
+		*flags = f;
+	return size;
+}
+
+/* Bytes of an op's fixed part after struct cepd_req; -1: not a request. */
+static inline long cepd_param_size(uint32_t op)
+{
+	return cepd_op_info(op, NULL);
 }
 
 /* The largest private data of any message (RTU's, DREP's) and of ARI / APR info:
@@ -306,32 +336,24 @@ static inline long cepd_param_size(uint32_t op)
 /* Whether @len bytes hold a well-formed request: 0, -EBADMSG (the
  * lengths disagree), -EMSGSIZE (a field longer than any message carries),
  * -EOPNOTSUPP (unknown op) or -EINVAL (unknown flags, CEPD_F_CREATE with a
- * handle or on an op that does not act on an id or answers a payload,
- * CEPD_F_QUIET on another op than CEPD_QP_REGISTER, CEPD_QP_DESTROY,
- * CEPD_DESTROY_ID and CEPD_DISCONNECT).
+ * handle or on an op without CEPD_OPF_CREATE, CEPD_F_QUIET on an op
+ * without CEPD_OPF_QUIET).
  * Pure. */
 static inline int cepd_req_check(const struct cepd_req *r, size_t len)
 {
+	unsigned opf;
 	long ps;
 
 	if (len < sizeof(*r) || r->h.len != len)
 		return -EBADMSG;
-	ps = cepd_param_size(r->h.op);
+	ps = cepd_op_info(r->h.op, &opf);
 	if (ps < 0)
 		return -EOPNOTSUPP;
 	if (r->pd_len > CEPD_PD_MAX || r->aux_len > CEPD_AUX_MAX)
 		return -EMSGSIZE;
 	if ((r->flags & ~(CEPD_F_CREATE | CEPD_F_QUIET)) ||
-	    ((r->flags & CEPD_F_QUIET) && r->h.op != CEPD_QP_REGISTER &&
-	     r->h.op != CEPD_QP_DESTROY && r->h.op != CEPD_DESTROY_ID &&
-	     r->h.op != CEPD_DISCONNECT) ||
-	    ((r->flags & CEPD_F_CREATE) &&
-	     (r->handle || r->h.op == CEPD_DESTROY_ID || r->h.op == CEPD_ID_QUERY ||
-	      r->h.op == CEPD_INIT_QP_ATTR || r->h.op == CEPD_CREATE_ID ||
-	      r->h.op == CEPD_QP_REGISTER || r->h.op == CEPD_QP_DESTROY || r->h.op == CEPD_CM_STATS ||
-	      r->h.op == CEPD_QUIESCE || r->h.op == CEPD_SERVICE_STATS ||
-	      r->h.op == CEPD_QP_EVENT || r->h.op == CEPD_MC_JOIN || r->h.op == CEPD_MC_LEAVE ||
-	      r->h.op == CEPD_PATH_QUERY || r->h.op == CEPD_MC_BCAST)))
+	    ((r->flags & CEPD_F_QUIET) && !(opf & CEPD_OPF_QUIET)) ||
+	    ((r->flags & CEPD_F_CREATE) && (r->handle || !(opf & CEPD_OPF_CREATE))))
 		return -EINVAL;
 	if (sizeof(*r) + (size_t)ps + r->pd_len + r->aux_len != len)
 		return -EBADMSG;

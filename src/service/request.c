@@ -479,9 +479,9 @@ static int op_mc_bcast(struct req *q, struct out *o)
 	return ret;
 }
 
-/* ON_ID: the request acts on an id (its handle, or CEPD_F_CREATE);
- * ANY_CLIENT: a statistics reader (no port) may send it too. */
-enum { ON_ID = 1, ANY_CLIENT = 2 };
+/* ANY_CLIENT: a statistics reader (no port) may send it too. Whether a
+ * request acts on an id is proto.h's (cepd_op_info, CEPD_OPF_ID). */
+enum { ANY_CLIENT = 1 };
 
 static const struct op {
 	unsigned flags;
@@ -489,27 +489,27 @@ static const struct op {
 	int (*act)(struct req *q, struct out *o);
 } ops[CEPD_OP_COUNT] = {
 	[CEPD_CREATE_ID]     = { 0, NULL, op_create_id },
-	[CEPD_DESTROY_ID]    = { ON_ID, NULL, op_destroy_id },
-	[CEPD_LISTEN]        = { ON_ID, access_listen, op_listen },
-	[CEPD_CONNECT]       = { ON_ID, access_connect, op_connect },
-	[CEPD_ACCEPT]        = { ON_ID, access_accept, op_accept },
-	[CEPD_RTU]           = { ON_ID, NULL, op_rtu },
-	[CEPD_NOTIFY_EST]    = { ON_ID, NULL, op_notify_est },
-	[CEPD_REJECT]        = { ON_ID, NULL, op_reject },
-	[CEPD_MRA]           = { ON_ID, NULL, op_mra },
-	[CEPD_DISCONNECT]    = { ON_ID, NULL, op_disconnect },
-	[CEPD_DREP]          = { ON_ID, NULL, op_drep },
-	[CEPD_LAP]           = { ON_ID, access_lap, op_lap },
-	[CEPD_APR]           = { ON_ID, NULL, op_apr },
-	[CEPD_SIDR_REQ]      = { ON_ID, access_sidr_req, op_sidr_req },
-	[CEPD_SIDR_REP]      = { ON_ID, access_sidr_rep, op_sidr_rep },
+	[CEPD_DESTROY_ID]    = { 0, NULL, op_destroy_id },
+	[CEPD_LISTEN]        = { 0, access_listen, op_listen },
+	[CEPD_CONNECT]       = { 0, access_connect, op_connect },
+	[CEPD_ACCEPT]        = { 0, access_accept, op_accept },
+	[CEPD_RTU]           = { 0, NULL, op_rtu },
+	[CEPD_NOTIFY_EST]    = { 0, NULL, op_notify_est },
+	[CEPD_REJECT]        = { 0, NULL, op_reject },
+	[CEPD_MRA]           = { 0, NULL, op_mra },
+	[CEPD_DISCONNECT]    = { 0, NULL, op_disconnect },
+	[CEPD_DREP]          = { 0, NULL, op_drep },
+	[CEPD_LAP]           = { 0, access_lap, op_lap },
+	[CEPD_APR]           = { 0, NULL, op_apr },
+	[CEPD_SIDR_REQ]      = { 0, access_sidr_req, op_sidr_req },
+	[CEPD_SIDR_REP]      = { 0, access_sidr_rep, op_sidr_rep },
 	[CEPD_QP_REGISTER]   = { 0, NULL, op_qp_register },   /* its rule: qps.c */
 	[CEPD_QP_DESTROY]    = { 0, NULL, op_qp_destroy },
-	[CEPD_ID_QUERY]      = { ON_ID, NULL, op_id_query },
+	[CEPD_ID_QUERY]      = { 0, NULL, op_id_query },
 	[CEPD_CM_STATS]      = { 0, NULL, op_cm_stats },
 	[CEPD_QUIESCE]       = { 0, NULL, op_quiesce },
 	[CEPD_SERVICE_STATS] = { ANY_CLIENT, NULL, op_service_stats },
-	[CEPD_INIT_QP_ATTR]  = { ON_ID, NULL, op_init_qp_attr },
+	[CEPD_INIT_QP_ATTR]  = { 0, NULL, op_init_qp_attr },
 	[CEPD_QP_EVENT]      = { 0, access_qp_event, op_qp_event },
 	[CEPD_MC_JOIN]       = { 0, access_mc, op_mc_join },
 	[CEPD_MC_LEAVE]      = { 0, access_mc, op_mc_leave },
@@ -547,14 +547,19 @@ void handle_request(struct client *c, const uint8_t *buf, size_t len)
 	struct out o = { .len = 0, .text = NULL };
 	const struct op *op = NULL;
 	int create = 0;
+	unsigned opf = 0;
 	int ret = cepd_req_check(q.r, len);
 
 	atomic_fetch_add_explicit(&c->requests, 1, memory_order_relaxed);
 	if (ret)
 		goto done;
 	op = &ops[q.r->h.op];
+	if (!op->act) { /* an op proto.h knows and this table lacks */
+		ret = -EOPNOTSUPP;
+		goto done;
+	}
 	q.param = buf + sizeof(*q.r);
-	q.pd = q.param + cepd_param_size(q.r->h.op);
+	q.pd = q.param + cepd_op_info(q.r->h.op, &opf);
 	q.aux = q.pd + q.r->pd_len;
 	if (!c->port && !(op->flags & ANY_CLIENT)) {
 		ret = -EPERM;
@@ -567,7 +572,7 @@ void handle_request(struct client *c, const uint8_t *buf, size_t len)
 			goto done;
 		create = 1;
 	}
-	if (op->flags & ON_ID) {
+	if (opf & CEPD_OPF_ID) {
 		ret = named_id(&q, create ? created.handle : q.r->handle);
 		if (ret)
 			goto done;
