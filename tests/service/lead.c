@@ -11,11 +11,13 @@
  *
  *   reply      a thread that waits for its call's reply reads it itself:
  *              400 calls on P with the backstop holding the socket at the
- *              start (one kick), every reply read by the caller (at most
- *              the first by the backstop, which may wake for the kick
- *              with the reply already there, and two for each span in
- *              which a loaded host kept the caller away past the lease;
- *              skipped when more than 40 were)
+ *              start (one kick, in the first call that waits before its
+ *              reply comes: the first on a quiet host), from then every
+ *              reply read by the caller (at most one by the backstop,
+ *              which may wake for the kick with the reply already there,
+ *              and two for each span in which a loaded host kept the
+ *              caller away past the lease; skipped when more than 40
+ *              were, or the kick came after call 40)
  *   channel    a thread in cep_cm_channel_wait on P reads the REQ that
  *              brings its event (an application drain, none by the
  *              backstop), and returns with it
@@ -248,9 +250,9 @@ static void start_leading(pthread_t *t, struct waiter *w)
 
 static void scenario_reply(void)
 {
-	struct cep_lead_stats s0, s1;
+	struct cep_lead_stats s0, s1, kicked;
 	static double start[400], end[400];
-	unsigned slow = 0, n = 0;
+	unsigned slow = 0, n = 0, k = 400;
 
 	/* idle past the lease: the backstop holds the socket */
 	sleep_ms(LEAD_LEASE_MS * 3);
@@ -262,33 +264,49 @@ static void scenario_reply(void)
 		else
 			CHECK_EQ(cep_cm_qp_destroy(P, 0x5000 + i - 200), 0);
 		end[i] = now_ms();
+		if (k == 400 && stats(P).kicks > s0.kicks) {
+			k = i; /* the call that took the socket from the backstop */
+			kicked = stats(P);
+		}
 	}
 	s1 = stats(P);
-	/* The backstop may take the socket back only once no application
-	 * thread waited for a lease: between two calls that is a span, from
-	 * the start of one call to the end of the next, of at least
-	 * LEAD_LEASE_MS (the caller left somewhere in it and came back).
-	 * A quiet host has none; each one a loaded host makes (the thread
-	 * preempted) allows the backstop a drain or two (the reply it finds,
-	 * the kick's wake-up), no more. */
-	for (unsigned i = 0; i + 1 < 400; i++)
+	/* Until the caller first waits for a reply that has not come, the
+	 * backstop, which holds the socket, reads each reply as it comes (the
+	 * caller then finds its reply there and waits for nothing: one
+	 * wake-up, the backstop's, as the caller's own would be). A quiet host
+	 * has the first caller waiting before its reply: it kicks in call 0;
+	 * a loaded one, which keeps the caller from its wait past the round
+	 * trip to cepd, later (seen under TSan beside guests: call 11).
+	 * From the kick on the caller reads its replies: the backstop may take
+	 * the socket back only once no application thread waited for a lease,
+	 * which between two calls is a span, from the start of one call to
+	 * the end of the next, of at least LEAD_LEASE_MS (the caller left
+	 * somewhere in it and came back). A quiet host has none; each one a
+	 * loaded host makes allows the backstop a drain or two (the reply it
+	 * finds, the kick's wake-up), no more. */
+	for (unsigned i = k; i + 1 < 400; i++)
 		if (end[i + 1] - start[i] >= LEAD_LEASE_MS)
 			slow++;
 	n = 1 + 2 * slow;
 	printf("reply: 400 calls: %llu application drains, %llu backstop drains, %llu kicks, "
-	       "%u spans over the lease\n",
+	       "the first kick in call %u, %u spans over the lease after it\n",
 	       (unsigned long long)(s1.app_drains - s0.app_drains),
 	       (unsigned long long)(s1.backstop_drains - s0.backstop_drains),
-	       (unsigned long long)(s1.kicks - s0.kicks), slow);
-	if (slow > 40) {
+	       (unsigned long long)(s1.kicks - s0.kicks), k, slow);
+	if (slow > 40 || (k > 40 && k < 400)) {
 		/* a host this loaded says nothing about who reads */
-		printf("reply: %u of 399 spans over the lease: host too loaded, not judged\n", slow);
+		printf("reply: %u spans over the lease, the first kick in call %u: "
+		       "host too loaded, not judged\n", slow, k);
 		skipped = 1;
 		return;
 	}
-	CHECK(s1.kicks > s0.kicks);                          /* it took it from the backstop */
-	CHECK(s1.backstop_drains - s0.backstop_drains <= n); /* the first, and the slow spans' */
-	CHECK(s1.app_drains - s0.app_drains + n >= 400);
+	CHECK(k < 400);                                      /* it took it from the backstop */
+	if (k == 400)
+		return;
+	/* from the call that kicked: the caller's, but for the kick's and
+	 * the slow spans' */
+	CHECK(s1.backstop_drains - kicked.backstop_drains <= n);
+	CHECK(s1.app_drains - kicked.app_drains + n >= 400 - (k + 1));
 }
 
 /* ---- channel ----------------------------------------------------------------------------- */

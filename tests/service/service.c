@@ -828,7 +828,7 @@ static void scenario_hostile(void)
 			CHECK_EQ(raw_call(h0, &qq, sizeof(qq), NULL, 0), -EINVAL);
 			qq.handle = mine.handle;
 			CHECK(send(h0, &qq, sizeof(qq), MSG_NOSIGNAL) == (ssize_t)sizeof(qq));
-			CHECK_EQ(poll(&pf, 1, 300), 1); /* only its DESTROYED event */
+			CHECK_EQ(poll(&pf, 1, 5000), 1); /* only its DESTROYED event */
 			{
 				_Alignas(8) uint8_t ev[CEPD_MSG_MAX];
 
