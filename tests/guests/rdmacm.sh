@@ -21,7 +21,9 @@
 # A fourth phase, "kernel" (both guests on the kernel CM), is for runs by
 # hand: what a program does without libcep in the same bed ("udpong", whose
 # datagram rsockets libcep does not build, is for that phase: on Debian's
-# librdmacm its rconnect fails with ENOENT on these guests).
+# librdmacm its rconnect fails with ENOENT on these guests: its datagram
+# rsockets make an address handle without a GRH, which RoCE refuses, and
+# the error path leaves ENOENT; docs/rdmacm.md).
 # Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
 # [cmtime connections], [sock-copy, for rspreload], [rsocket-duplex].
 # Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
