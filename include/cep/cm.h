@@ -663,6 +663,18 @@ CEP_EXPORT int cep_cm_lap(struct cep_cm_id *id, const struct cep_path *alt,
 CEP_EXPORT int cep_cm_apr(struct cep_cm_id *id, unsigned status,
 			  const void *info, size_t info_len,
 			  const void *pdata, size_t len);
+/* The connection's QP migrated to its alternate path (the verbs event
+ * IBV_EVENT_PATH_MIG), as the kernel's ib_cm_notify(IB_EVENT_PATH_MIG):
+ * from now the CM's messages to the peer (DREQ, DREP, LAP, ...) go by the
+ * alternate path (its LID or GID, SL, hop limit, traffic class and flow
+ * label; the same port, P_Key and local GID), and the peer's may still
+ * come by the primary it left (its QP migrates on its own time). The
+ * alternate is the REQ's or the last LAP answered with success; a second
+ * call before another LAP changes nothing. ESTABLISHED with no LAP in
+ * flight: 0; -EINVAL (NULL, another state, a LAP or APR pending, or no
+ * alternate path: stricter than the kernel's, which would send by an
+ * empty one). Any thread, also from a callback. */
+CEP_EXPORT int cep_cm_migrate(struct cep_cm_id *id);
 
 struct cep_cm_sidr_param {
 	size_t size;

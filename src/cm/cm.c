@@ -499,6 +499,7 @@ const struct cm_ops cm_local_ops = {
 	.drep = cm_local_drep,
 	.lap = cm_local_lap,
 	.apr = cm_local_apr,
+	.migrate = cm_local_migrate,
 	.sidr_req = cm_local_sidr_req,
 	.sidr_rep = cm_local_sidr_rep,
 	.request_taken = cm_local_request_taken,

@@ -125,18 +125,26 @@ static inline unsigned cm_peer_t(unsigned t)
 	return t > CM_PEER_TIMEOUT_MAX ? CM_PEER_TIMEOUT_MAX : t;
 }
 
-/* Where a connection's messages may come from: one end of a path. */
+/* One end of a path: where a connection's messages may come from, and
+ * how they are addressed to the peer by it once the connection migrated
+ * there (cep_cm_migrate). */
 struct cm_addr {
 	uint8_t gid[16];               /* network order */
 	uint16_t lid;                  /* 0: routed by GID (RoCE) */
 	uint8_t grh;                   /* compare GIDs when the MAD has a GRH */
 	uint8_t valid;
+	uint8_t sl, hop_limit, traffic_class; /* the path's, for sending */
+	uint32_t flow_label;
 };
 
 /* An id's alternate path ends (allocated only when it has one: few do). */
 struct cm_paths {
 	struct cm_addr alt;            /* the REQ's, or a LAP's answered with success */
 	struct cm_addr lap;            /* a LAP's in flight, until its APR */
+	struct cm_addr old;            /* the primary before cep_cm_migrate: the
+					  peer's messages may still come by it
+					  (its QP migrates on its own time) */
+	uint8_t migrated;              /* id->peer is alt's (no LAP since) */
 };
 
 /* id->work_bits */
@@ -481,6 +489,7 @@ int cm_local_lap(struct cep_cm_id *id, const struct cep_path *alt, uint8_t timeo
 		 const void *pdata, size_t len);
 int cm_local_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
 		 const void *pdata, size_t len);
+int cm_local_migrate(struct cep_cm_id *id);
 int cm_local_sidr_req(struct cep_cm_id *id, const struct cep_cm_sidr_param *p);
 int cm_local_sidr_rep(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
 		      const void *pdata, size_t len);
@@ -575,7 +584,8 @@ struct cep_cm_id *cm_find_peer(struct cep_cm *cm, unsigned w, uint32_t ours, uin
 /* Locked: the id's alternate path ends, allocated on first use (NULL:
  * no memory; the alternate then counts as absent). */
 struct cm_paths *cm_paths(struct cep_cm_id *id);
-/* Locked: @from is the id's peer (primary or installed alternate path);
+/* Locked: @from is the id's peer (primary or installed alternate path,
+ * or after a migration the primary it left);
  * counts a drop (ADDRESS) and returns 0 when it is not. */
 int cm_from_peer(struct cep_cm_id *id, unsigned w, const struct cep_mad_addr *from);
 /* The far end of a CM path as an address (remote = 1: the path's remote

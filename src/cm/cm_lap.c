@@ -8,6 +8,14 @@
 
 #include "cm_internal.h"
 
+/* Locked, id->paths set: the LAP's path is the alternate now (its APR said
+ * success), armed for a migration again. */
+static void cm_install_alt(struct cep_cm_id *id)
+{
+	id->paths->alt = id->paths->lap;
+	id->paths->migrated = 0;
+}
+
 void cm_handle_lap(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 		       const struct cep_mad_addr *from)
 {
@@ -74,7 +82,7 @@ void cm_handle_apr(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_free_retry(id);
 	cm_clear_timer(id);
 	if (m->u.apr.ap_status == CEP_APR_SUCCESS && id->paths) /* the path is installed */
-		id->paths->alt = id->paths->lap;
+		cm_install_alt(id);
 	cm_ev_init(&ev, id, CEP_CM_EV_APR_RECEIVED);
 	ev.status = m->u.apr.ap_status;
 	cm_ev_msg(&ev, m, from);
@@ -97,6 +105,11 @@ int cep_cm_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t i
 	       const void *pdata, size_t len)
 {
 	return id ? id->cm->ops->apr(id, status, info, info_len, pdata, len) : -EINVAL;
+}
+
+int cep_cm_migrate(struct cep_cm_id *id)
+{
+	return id ? id->cm->ops->migrate(id) : -EINVAL;
 }
 
 int cm_local_lap(struct cep_cm_id *id, const struct cep_path *alt,
@@ -166,8 +179,49 @@ int cm_local_apr(struct cep_cm_id *id, unsigned status, const void *info, size_t
 	cm_send_msg(id, &m, 0);
 	id->lap_state = CEP_CM_LAP_IDLE;
 	if (status == CEP_APR_SUCCESS && id->paths) /* the path is installed */
-		id->paths->alt = id->paths->lap;
+		cm_install_alt(id);
 	cm_clear_timer(id);
+out:
+	pthread_mutex_unlock(&id->lock);
+	return ret;
+}
+
+/* The kernel's cm_migrate (ib_cm_notify(IB_EVENT_PATH_MIG)): the CM's
+ * address vector becomes the alternate's. Stricter: with no alternate
+ * path it refuses, where the kernel's would send by an empty one. */
+int cm_local_migrate(struct cep_cm_id *id)
+{
+	struct cm_paths *p;
+	struct cep_mad_addr to;
+	int ret = 0;
+
+	if (cm_lock_live(id))
+		return -EINVAL; /* destroyed: no longer the caller's to drive */
+	p = id->paths;
+	if (id->state != CEP_CM_ESTABLISHED || id->lap_state != CEP_CM_LAP_IDLE || !p ||
+	    !p->alt.valid) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (p->migrated)
+		goto out; /* on the alternate already: as the kernel's, again */
+	/* the primary it leaves: its messages still count as the peer's */
+	memset(&p->old, 0, sizeof(p->old));
+	memcpy(p->old.gid, id->peer.gid, 16);
+	p->old.lid = id->peer.lid;
+	p->old.grh = id->peer.grh_present;
+	p->old.valid = 1;
+	/* the alternate's end, from the same port, P_Key and QP1 */
+	to = id->peer;
+	memcpy(to.gid, p->alt.gid, 16);
+	to.lid = p->alt.lid;
+	to.grh_present = p->alt.grh;
+	to.sl = p->alt.sl;
+	to.hop_limit = p->alt.hop_limit;
+	to.traffic_class = p->alt.traffic_class;
+	to.flow_label = p->alt.flow_label;
+	id->peer = to;
+	p->migrated = 1;
 out:
 	pthread_mutex_unlock(&id->lock);
 	return ret;

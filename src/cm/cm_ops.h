@@ -76,6 +76,7 @@ struct cm_ops {
 		   const void *pdata, size_t len);
 	int (*apr)(struct cep_cm_id *id, unsigned status, const void *info, size_t info_len,
 		   const void *pdata, size_t len);
+	int (*migrate)(struct cep_cm_id *id);
 	int (*sidr_req)(struct cep_cm_id *id, const struct cep_cm_sidr_param *p);
 	int (*sidr_rep)(struct cep_cm_id *id, unsigned status, uint32_t qpn, uint32_t qkey,
 			const void *pdata, size_t len);

@@ -243,7 +243,20 @@ struct cm_addr cm_path_addr(const struct cep_path *p, int remote)
 	a.lid = remote ? p->remote_lid : p->local_lid;
 	a.grh = a.lid == 0 || !p->subnet_local;
 	a.valid = 1;
+	a.sl = p->sl;
+	a.hop_limit = p->hop_limit;
+	a.traffic_class = p->traffic_class;
+	a.flow_label = p->flow_label;
 	return a;
+}
+
+/* Whether @from is the end @a of one of the id's paths. */
+static int from_end(const struct cm_addr *a, const struct cep_mad_addr *from)
+{
+	struct cep_mad_addr e = { .lid = a->lid, .grh_present = a->grh };
+
+	memcpy(e.gid, a->gid, 16);
+	return a->valid && addr_match(&e, from);
 }
 
 /* Stricter than the kernel (which never looks at the source): a stranger
@@ -253,14 +266,8 @@ int cm_from_peer(struct cep_cm_id *id, unsigned w, const struct cep_mad_addr *fr
 {
 	if (addr_match(&id->peer, from))
 		return 1;
-	if (id->paths && id->paths->alt.valid) {
-		const struct cm_addr *a = &id->paths->alt;
-		struct cep_mad_addr alt = { .lid = a->lid, .grh_present = a->grh };
-
-		memcpy(alt.gid, a->gid, 16);
-		if (addr_match(&alt, from))
-			return 1;
-	}
+	if (id->paths && (from_end(&id->paths->alt, from) || from_end(&id->paths->old, from)))
+		return 1;
 	cm_drop(id->cm, w, CEP_CM_DROP_ADDRESS);
 	return 0;
 }

@@ -785,13 +785,19 @@ RCM_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 	r = rcm_id_of(id);
 	/* The kernel's rdma_notify -> ib_cm_notify: COMM_EST establishes a
 	 * passive connection whose RTU has not come (ESTABLISHED follows as
-	 * an event; a later RTU is a duplicate); PATH_MIG needs alternate
-	 * paths, which RoCE has not. */
-	if (event != IBV_EVENT_COMM_EST)
-		return rcm_err(event == IBV_EVENT_PATH_MIG ? ENOSYS : EINVAL);
+	 * an event; a later RTU is a duplicate); PATH_MIG moves the CM's
+	 * messages to the alternate path the QP migrated to (cm_migrate) -
+	 * refused (EINVAL) with none, as on RoCE, where the kernel's would
+	 * address them by an empty one. */
+	if (event != IBV_EVENT_COMM_EST && event != IBV_EVENT_PATH_MIG)
+		return rcm_err(EINVAL);
 	pthread_mutex_lock(&r->mtx);
-	ret = r->cep && r->id.qp_type != IBV_QPT_UD ? cep_cm_notify_established(r->cep) :
-						       -EINVAL;
+	if (!r->cep || r->id.qp_type == IBV_QPT_UD)
+		ret = -EINVAL;
+	else if (event == IBV_EVENT_COMM_EST)
+		ret = cep_cm_notify_established(r->cep);
+	else
+		ret = cep_cm_migrate(r->cep);
 	pthread_mutex_unlock(&r->mtx);
 	return ret ? rcm_err(-ret) : 0;
 }

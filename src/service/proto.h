@@ -67,6 +67,7 @@ enum cepd_op {
 	CEPD_PATH_QUERY,    /* struct cepd_path_q; reply the PathRecord */
 	CEPD_MC_BCAST,      /* struct cepd_mc (its P_Key); reply struct cepd_mc_rep:
 			       IPoIB's broadcast group of that P_Key */
+	CEPD_MIGRATE,       /* handle: cep_cm_migrate */
 	CEPD_OP_COUNT,
 	CEPD_REPLY = 0x100, /* struct cepd_rep + payload */
 	CEPD_EVENTS = 0x101,/* struct cepd_events + records */
@@ -305,7 +306,7 @@ static inline long cepd_op_info(uint32_t op, unsigned *flags)
 		break;
 	case CEPD_DISCONNECT: f = id | CEPD_OPF_QUIET; break;
 	case CEPD_DESTROY_ID: f = CEPD_OPF_ID | CEPD_OPF_QUIET; break;
-	case CEPD_ID_QUERY: case CEPD_INIT_QP_ATTR: f = CEPD_OPF_ID; break;
+	case CEPD_ID_QUERY: case CEPD_INIT_QP_ATTR: case CEPD_MIGRATE: f = CEPD_OPF_ID; break;
 	case CEPD_QP_REGISTER: case CEPD_QP_DESTROY: f = CEPD_OPF_QUIET; break;
 	case CEPD_MC_JOIN: case CEPD_MC_LEAVE: case CEPD_MC_BCAST:
 		size = (long)sizeof(struct cepd_mc);

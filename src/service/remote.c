@@ -2500,6 +2500,11 @@ static int cmr_notify_established(struct cep_cm_id *id)
 	return ret;
 }
 
+static int cmr_migrate(struct cep_cm_id *id)
+{
+	return id_call(id, CEPD_MIGRATE, 0, NULL, 0);
+}
+
 static int cmr_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
 		      const void *pdata, size_t len)
 {
@@ -2661,6 +2666,7 @@ const struct cm_ops cmr_ops = {
 	.drep = cmr_drep,
 	.lap = cmr_lap,
 	.apr = cmr_apr,
+	.migrate = cmr_migrate,
 	.sidr_req = cmr_sidr_req,
 	.sidr_rep = cmr_sidr_rep,
 	.request_taken = cmr_request_taken,

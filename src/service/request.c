@@ -264,6 +264,12 @@ static int op_notify_est(struct req *q, struct out *o)
 	return cep_cm_notify_established(q->s->id);
 }
 
+static int op_migrate(struct req *q, struct out *o)
+{
+	(void)o;
+	return cep_cm_migrate(q->s->id);
+}
+
 static int op_reject(struct req *q, struct out *o)
 {
 	(void)o;
@@ -515,6 +521,7 @@ static const struct op {
 	[CEPD_MC_LEAVE]      = { 0, access_mc, op_mc_leave },
 	[CEPD_PATH_QUERY]    = { 0, access_path, op_path_query },
 	[CEPD_MC_BCAST]      = { 0, access_mc, op_mc_bcast },
+	[CEPD_MIGRATE]       = { 0, NULL, op_migrate },
 };
 
 /* The id a request names: 0 and q->s; -EINVAL (not one of the client's

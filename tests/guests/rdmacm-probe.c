@@ -805,6 +805,7 @@ int main(int argc, char **argv)
 	show_attr("init_qp_attr INIT", id, IBV_QPS_INIT);
 	R("listen resolved", rdma_listen(id, 0));
 	R("notify comm_est unconnected", rdma_notify(id, IBV_EVENT_COMM_EST));
+	R("notify path_mig unconnected", rdma_notify(id, IBV_EVENT_PATH_MIG));
 	R("establish with qp", rdma_establish(id));
 	R("get_request not sync", rdma_get_request(id, &id2));
 	rdma_destroy_qp(id);

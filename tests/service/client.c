@@ -1098,6 +1098,42 @@ static void case_xrc_cepd(void)
 	real_cepd_stop(cepd, dir);
 }
 
+/* ---- migrate-cepd ----------------------------------------------------------------------- */
+
+/* cep_cm_migrate through a real cepd (CEPD_MIGRATE, issue 28's path
+ * migration): refused on an id not connected (one cepd never made: the
+ * request may not create it), done on an established connection whose
+ * REQ named an alternate path, after which the CM's messages go by it (here
+ * to the same port with another SL) and the disconnect still completes
+ * (B's DREP came back). */
+static void case_migrate_cepd(void)
+{
+	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *ia;
+	struct cep_cm *a, *b;
+	pid_t cepd;
+
+	cepd = cepd_clients(dir, 0x4d494752ull, &a, &b, &ia);
+	CHECK_EQ(cep_cm_migrate(ia), -EINVAL);
+	cepd_fabric_conn(&p, 0, 1, 0x4d494752ull, 0x100, 16);
+	CHECK_EQ(cep_cm_migrate(ia), -EINVAL); /* still not connected */
+	p.alternate = p.primary;
+	p.alternate.sl = 3;
+	CHECK_EQ(cep_cm_connect(ia, &p), 0);
+	CHECK_EQ(cep_cm_migrate(ia), -EINVAL); /* REQ_SENT */
+	CHECK(wait_flag(&a_est, 5000));
+	CHECK(wait_flag(&b_est, 5000));
+	CHECK_EQ(cep_cm_migrate(ia), 0);
+	CHECK_EQ(cep_cm_migrate(ia), 0);
+	CHECK_EQ(cep_cm_disconnect(ia, NULL, 0), 0);
+	CHECK(wait_flag(&a_drep, 5000));
+	CHECK_EQ(cep_cm_migrate(ia), -EINVAL); /* timewait */
+	CHECK_EQ(cep_cm_destroy(a), 0);
+	CHECK_EQ(cep_cm_destroy(b), 0);
+	real_cepd_stop(cepd, dir);
+}
+
 /* ---- mc-cepd ---------------------------------------------------------------------------- */
 
 /* InfiniBand multicast through a real cepd (issue 28), the client's
@@ -1557,6 +1593,8 @@ int main(int argc, char **argv)
 		case_destroy_quiet_cepd();
 	else if (!strcmp(c, "xrc-cepd"))
 		case_xrc_cepd();
+	else if (!strcmp(c, "migrate-cepd"))
+		case_migrate_cepd();
 	else if (!strcmp(c, "mc-cepd"))
 		case_mc_cepd();
 	else if (!strcmp(c, "path-cepd"))
