@@ -72,13 +72,15 @@ CEP_EXPORT int cep_cm_init_qp_attr(struct cep_cm_id *id, enum ibv_qp_state state
 				   struct ibv_qp_attr *attr, int *mask);
 
 /* Hand a QP's asynchronous event (as ibv_get_async_event() returned it)
- * to the CM context whose ids bind that QP. IBV_EVENT_COMM_EST: the QP
- * received its first packet, so its connection is up even if every RTU
- * was lost: cep_cm_notify_established() on the id bound to the QP, as the
- * kernel's ULPs call ib_cm_notify(). 0; -ENOENT (no id of @cm bound to that
- * QP); -ESHUTDOWN (the QP is being destroyed); -EOPNOTSUPP (an event the
- * CM has no use for); -EINVAL (NULL); or cep_cm_notify_established()'s
- * error (-EISCONN: the RTU came first).
+ * to the CM context whose ids bind that QP, as the kernel's ULPs call
+ * ib_cm_notify(). IBV_EVENT_COMM_EST: the QP received its first packet,
+ * so its connection is up even if every RTU was lost:
+ * cep_cm_notify_established() on the id bound to the QP.
+ * IBV_EVENT_PATH_MIG: the QP migrated to its alternate path, and so do
+ * the CM's messages: cep_cm_migrate(). 0; -ENOENT (no id of @cm bound to
+ * that QP); -ESHUTDOWN (the QP is being destroyed); -EOPNOTSUPP (an event
+ * the CM has no use for); -EINVAL (NULL); or the error of the call it
+ * makes (-EISCONN: the RTU came first; -EINVAL: no alternate path).
  * The caller still acks the event (ibv_ack_async_event). Any thread. */
 CEP_EXPORT int cep_cm_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev);
 

@@ -61,7 +61,7 @@ enum cepd_op {
 	CEPD_QUIESCE,       /* a = timeout ms */
 	CEPD_SERVICE_STATS, /* -; reply text (not NUL-terminated) */
 	CEPD_INIT_QP_ATTR,  /* handle, a = enum ibv_qp_state; reply struct cepd_qp_attr_rep */
-	CEPD_QP_EVENT,      /* a = QPN, b = enum ibv_event_type (COMM_EST) */
+	CEPD_QP_EVENT,      /* a = QPN, b = enum ibv_event_type (COMM_EST, PATH_MIG) */
 	CEPD_MC_JOIN,       /* struct cepd_mc; reply struct cepd_mc_rep */
 	CEPD_MC_LEAVE,      /* struct cepd_mc */
 	CEPD_PATH_QUERY,    /* struct cepd_path_q; reply the PathRecord */

@@ -3,9 +3,9 @@
  * The client of cepd, its libibverbs part (compiled into libcep with
  * libibverbs, not into cepd): cmr_ops' entries for cep/verbs.h on a
  * context of cep_cm_attach() - the QP attributes an id negotiated and the
- * COMM_EST notice, asked of cepd, which holds the ids. Same contracts as
- * the engine's cep_cm_init_qp_attr / cep_cm_qp_event, after the same
- * checks of the public functions.
+ * COMM_EST and PATH_MIG notices, asked of cepd, which holds the ids. Same
+ * contracts as the engine's cep_cm_init_qp_attr / cep_cm_qp_event, after
+ * the same checks of the public functions.
  */
 #include <errno.h>
 #include <string.h>

@@ -189,7 +189,7 @@ int cep_cm_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev)
 {
 	if (!cm || !ev)
 		return -EINVAL;
-	if (ev->event_type != IBV_EVENT_COMM_EST)
+	if (ev->event_type != IBV_EVENT_COMM_EST && ev->event_type != IBV_EVENT_PATH_MIG)
 		return -EOPNOTSUPP;
 	if (!ev->element.qp)
 		return -EINVAL;
@@ -214,7 +214,8 @@ int cm_local_qp_event(struct cep_cm *cm, const struct ibv_async_event *ev)
 	ret = cep_lookup_qpn(cep_cm_table(cm), ev->element.qp->qp_num, &cep);
 	if (ret)
 		return ret == -ESHUTDOWN ? -ENOENT : ret;
-	ret = cep_cm_notify_established(cep_context(cep));
+	ret = ev->event_type == IBV_EVENT_PATH_MIG ? cep_cm_migrate(cep_context(cep)) :
+						      cep_cm_notify_established(cep_context(cep));
 	cep_put(cep);
 	return ret;
 }

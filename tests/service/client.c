@@ -92,6 +92,9 @@
 #include <cep/cm.h>
 #include <cep/fabric.h>
 #include <cep/sa.h>
+#ifdef CEP_TEST_VERBS
+#include <cep/verbs.h>
+#endif
 
 #include "../common/check.h"
 #include "cepd_raw.h"
@@ -1105,7 +1108,8 @@ static void case_xrc_cepd(void)
  * request may not create it), done on an established connection whose
  * REQ named an alternate path, after which the CM's messages go by it (here
  * to the same port with another SL) and the disconnect still completes
- * (B's DREP came back). */
+ * (B's DREP came back); the same by the QP's IBV_EVENT_PATH_MIG
+ * (cep_cm_qp_event, CEPD_QP_EVENT), where libibverbs is built. */
 static void case_migrate_cepd(void)
 {
 	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
@@ -1113,6 +1117,12 @@ static void case_migrate_cepd(void)
 	struct cep_cm_id *ia;
 	struct cep_cm *a, *b;
 	pid_t cepd;
+#ifdef CEP_TEST_VERBS
+	/* the QP's async event, as ibv_get_async_event() gives it: through
+	 * cepd (CEPD_QP_EVENT) to the id bound to QP 0x100 */
+	struct ibv_qp qp = { .qp_num = 0x100 };
+	struct ibv_async_event ev = { .element.qp = &qp, .event_type = IBV_EVENT_PATH_MIG };
+#endif
 
 	cepd = cepd_clients(dir, 0x4d494752ull, &a, &b, &ia);
 	CHECK_EQ(cep_cm_migrate(ia), -EINVAL);
@@ -1122,8 +1132,14 @@ static void case_migrate_cepd(void)
 	p.alternate.sl = 3;
 	CHECK_EQ(cep_cm_connect(ia, &p), 0);
 	CHECK_EQ(cep_cm_migrate(ia), -EINVAL); /* REQ_SENT */
+#ifdef CEP_TEST_VERBS
+	CHECK_EQ(cep_cm_qp_event(a, &ev), -EINVAL);
+#endif
 	CHECK(wait_flag(&a_est, 5000));
 	CHECK(wait_flag(&b_est, 5000));
+#ifdef CEP_TEST_VERBS
+	CHECK_EQ(cep_cm_qp_event(a, &ev), 0);
+#endif
 	CHECK_EQ(cep_cm_migrate(ia), 0);
 	CHECK_EQ(cep_cm_migrate(ia), 0);
 	CHECK_EQ(cep_cm_disconnect(ia, NULL, 0), 0);

@@ -5,6 +5,8 @@
  * (the active side here never sends it: manual_rtu). Handing the QP's
  * async event to the CM establishes the passive id, as the kernel's
  * ib_cm_notify(IB_EVENT_COMM_EST) does: no REP retry, no REJ "timeout".
+ * IBV_EVENT_PATH_MIG goes the same way to cep_cm_migrate: refused before
+ * the connection is up, done once it is (the REQ named an alternate path).
  * No device needed: the event names the QP by its number.
  */
 #include <errno.h>
@@ -71,6 +73,8 @@ int main(void)
 	p.primary.local_lid = 1;
 	p.primary.remote_lid = 2;
 	p.primary.subnet_local = 1;
+	p.alternate = p.primary;
+	p.alternate.sl = 1;
 	CHECK_EQ(cep_cm_connect(ida, &p), 0);
 	CHECK_EQ(cep_clock_quiesce(clk, 5000), 0);
 	CHECK_EQ(atomic_load(&rep_a), 1);
@@ -85,11 +89,16 @@ int main(void)
 	memset(&ev, 0, sizeof(ev));
 	qp.qp_num = QB;
 	ev.element.qp = &qp;
+	ev.event_type = IBV_EVENT_PATH_MIG;
+	CHECK_EQ(cep_cm_qp_event(b, &ev), -EINVAL); /* REP_SENT: not up yet */
 	ev.event_type = IBV_EVENT_COMM_EST;
 	CHECK_EQ(cep_cm_qp_event(b, &ev), 0);
 	CHECK_EQ(cep_clock_quiesce(clk, 5000), 0);
 	CHECK_EQ(cep_cm_id_state(atomic_load(&passive)), CEP_CM_ESTABLISHED);
 	CHECK_EQ(atomic_load(&est_b), 1);
+	ev.event_type = IBV_EVENT_PATH_MIG;
+	CHECK_EQ(cep_cm_qp_event(b, &ev), 0);
+	ev.event_type = IBV_EVENT_COMM_EST;
 	/* other QPs, other events */
 	qp.qp_num = 0x3333;
 	CHECK_EQ(cep_cm_qp_event(b, &ev), -ENOENT);
