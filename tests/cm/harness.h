@@ -237,15 +237,21 @@ static void raw_recv(void *ctx, const uint8_t *mad, size_t len, const struct cep
 	pthread_mutex_unlock(&r->mtx);
 }
 
-static int raw_count(enum cep_msg_type t)
+/* Messages of type @t raw port @r received. */
+static int raw_count_at(struct raw *r, enum cep_msg_type t)
 {
 	int c = 0;
 
-	pthread_mutex_lock(&C.mtx);
-	for (int i = 0; i < C.n; i++)
-		c += C.got[i].type == t;
-	pthread_mutex_unlock(&C.mtx);
+	pthread_mutex_lock(&r->mtx);
+	for (int i = 0; i < r->n; i++)
+		c += r->got[i].type == t;
+	pthread_mutex_unlock(&r->mtx);
 	return c;
+}
+
+static int raw_count(enum cep_msg_type t)
+{
+	return raw_count_at(&C, t);
 }
 
 /* Settle, then 1 if C received at least @count MADs of type @t. */
@@ -259,19 +265,25 @@ static int raw_wait(enum cep_msg_type t, int count)
 	return 0;
 }
 
-static struct cep_msg raw_last(enum cep_msg_type t)
+/* The last message of type @t raw port @r received (zeroes: none). */
+static struct cep_msg raw_last_at(struct raw *r, enum cep_msg_type t)
 {
 	struct cep_msg m;
 
 	memset(&m, 0, sizeof(m));
-	pthread_mutex_lock(&C.mtx);
-	for (int i = C.n - 1; i >= 0; i--)
-		if (C.got[i].type == t) {
-			m = C.got[i];
+	pthread_mutex_lock(&r->mtx);
+	for (int i = r->n - 1; i >= 0; i--)
+		if (r->got[i].type == t) {
+			m = r->got[i];
 			break;
 		}
-	pthread_mutex_unlock(&C.mtx);
+	pthread_mutex_unlock(&r->mtx);
 	return m;
+}
+
+static struct cep_msg raw_last(enum cep_msg_type t)
+{
+	return raw_last_at(&C, t);
 }
 
 /* Send a hand-built message from raw port @r to the node at @lid. */

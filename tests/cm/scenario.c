@@ -1996,32 +1996,51 @@ static void t_route_keyed(void)
 	teardown_all();
 }
 
-/* X's received messages of type @t. */
-static int x_count(enum cep_msg_type t)
+/* C (raw) connects to B with an alternate path from X (C's second port,
+ * say); B accepts on qb: B's id, its comm ID in *b_comm, ESTABLISHED (the
+ * @rtus-th RTU_RECEIVED). Before the RTU: cep_cm_migrate refused. */
+static struct cep_cm_id *raw_establish_alt(uint32_t comm_id, uint32_t qpn, uint32_t qb, int rtus,
+					   uint32_t *b_comm)
 {
-	int c = 0;
+	struct cep_msg m;
+	struct cep_cm_id *b;
+	int reps = raw_count(CEP_MSG_REP);
 
-	pthread_mutex_lock(&X.mtx);
-	for (int i = 0; i < X.n; i++)
-		c += X.got[i].type == t;
-	pthread_mutex_unlock(&X.mtx);
-	return c;
+	B.pol.on_req = ON_REQ_ACCEPT;
+	B.pol.accept_qpn = qb;
+	raw_req(&m, comm_id, qpn);
+	path_to(&m.u.req.alternate, LID_X, LID_B);
+	m.u.req.alternate.sl = 5;
+	raw_send(&m, LID_B);
+	CHECK(raw_wait(CEP_MSG_REP, reps + 1));
+	b = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
+	*b_comm = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
+	CHECK_EQ(cep_cm_migrate(b), -EINVAL); /* REP_SENT: not established */
+	cep_msg_init(&m, CEP_MSG_RTU, 1);
+	m.u.rtu.local_comm_id = comm_id;
+	m.u.rtu.remote_comm_id = *b_comm;
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, rtus));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	return b;
 }
 
-/* The last message of type @t X received. */
-static struct cep_msg x_last(enum cep_msg_type t)
+/* C's LAP (TID @tid) on its connection @local / @remote (B's QP @qpn)
+ * for an alternate path from @slid to B; waits for B's @laps-th
+ * LAP_RECEIVED. */
+static void raw_lap(uint64_t tid, uint32_t local, uint32_t remote, uint32_t qpn, uint16_t slid,
+		    int laps)
 {
 	struct cep_msg m;
 
-	memset(&m, 0, sizeof(m));
-	pthread_mutex_lock(&X.mtx);
-	for (int i = X.n - 1; i >= 0; i--)
-		if (X.got[i].type == t) {
-			m = X.got[i];
-			break;
-		}
-	pthread_mutex_unlock(&X.mtx);
-	return m;
+	cep_msg_init(&m, CEP_MSG_LAP, tid);
+	m.u.lap.local_comm_id = local;
+	m.u.lap.remote_comm_id = remote;
+	m.u.lap.remote_qpn_eecn = qpn;
+	m.u.lap.remote_cm_response_timeout = 14;
+	path_to(&m.u.lap.alternate, slid, LID_B);
+	raw_send(&m, LID_B);
+	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, laps));
 }
 
 /* cep_cm_migrate, the kernel's ib_cm_notify(IB_EVENT_PATH_MIG): once the
@@ -2035,9 +2054,8 @@ static void t_migrate(void)
 	struct cep_cm_conn_param p;
 	struct cep_msg m;
 	struct cep_cm_id *a, *b, *b2;
-	struct cep_path alt;
 	uint32_t bc, b2c;
-	int xd, cd, reps;
+	int xd, cd;
 
 	setup(2, 0);
 	listen_on(&B, SID);
@@ -2046,33 +2064,17 @@ static void t_migrate(void)
 	b = raw_establish(0x7f00, 0x900, 0x101, &bc);
 	CHECK_EQ(cep_cm_migrate(b), -EINVAL);
 	/* passive: C's REQ has an alternate path from X */
-	B.pol.on_req = ON_REQ_ACCEPT;
-	B.pol.accept_qpn = 0x102;
-	reps = raw_count(CEP_MSG_REP);
-	raw_req(&m, 0x7f01, 0x901);
-	path_to(&m.u.req.alternate, LID_X, LID_B);
-	m.u.req.alternate.sl = 5;
-	raw_send(&m, LID_B);
-	CHECK(raw_wait(CEP_MSG_REP, reps + 1));
-	b2 = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
-	b2c = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
-	CHECK_EQ(cep_cm_migrate(b2), -EINVAL); /* REP_SENT: not established */
-	cep_msg_init(&m, CEP_MSG_RTU, 1);
-	m.u.rtu.local_comm_id = 0x7f01;
-	m.u.rtu.remote_comm_id = b2c;
-	raw_send(&m, LID_B);
-	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 2));
-	CHECK_EQ(cep_cm_id_state(b2), CEP_CM_ESTABLISHED);
-	xd = x_count(CEP_MSG_DREQ);
+	b2 = raw_establish_alt(0x7f01, 0x901, 0x102, 2, &b2c);
+	xd = raw_count_at(&X, CEP_MSG_DREQ);
 	cd = raw_count(CEP_MSG_DREQ);
 	CHECK_EQ(cep_cm_migrate(b2), 0);
 	CHECK_EQ(cep_cm_migrate(b2), 0); /* on it already: nothing changes */
 	CHECK_EQ(cep_cm_disconnect(b2, NULL, 0), 0);
 	settle();
-	CHECK_EQ(x_count(CEP_MSG_DREQ), xd + 1); /* by the alternate path */
+	CHECK_EQ(raw_count_at(&X, CEP_MSG_DREQ), xd + 1); /* by the alternate path */
 	CHECK_EQ(raw_count(CEP_MSG_DREQ), cd);
 	/* the peer's DREP by its primary (its QP not migrated yet) counts */
-	cep_msg_init(&m, CEP_MSG_DREP, x_last(CEP_MSG_DREQ).hdr.tid);
+	cep_msg_init(&m, CEP_MSG_DREP, raw_last_at(&X, CEP_MSG_DREQ).hdr.tid);
 	m.u.drep.local_comm_id = 0x7f01;
 	m.u.drep.remote_comm_id = b2c;
 	raw_send(&m, LID_B);
@@ -2081,62 +2083,34 @@ static void t_migrate(void)
 	CHECK_EQ(stats_of(&B).drops[CEP_CM_DROP_ADDRESS], 0);
 	/* a LAP answered with success gives b an alternate; not while the
 	 * LAP waits for its APR */
-	path_to(&alt, LID_X, LID_B);
-	cep_msg_init(&m, CEP_MSG_LAP, 0x62);
-	m.u.lap.local_comm_id = 0x7f00;
-	m.u.lap.remote_comm_id = bc;
-	m.u.lap.remote_qpn_eecn = 0x101;
-	m.u.lap.remote_cm_response_timeout = 14;
-	m.u.lap.alternate = alt;
-	raw_send(&m, LID_B);
-	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, 1));
+	raw_lap(0x62, 0x7f00, bc, 0x101, LID_X, 1);
 	CHECK_EQ(cep_cm_migrate(b), -EINVAL);
 	CHECK_EQ(cep_cm_apr(b, CEP_APR_SUCCESS, NULL, 0, NULL, 0), 0);
-	xd = x_count(CEP_MSG_DREQ);
+	xd = raw_count_at(&X, CEP_MSG_DREQ);
 	cd = raw_count(CEP_MSG_DREQ);
 	CHECK_EQ(cep_cm_migrate(b), 0);
 	CHECK_EQ(cep_cm_disconnect(b, NULL, 0), 0);
 	settle();
-	CHECK_EQ(x_count(CEP_MSG_DREQ), xd + 1);
+	CHECK_EQ(raw_count_at(&X, CEP_MSG_DREQ), xd + 1);
 	CHECK_EQ(raw_count(CEP_MSG_DREQ), cd);
 	/* a LAP answered with success after a migration arms its path: the
 	 * APR goes by the alternate the connection is on (X), the next
 	 * migration moves to the LAP's (C's port again) */
-	B.pol.accept_qpn = 0x104;
-	reps = raw_count(CEP_MSG_REP);
-	raw_req(&m, 0x7f02, 0x902);
-	path_to(&m.u.req.alternate, LID_X, LID_B);
-	raw_send(&m, LID_B);
-	CHECK(raw_wait(CEP_MSG_REP, reps + 1));
-	b2 = last_ev(&B, CEP_CM_EV_REQ_RECEIVED).id;
-	b2c = raw_last(CEP_MSG_REP).u.rep.local_comm_id;
-	cep_msg_init(&m, CEP_MSG_RTU, 1);
-	m.u.rtu.local_comm_id = 0x7f02;
-	m.u.rtu.remote_comm_id = b2c;
-	raw_send(&m, LID_B);
-	CHECK(wait_ev(&B, CEP_CM_EV_RTU_RECEIVED, 3));
+	b2 = raw_establish_alt(0x7f02, 0x902, 0x104, 3, &b2c);
 	CHECK_EQ(cep_cm_migrate(b2), 0);
-	path_to(&alt, LID_C, LID_B);
-	cep_msg_init(&m, CEP_MSG_LAP, 0x63);
-	m.u.lap.local_comm_id = 0x7f02;
-	m.u.lap.remote_comm_id = b2c;
-	m.u.lap.remote_qpn_eecn = 0x104;
-	m.u.lap.remote_cm_response_timeout = 14;
-	m.u.lap.alternate = alt;
-	raw_send(&m, LID_B);
-	CHECK(wait_ev(&B, CEP_CM_EV_LAP_RECEIVED, 2));
-	int xa = x_count(CEP_MSG_APR);
+	raw_lap(0x63, 0x7f02, b2c, 0x104, LID_C, 2);
+	int xa = raw_count_at(&X, CEP_MSG_APR);
 
 	CHECK_EQ(cep_cm_apr(b2, CEP_APR_SUCCESS, NULL, 0, NULL, 0), 0);
 	settle();
-	CHECK_EQ(x_count(CEP_MSG_APR), xa + 1);
-	xd = x_count(CEP_MSG_DREQ);
+	CHECK_EQ(raw_count_at(&X, CEP_MSG_APR), xa + 1);
+	xd = raw_count_at(&X, CEP_MSG_DREQ);
 	cd = raw_count(CEP_MSG_DREQ);
 	CHECK_EQ(cep_cm_migrate(b2), 0);
 	CHECK_EQ(cep_cm_disconnect(b2, NULL, 0), 0);
 	settle();
 	CHECK_EQ(raw_count(CEP_MSG_DREQ), cd + 1);
-	CHECK_EQ(x_count(CEP_MSG_DREQ), xd);
+	CHECK_EQ(raw_count_at(&X, CEP_MSG_DREQ), xd);
 	/* active: A's connect names an alternate path to X */
 	a = make_id(&A);
 	B.pol.accept_qpn = 0x103;
@@ -2144,13 +2118,13 @@ static void t_migrate(void)
 	path_to(&p.alternate, LID_A, LID_X);
 	CHECK_EQ(cep_cm_connect(a, &p), 0);
 	CHECK(wait_ev(&A, CEP_CM_EV_ESTABLISHED, 1));
-	xd = x_count(CEP_MSG_DREQ);
+	xd = raw_count_at(&X, CEP_MSG_DREQ);
 	int bd = count_ev(&B, CEP_CM_EV_DREQ_RECEIVED, NULL);
 
 	CHECK_EQ(cep_cm_migrate(a), 0);
 	CHECK_EQ(cep_cm_disconnect(a, NULL, 0), 0);
 	settle();
-	CHECK_EQ(x_count(CEP_MSG_DREQ), xd + 1);
+	CHECK_EQ(raw_count_at(&X, CEP_MSG_DREQ), xd + 1);
 	CHECK_EQ(count_ev(&B, CEP_CM_EV_DREQ_RECEIVED, NULL), bd);
 	CHECK_EQ(cep_cm_destroy_id(a), 0);
 	teardown_all();
