@@ -912,12 +912,21 @@ int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	return id->cm->ops->connect(id, p);
 }
 
+/* cep_cm_accept's checks of its arguments, common to both kinds. */
+static int accept_args_ok(const struct cep_cm_id *id, const struct cep_cm_accept_param *p)
+{
+	return id && p && p->size >= offsetof(struct cep_cm_accept_param, flow_control) &&
+	       (!p->private_data_len || p->private_data);
+}
+
 int cep_cm_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 {
-	if (!id || !p || p->size < offsetof(struct cep_cm_accept_param, flow_control) ||
-	    (p->private_data_len && !p->private_data))
-		return -EINVAL;
-	return id->cm->ops->accept(id, p);
+	return accept_args_ok(id, p) ? id->cm->ops->accept(id, p) : -EINVAL;
+}
+
+int cm_accept_nowait(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
+{
+	return accept_args_ok(id, p) ? id->cm->ops->accept_nowait(id, p) : -EINVAL;
 }
 
 int cep_cm_notify_established(struct cep_cm_id *id)
@@ -928,6 +937,17 @@ int cep_cm_notify_established(struct cep_cm_id *id)
 int cep_cm_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	return id ? id->cm->ops->rtu(id, pdata, len) : -EINVAL;
+}
+
+int cm_rtu_nowait(struct cep_cm_id *id)
+{
+	return id ? id->cm->ops->rtu_nowait(id) : -EINVAL;
+}
+
+/* cm_local_ops' rtu_nowait: the engine answers at once anyway. */
+int cm_local_rtu_nowait(struct cep_cm_id *id)
+{
+	return cm_local_rtu(id, NULL, 0);
 }
 
 int cep_cm_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
@@ -1079,17 +1099,23 @@ out:
 	return ret;
 }
 
+int cm_accept_param_check(const struct cep_cm_accept_param *p)
+{
+	if (p->qpn > 0xffffff || p->qpn < 2 || p->starting_psn > 0xffffff ||
+	    p->failover_accepted > 2)
+		return -EINVAL;
+	return p->private_data_len > CEP_REP_PRIVATE_DATA_SIZE ? -EMSGSIZE : 0;
+}
+
 int cm_local_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 {
 	struct cep_msg m;
 	struct cep_rep *rp = &m.u.rep;
 	int ret;
 
-	if (p->qpn > 0xffffff || p->qpn < 2 || p->starting_psn > 0xffffff ||
-	    p->failover_accepted > 2)
-		return -EINVAL;
-	if (p->private_data_len > CEP_REP_PRIVATE_DATA_SIZE)
-		return -EMSGSIZE;
+	ret = cm_accept_param_check(p);
+	if (ret)
+		return ret;
 	pthread_mutex_lock(&id->lock);
 	if ((id->state != CEP_CM_REQ_RCVD && id->state != CEP_CM_MRA_REQ_SENT) ||
 	    (id->flags & F_USER_GONE) || cep_is_destroyed(id->cep)) {

@@ -464,6 +464,34 @@ int cm_qp_register_nowait(struct cep_cm *cm, uint32_t qpn);
  * answered and dropped. 0, -EINVAL (NULL; a local refusal; an id
  * destroyed), -ECONNRESET. Any thread, as cep_cm_disconnect(). */
 int cm_disconnect_nowait(struct cep_cm_id *id);
+/* cep_cm_accept() for the librdmacm drop-in's rdma_accept (issue 27: no
+ * round trip on the passive side's path): local, the same call; attached,
+ * when the id is known to be in REQ_RCVD and the parameters pass the
+ * engine's own checks, the ACCEPT leaves CEPD_F_QUIET and the call returns
+ * 0 without cepd's answer (any other case is cep_cm_accept's call, with its
+ * answer). cepd's refusal then comes back and is told by the id's events:
+ * -EINVAL (the request left REQ_RCVD) says nothing new, since that took an
+ * event of its own (REQ_ERROR, REJ_RECEIVED, QP_DESTROYED) or the caller's
+ * own call; any other refusal (the QP is not the client's: the error of
+ * its refused register, as cep_cm_accept returns it; no memory) gives the
+ * id REP_ERROR with that status, and cepd rejects the request (REJ
+ * "consumer defined"), so that the requester hears of it at once and
+ * nothing more comes of the connection. 0, or as cep_cm_accept(). Any
+ * thread, as cep_cm_accept(). */
+int cm_accept_nowait(struct cep_cm_id *id, const struct cep_cm_accept_param *p);
+/* What the engine refuses in an accept's parameters whatever the id's
+ * state: -EINVAL (QPN, PSN, failover), -EMSGSIZE (private data), or 0.
+ * Pure. */
+int cm_accept_param_check(const struct cep_cm_accept_param *p);
+/* cep_cm_rtu(@id, NULL, 0) for the librdmacm drop-in's RTU (rdma_establish,
+ * and rdma_get_cm_event's for an id with a QP): local, the same call;
+ * attached, when the id is known to be in REP_RCVD the RTU leaves
+ * CEPD_F_QUIET and the call returns 0 without cepd's answer (else
+ * cep_cm_rtu's call). The engine refuses an RTU only when the connection
+ * has left REP_RCVD, which an event of the id reports (REJ_RECEIVED,
+ * QP_DESTROYED, DESTROYED) or the caller did: the refusal is dropped. 0,
+ * or as cep_cm_rtu(). Any thread, as cep_cm_rtu(). */
+int cm_rtu_nowait(struct cep_cm_id *id);
 /* The engine's operations of cm_local_ops (cm_ops.h), each behind its
  * public function's common checks (cm.c's own are static there). */
 int cm_local_create_id(struct cep_cm *cm, const struct cep_cm_id_attr *attr, uint64_t flags,
@@ -484,6 +512,7 @@ int cm_local_reject(struct cep_cm_id *id, unsigned reason, const void *ari, size
 int cm_local_mra(struct cep_cm_id *id, uint8_t service_timeout, const void *pdata, size_t len);
 int cm_local_disconnect(struct cep_cm_id *id, const void *pdata, size_t len);
 int cm_local_disconnect_nowait(struct cep_cm_id *id);
+int cm_local_rtu_nowait(struct cep_cm_id *id);
 int cm_local_drep(struct cep_cm_id *id, const void *pdata, size_t len);
 int cm_local_lap(struct cep_cm_id *id, const struct cep_path *alt, uint8_t timeout,
 		 const void *pdata, size_t len);

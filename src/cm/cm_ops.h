@@ -62,7 +62,13 @@ struct cm_ops {
 	/* ---- a connection's messages ---- */
 	int (*connect)(struct cep_cm_id *id, const struct cep_cm_conn_param *p);
 	int (*accept)(struct cep_cm_id *id, const struct cep_cm_accept_param *p);
+	/* cm_accept_nowait (cm_internal.h): accept, a refusal told by an
+	 * event of the id. */
+	int (*accept_nowait)(struct cep_cm_id *id, const struct cep_cm_accept_param *p);
 	int (*rtu)(struct cep_cm_id *id, const void *pdata, size_t len);
+	/* cm_rtu_nowait (cm_internal.h): rtu without private data, not
+	 * waiting for the answer. */
+	int (*rtu_nowait)(struct cep_cm_id *id);
 	int (*notify_established)(struct cep_cm_id *id);
 	int (*reject)(struct cep_cm_id *id, unsigned reason, const void *ari, size_t ari_len,
 		      const void *pdata, size_t len);

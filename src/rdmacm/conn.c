@@ -572,7 +572,7 @@ RCM_EXPORT int rdma_establish(struct rdma_cm_id *id)
 		return rcm_err(EINVAL);
 	r = rcm_id_of(id);
 	pthread_mutex_lock(&r->mtx);
-	ret = r->cep ? cep_cm_rtu(r->cep, NULL, 0) : -EINVAL;
+	ret = r->cep ? cm_rtu_nowait(r->cep) : -EINVAL;
 	pthread_mutex_unlock(&r->mtx);
 	return ret ? rcm_err(-ret) : 0;
 }
@@ -643,7 +643,7 @@ RCM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
 	if (!ret && r->id.qp)
 		ret = qp_to_rts(r, r->id.qp, r->resp_res, r->init_depth);
 	if (!ret)
-		ret = cep_cm_accept(r->cep, &acc);
+		ret = cm_accept_nowait(r->cep, &acc);
 	if (ret == -EINVAL && cep_cm_id_state(r->cep) == CEP_CM_IDLE) {
 		/* The request ended before this answer: the requester gave
 		 * up (the CM's half-open expiry) or rejected it. The kernel's
@@ -1131,6 +1131,18 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 	case CEP_CM_EV_REQ_ERROR:
 	case CEP_CM_EV_REP_ERROR:
 	case CEP_CM_EV_SIDR_REQ_ERROR:
+		if (ev->type != CEP_CM_EV_SIDR_REQ_ERROR && ev->status < 0 &&
+		    ev->status != -ETIMEDOUT) {
+			/* not the peer's silence but this side's CM: cepd
+			 * refused an accept sent without waiting
+			 * (cm_accept_nowait; it has rejected the request, as
+			 * the kernel's failed rdma_accept does) or has gone.
+			 * The QP to ERR, as after that failed accept. */
+			e = rcm_event_new(r, RDMA_CM_EVENT_CONNECT_ERROR, ev->status);
+			if (e)
+				e->work = RCM_WORK_QP_ERR;
+			break;
+		}
 		e = rcm_event_new(r, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
 		break;
 	case CEP_CM_EV_DREQ_RECEIVED:
@@ -1239,7 +1251,7 @@ void rcm_event_taken(struct rcm_event *e)
 		if (!ret)
 			ret = qp_to_rts(r, r->id.qp, RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH);
 		if (!ret)
-			ret = r->cep ? cep_cm_rtu(r->cep, NULL, 0) : -EINVAL;
+			ret = r->cep ? cm_rtu_nowait(r->cep) : -EINVAL;
 		if (ret) {
 			/* librdmacm: CONNECT_ERROR and nothing more from this
 			 * connection; the peer hears of it here (REJ). */

@@ -32,7 +32,8 @@
 #include <cep/cm.h>
 
 #define CEPD_MAGIC 0x43455044u   /* "CEPD" */
-#define CEPD_VERSION 2u   /* 2: the HELLO carries the client's identity */
+#define CEPD_VERSION 3u   /* 2: the HELLO carries the client's identity;
+			     3: ACCEPT and RTU may be sent quiet */
 #define CEPD_MSG_MAX (64u * 1024u)
 #define CEPD_DEFAULT_SOCKET "/run/cep/cepd.sock"
 #define CEPD_DEVICE_MAX 64       /* RDMA device name, NUL included */
@@ -147,7 +148,8 @@ struct cepd_hello_rep {
 			    no answer wakes it. Only on the ops
 			    cepd_op_info gives CEPD_OPF_QUIET:
 			    CEPD_QP_REGISTER, CEPD_QP_DESTROY,
-			    CEPD_DESTROY_ID and CEPD_DISCONNECT */
+			    CEPD_DESTROY_ID, CEPD_DISCONNECT, CEPD_ACCEPT
+			    and CEPD_RTU */
 
 struct cepd_req {
 	struct cepd_hdr h;
@@ -297,14 +299,17 @@ static inline long cepd_op_info(uint32_t op, unsigned *flags)
 
 	switch (op) {
 	case CEPD_CONNECT: size = (long)sizeof(struct cepd_conn); f = id; break;
-	case CEPD_ACCEPT: size = (long)sizeof(struct cepd_accept); f = id; break;
+	case CEPD_ACCEPT:
+		size = (long)sizeof(struct cepd_accept);
+		f = id | CEPD_OPF_QUIET;
+		break;
 	case CEPD_LAP: size = (long)sizeof(struct cep_path); f = id; break;
 	case CEPD_SIDR_REQ: size = (long)sizeof(struct cepd_sidr); f = id; break;
-	case CEPD_LISTEN: case CEPD_RTU: case CEPD_NOTIFY_EST: case CEPD_REJECT:
+	case CEPD_LISTEN: case CEPD_NOTIFY_EST: case CEPD_REJECT:
 	case CEPD_MRA: case CEPD_DREP: case CEPD_APR: case CEPD_SIDR_REP:
 		f = id;
 		break;
-	case CEPD_DISCONNECT: f = id | CEPD_OPF_QUIET; break;
+	case CEPD_RTU: case CEPD_DISCONNECT: f = id | CEPD_OPF_QUIET; break;
 	case CEPD_DESTROY_ID: f = CEPD_OPF_ID | CEPD_OPF_QUIET; break;
 	case CEPD_ID_QUERY: case CEPD_INIT_QP_ATTR: case CEPD_MIGRATE: f = CEPD_OPF_ID; break;
 	case CEPD_QP_REGISTER: case CEPD_QP_DESTROY: f = CEPD_OPF_QUIET; break;

@@ -14,6 +14,12 @@
  *   have calls in flight (the reply names its request's sequence number).
  *   A call returns the engine's answer, or -ECONNRESET once the service has
  *   gone (socket closed: cepd exited, was killed, restarted): never a hang.
+ * - The drop-in's requests whose answer it does not need now (cm_internal.h:
+ *   cm_*_nowait - a QP's register and destroy, a destroy, a disconnect, and
+ *   an accept in REQ_RCVD and an RTU in REP_RCVD as far as this side
+ *   knows) leave CEPD_F_QUIET and return at once: cepd answers only a
+ *   failure, which quiet_failed turns into what the caller would have
+ *   learnt (a refused accept: its id's REP_ERROR).
  * - Who reads the socket (issue 27, "one wake-up per MAD"): the socket is
  *   the context's lead (cm->lead, cm/lead.h), read by a thread that waits,
  *   which handles every message waiting there on its own thread: a thread
@@ -148,6 +154,8 @@ struct rid {
 	uint8_t gone;            /* r->lk: cep_cm_destroy_id called */
 	uint8_t creating;        /* r->lk: a request that makes it is in flight */
 	uint8_t counted;         /* r->lk: in r->nhandler (a handler, no channel) */
+	uint32_t acc_qpn;        /* r->lk: the QP its quiet ACCEPT named
+				    (cmr_accept_nowait), for its refusal */
 	struct rid *all_next, *all_prev; /* r->lk: every id of r until freed */
 };
 
@@ -613,9 +621,9 @@ static int out_push(struct cmr *r, const void *req, size_t len)
 	return 0;
 }
 
-/* r->lk held. A quiet request sent or queued, never blocking: at once when
- * nothing waits before it and no burst is on (@burst 0), else queued behind
- * the others, to leave with them. 0; -ENOMEM when it could be neither
+/* r->lk held. A quiet request (@q->h.len bytes) sent or queued, never
+ * blocking: at once when nothing waits before it and no burst is on
+ * (@burst 0), else queued behind the others, to leave with them. 0; -ENOMEM when it could be neither
  * sent (the socket full) nor queued. A broken socket counts as sent:
  * cepd then ends everything of ours itself. */
 static int out_quiet(struct cmr *r, const struct cepd_req *q, int burst)
@@ -626,12 +634,12 @@ static int out_quiet(struct cmr *r, const struct cepd_req *q, int burst)
 		ssize_t n;
 
 		do
-			n = send(r->fd, q, sizeof(*q), MSG_NOSIGNAL | MSG_DONTWAIT);
+			n = send(r->fd, q, q->h.len, MSG_NOSIGNAL | MSG_DONTWAIT);
 		while (n < 0 && errno == EINTR);
 		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS))
 			return 0;
 	}
-	ret = out_push(r, q, sizeof(*q));
+	ret = out_push(r, q, q->h.len);
 	if (ret)
 		return ret;
 	if (r->on >= OUT_BATCH)
@@ -856,15 +864,45 @@ static void wakes_flush(struct wakes *k)
 
 static void destroyed_here(struct cmr *r, struct rid *d);
 
-/* r->lk held: cepd refused a quiet request (@op, @ret). A DESTROY_ID's id
- * (@handle) then gets no DESTROYED from cepd: it ends here, as when the
- * service is gone, so that nothing waits for it. A QP_REGISTER's refusal
- * (@handle: the QP's number, @tag: its request's) is kept for the connect
- * or accept that will name the QP (cm_qp_register_nowait), if that
- * register is still one of the latest 32 tracked (reg_track). The others
- * change nothing a refusal could leave half done: a QP_DESTROY's number
- * was not cepd's to forget (-ENOENT); a DISCONNECT's id was not connected
- * (-EINVAL), as the caller's cm_disconnect_nowait allows. */
+static int refused_take(struct cmr *r, uint32_t qpn, int ret);
+
+/* r->lk held (r_unlock after): cepd refused @d's quiet ACCEPT with @ret
+ * (cm_accept_nowait). -EINVAL: the request had left REQ_RCVD, which its
+ * own event tells (or the caller did it). Else, while nothing else has
+ * moved the id on, REP_ERROR with the refusal's status - the error of a
+ * refused register of the QP, if one is kept, as cmr_accept returns it -
+ * where cep_cm_accept would have returned it; cepd has rejected the
+ * request already (request.c), so no other event of the connection
+ * follows. */
+static void accept_refused(struct cmr *r, struct rid *d, int ret)
+{
+	struct cep_cm_event ev;
+
+	if (ret == -EINVAL || d->gone || d->hidden || d->phase != PH_REP_SENT)
+		return;
+	memset(&ev, 0, sizeof(ev));
+	ev.type = CEP_CM_EV_REP_ERROR;
+	ev.msg.type = CEP_MSG_INVALID;
+	ev.status = refused_take(r, d->acc_qpn, ret);
+	ev.id = &d->id;
+	pthread_mutex_lock(&d->id.lock);
+	ev.context = d->id.context;
+	pthread_mutex_unlock(&d->id.lock);
+	route_event(r, d, &ev); /* PH_IDLE: this refusal is told once */
+}
+
+/* r->lk held (r_unlock after): cepd refused a quiet request (@op, @ret).
+ * A DESTROY_ID's id (@handle) then gets no DESTROYED from cepd: it ends
+ * here, as when the service is gone, so that nothing waits for it. A
+ * QP_REGISTER's refusal (@handle: the QP's number, @tag: its request's) is
+ * kept for the connect or accept that will name the QP
+ * (cm_qp_register_nowait), if that register is still one of the latest 32
+ * tracked (reg_track). An ACCEPT's is its id's event (accept_refused).
+ * The others change nothing a refusal could leave half done: a
+ * QP_DESTROY's number was not cepd's to forget (-ENOENT); a DISCONNECT's
+ * id was not connected (-EINVAL), as the caller's cm_disconnect_nowait
+ * allows; an RTU's connection had left REP_RCVD (-EINVAL, the engine's
+ * only refusal of an RTU), as an event of the id tells (cm_rtu_nowait). */
 static void quiet_failed(struct cmr *r, uint32_t op, uint32_t handle, uint32_t tag, int ret)
 {
 	struct rid *d;
@@ -878,9 +916,12 @@ static void quiet_failed(struct cmr *r, uint32_t op, uint32_t handle, uint32_t t
 		return;
 	}
 	d = map_get(r, handle);
-	if (op != CEPD_DESTROY_ID || !d || !d->gone)
+	if (!d)
 		return;
-	destroyed_here(r, d);
+	if (op == CEPD_ACCEPT)
+		accept_refused(r, d, ret);
+	else if (op == CEPD_DESTROY_ID && d->gone)
+		destroyed_here(r, d);
 }
 
 /* r->lk held. A connect or accept naming @qpn failed with @ret: the
@@ -2455,6 +2496,25 @@ static int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	return ret;
 }
 
+/* ACCEPT's fixed part from @p. */
+static void accept_wire(struct cepd_accept *w, const struct cep_cm_accept_param *p)
+{
+	memset(w, 0, sizeof(*w));
+	w->qpn = p->qpn;
+	w->starting_psn = p->starting_psn;
+	w->qkey = p->qkey;
+	w->responder_resources = p->responder_resources;
+	w->initiator_depth = p->initiator_depth;
+	w->target_ack_delay = p->target_ack_delay;
+	w->failover_accepted = p->failover_accepted;
+	w->rnr_retry_count = p->rnr_retry_count;
+	w->srq = p->srq;
+	w->manual_drep = p->manual_drep;
+	w->flow_control = COVERS(p, flow_control) ? p->flow_control : 1;
+	w->ece_vendor_id = COVERS(p, ece_vendor_id) ? p->ece_vendor_id : 0;
+	w->ece_options = COVERS(p, ece_options) ? p->ece_options : 0;
+}
+
 static int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 {
 	struct cepd_accept w;
@@ -2462,20 +2522,7 @@ static int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 
 	if (id_gone(id))
 		return -EINVAL;
-	memset(&w, 0, sizeof(w));
-	w.qpn = p->qpn;
-	w.starting_psn = p->starting_psn;
-	w.qkey = p->qkey;
-	w.responder_resources = p->responder_resources;
-	w.initiator_depth = p->initiator_depth;
-	w.target_ack_delay = p->target_ack_delay;
-	w.failover_accepted = p->failover_accepted;
-	w.rnr_retry_count = p->rnr_retry_count;
-	w.srq = p->srq;
-	w.manual_drep = p->manual_drep;
-	w.flow_control = COVERS(p, flow_control) ? p->flow_control : 1;
-	w.ece_vendor_id = COVERS(p, ece_vendor_id) ? p->ece_vendor_id : 0;
-	w.ece_options = COVERS(p, ece_options) ? p->ece_options : 0;
+	accept_wire(&w, p);
 	ret = id_req(id, CEPD_ACCEPT, 0, 0, 0, 0, 0, &w, sizeof(w),
 		      p->private_data, p->private_data_len, NULL, 0);
 	if (ret && ret != CMR_GONE)
@@ -2484,12 +2531,84 @@ static int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 	return ret;
 }
 
+/* Send @q (built, no handle) on @d CEPD_F_QUIET if @d is in @phase as far
+ * as this side knows (its events, its own requests), which it then leaves
+ * for @next; at once, or behind the outgoing queue's burst, which leaves
+ * with it (out_flush). 0, -ENOMEM (neither sent nor queued: nothing
+ * changed), or 1: not sent - the id not made in cepd, destroyed, in
+ * another phase, or the service gone - the caller asks by a call, whose
+ * answer is the engine's. No lock of ours held. */
+static int id_send_quiet(struct rid *d, struct cepd_req *q, unsigned phase, unsigned next)
+{
+	struct cmr *r = d->r;
+	int ret = 1;
+
+	pthread_mutex_lock(&r->lk);
+	wait_created(r, d);
+	if (!r->dead && d->handle && !d->gone && d->phase == phase) {
+		q->handle = d->handle;
+		q->flags |= CEPD_F_QUIET;
+		q->h.seq = QUIET_SEQ(q->h.op, d->handle);
+		ret = out_quiet(r, q, 0);
+		if (!ret) {
+			d->phase = (uint8_t)next;
+			if (r->ohead)
+				out_flush(r);
+		}
+	}
+	pthread_mutex_unlock(&r->lk);
+	return ret;
+}
+
+/* cm_accept_nowait: quiet in REQ_RCVD (id_send_quiet); cepd's refusal is
+ * accept_refused's. Parameters the engine refuses whatever the state are
+ * asked by a call, whose answer says so in cepd's order (its access checks
+ * first). */
+static int cmr_accept_nowait(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
+{
+	_Alignas(8) uint8_t buf[REQ_BUF];
+	struct cepd_accept w;
+	struct rid *d = RID(id);
+	int ret;
+
+	if (id_gone(id))
+		return -EINVAL;
+	if (cm_accept_param_check(p))
+		return cmr_accept(id, p);
+	accept_wire(&w, p);
+	ret = build(buf, CEPD_ACCEPT, 0, 0, 0, 0, 0, 0, &w, sizeof(w), p->private_data,
+		    p->private_data_len, NULL, 0);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&d->r->lk);
+	d->acc_qpn = p->qpn;
+	pthread_mutex_unlock(&d->r->lk);
+	ret = id_send_quiet(d, (struct cepd_req *)buf, PH_REQ_RCVD, PH_REP_SENT);
+	return ret == 1 ? cmr_accept(id, p) : ret;
+}
+
 static int cmr_rtu(struct cep_cm_id *id, const void *pdata, size_t len)
 {
 	int ret = id_call(id, CEPD_RTU, 0, pdata, len);
 
 	phase_after(id, ret, PH_EST);
 	return ret;
+}
+
+/* cm_rtu_nowait: quiet in REP_RCVD (id_send_quiet); a refusal is dropped
+ * (quiet_failed). */
+static int cmr_rtu_nowait(struct cep_cm_id *id)
+{
+	struct cepd_req q;
+	int ret;
+
+	if (id_gone(id))
+		return -EINVAL;
+	memset(&q, 0, sizeof(q));
+	q.h.op = CEPD_RTU;
+	q.h.len = sizeof(q);
+	ret = id_send_quiet(RID(id), &q, PH_REP_RCVD, PH_EST);
+	return ret == 1 ? cmr_rtu(id, NULL, 0) : ret;
 }
 
 static int cmr_notify_established(struct cep_cm_id *id)
@@ -2657,7 +2776,9 @@ const struct cm_ops cmr_ops = {
 	.listen = cmr_listen,
 	.connect = cmr_connect,
 	.accept = cmr_accept,
+	.accept_nowait = cmr_accept_nowait,
 	.rtu = cmr_rtu,
+	.rtu_nowait = cmr_rtu_nowait,
 	.notify_established = cmr_notify_established,
 	.reject = cmr_reject,
 	.mra = cmr_mra,

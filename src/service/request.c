@@ -593,6 +593,15 @@ void handle_request(struct client *c, const uint8_t *buf, size_t len)
 	}
 	ret = op->act(&q, &o);
 done:
+	if (ret && ret != -EINVAL && q.s && (q.r->flags & CEPD_F_QUIET) &&
+	    q.r->h.op == CEPD_ACCEPT)
+		/* Nobody waits for this answer (cm_accept_nowait): the client
+		 * tells its id by an event, and the requester hears of it now
+		 * (REJ "consumer defined", as the application's reject or
+		 * destroy after a refused rdma_accept would send). -EINVAL:
+		 * the request has left REQ_RCVD, nothing to answer. q.s: the
+		 * request was well formed and named the client's id. */
+		(void)cep_cm_reject(q.s->id, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0);
 	if (create) { /* the reply names the id it made, whatever the op said */
 		memcpy(&o.u, &created, sizeof(created));
 		o.len = sizeof(created);

@@ -225,6 +225,61 @@ static void t_accept_expired(void)
 	standin_teardown(c, &s);
 }
 
+/* Issue 27: through cepd an rdma_accept leaves without waiting for cepd
+ * (cm_accept_nowait), and what cepd refuses comes back as the id's
+ * REP_ERROR with the refusal's status (the same for REQ_ERROR when cepd
+ * has gone: -ECONNRESET). The application gets what the kernel's failed
+ * rdma_accept gives it: CONNECT_ERROR with that status (and its QP to
+ * ERR), not the UNREACHABLE (-ETIMEDOUT) of a peer that did not answer,
+ * which the CM's own REQ_ERROR / REP_ERROR (status -ETIMEDOUT, or 0 for a
+ * request that expired) still give, as does a SIDR_REQ_ERROR whatever
+ * its status. The events are handed to the layer's handler as the
+ * attached context's reader hands them. */
+static void t_refused_event(void)
+{
+	static const struct { int type, status, want, want_status; } cases[] = {
+		{ CEP_CM_EV_REP_ERROR, -ENOENT, RDMA_CM_EVENT_CONNECT_ERROR, -ENOENT },
+		{ CEP_CM_EV_REQ_ERROR, -ECONNRESET, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET },
+		{ CEP_CM_EV_REP_ERROR, -ETIMEDOUT, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT },
+		{ CEP_CM_EV_REQ_ERROR, 0, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT },
+		{ CEP_CM_EV_SIDR_REQ_ERROR, -ECONNRESET, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT },
+	};
+	struct standin s;
+	struct rdma_cm_event *ev = NULL;
+	struct rdma_cm_id *c;
+	struct cep_msg m;
+
+	setup(2, 0);
+	standin_open(&s, IBV_LINK_LAYER_ETHERNET, 0);
+	raw_req(&m, 0x9400, 0x900);
+	m.u.req.service_id = s.tcp.sid;
+	cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
+	raw_send(&m, LID_B);
+	settle();
+	CHECK_EQ(rdma_get_cm_event(&s.ch->ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	c = ev->id;
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct cep_cm_id *cid = rcm_id_of(c)->cep;
+		struct cep_cm_event e;
+
+		memset(&e, 0, sizeof(e));
+		e.type = cases[i].type;
+		e.status = cases[i].status;
+		e.msg.type = CEP_MSG_INVALID;
+		e.id = cid;
+		e.context = cep_cm_id_context(cid);
+		CHECK_EQ(rcm_cep_handler(cid, &e), 0);
+		CHECK_EQ(rdma_get_cm_event(&s.ch->ch, &ev), 0);
+		CHECK_EQ(ev->event, cases[i].want);
+		CHECK_EQ(ev->status, cases[i].want_status);
+		CHECK(ev->id == c);
+		CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	}
+	standin_teardown(c, &s);
+}
+
 /* Issue 21: the CM's listener backlog bounds the requests the application
  * has not taken yet, as ucma's backlog counts the CONNECT_REQUESTs not yet
  * fetched. A server that takes each request at once and answers later
@@ -517,6 +572,7 @@ static const struct named_test tests[] = {
 	{ "listener-gone", t_listener_gone },
 	{ "no-memory", t_no_memory },
 	{ "accept-expired", t_accept_expired },
+	{ "refused-event", t_refused_event },
 	{ "no-listener", t_no_listener },
 	{ "qp-type", t_qp_type },
 	{ "pdata-einval", t_pdata_einval },

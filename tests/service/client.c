@@ -33,6 +33,13 @@
  *                           refusal of access_mc, the fabric's EOPNOTSUPP
  *                           (no SA), a leave of nothing held; the
  *                           client's own checks.
+ *   nowait-cepd             an accept and an RTU sent without waiting
+ *                           (cm_accept_nowait, cm_rtu_nowait: the drop-in's
+ *                           rdma_accept and RTU) through a real cepd: they
+ *                           return while cepd is stopped; any other phase
+ *                           is a call; a refused accept is the id's
+ *                           REP_ERROR and the peer's REJ at once; a
+ *                           refused RTU adds no event.
  *   path-cepd               a PathRecord query (cmr_path_query) through a
  *                           real cepd: every refusal of access_path, the
  *                           fabric's EOPNOTSUPP.
@@ -1150,6 +1157,189 @@ static void case_migrate_cepd(void)
 	real_cepd_stop(cepd, dir);
 }
 
+/* ---- nowait-cepd ----------------------------------------------------------------------- */
+
+/* The next event on @ch within @ms, this thread reading @cm's socket
+ * meanwhile; NULL if none came. The caller acks it. */
+static struct cep_cm_event *next_event(struct cep_cm_channel *ch, struct cep_cm *cm, int ms)
+{
+	struct cep_cm_event *ev = NULL;
+	double end = now_s() + ms / 1000.0;
+
+	while (cep_cm_get_event(ch, &ev) == -EAGAIN) {
+		int left = (int)((end - now_s()) * 1000.0);
+
+		if (left <= 0)
+			return NULL;
+		(void)cep_cm_channel_wait(ch, &cm, 1, left);
+	}
+	return ev;
+}
+
+/* The next event on @ch, which must be of @type; its id (the event acked). */
+static struct cep_cm_id *expect_event(struct cep_cm_channel *ch, struct cep_cm *cm, int type,
+				      int *status)
+{
+	struct cep_cm_event *ev = next_event(ch, cm, 5000);
+	struct cep_cm_id *id;
+
+	CHECK(ev != NULL);
+	if (!ev)
+		exit(check_done("nowait-cepd"));
+	CHECK_EQ(ev->type, type);
+	id = ev->id;
+	if (status)
+		*status = ev->status;
+	cep_cm_ack_event(ev);
+	return id;
+}
+
+/* A nowait call run on its own thread while cepd is stopped (SIGSTOP): it
+ * must return without cepd's answer. */
+struct nowait_call {
+	struct cep_cm_id *id;
+	const struct cep_cm_accept_param *acc; /* NULL: the RTU */
+	int ret;
+	_Atomic int done;
+};
+
+static void *nowait_main(void *arg)
+{
+	struct nowait_call *c = arg;
+
+	c->ret = c->acc ? cm_accept_nowait(c->id, c->acc) : cm_rtu_nowait(c->id);
+	atomic_store(&c->done, 1);
+	return NULL;
+}
+
+/* 0 if the call returned 0 while cepd (@cepd) was stopped. */
+static int nowait_stopped(pid_t cepd, struct cep_cm_id *id, const struct cep_cm_accept_param *acc)
+{
+	struct nowait_call c = { .id = id, .acc = acc };
+	pthread_t t;
+	int returned;
+
+	CHECK_EQ(kill(cepd, SIGSTOP), 0);
+	CHECK_EQ(pthread_create(&t, NULL, nowait_main, &c), 0);
+	returned = wait_flag(&c.done, 2000); /* a call would wait for cepd */
+	CHECK_EQ(kill(cepd, SIGCONT), 0);
+	pthread_join(t, NULL);
+	CHECK(returned);
+	CHECK_EQ(c.ret, 0);
+	return returned && !c.ret ? 0 : -1;
+}
+
+/* cm_accept_nowait and cm_rtu_nowait through a real cepd (issue 27: the
+ * drop-in's rdma_accept and RTU without a round trip). A REQ_RCVD id's
+ * accept and a REP_RCVD id's RTU return while cepd is stopped, and the
+ * connection is established on both sides; in any other phase each is
+ * its call, answered by the engine (-EINVAL), as are parameters the engine
+ * refuses (-EMSGSIZE). An accept that cepd refuses (QP 0x300 is A's):
+ * B's id gets REP_ERROR with the refusal's status and A the REJ cepd
+ * sends at once (consumer defined), nothing else. An RTU after the peer's
+ * REJ: 0 (sent quiet, its refusal dropped) or -EINVAL (the REJ read
+ * first), and the REJ is A's only event. */
+static void case_nowait_cepd(void)
+{
+	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
+	const uint64_t sid = 0x4e4f5741ull;
+	struct cep_cm_accept_param acc = { .size = sizeof(acc), .qpn = 0x200, .starting_psn = 1,
+					   .responder_resources = 1, .initiator_depth = 1,
+					   .rnr_retry_count = 7 };
+	struct cep_cm_id_attr attr = { .size = sizeof(attr) };
+	struct cep_cm_channel *cha, *chb;
+	struct cep_cm_id *ia, *ia2, *ia3, *lb, *bid;
+	struct cep_cm_conn_param p;
+	struct cep_cm_event *ev;
+	struct cep_cm *a, *b;
+	uint8_t pd[CEP_REP_PRIVATE_DATA_SIZE + 1] = { 0 };
+	int st, ret;
+	pid_t cepd;
+
+	cepd = real_cepd_start(dir);
+	a = attach_cepd(0);
+	b = attach_cepd(1);
+	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
+	CHECK_EQ(cep_cm_qp_register(a, 0x101), 0);
+	CHECK_EQ(cep_cm_qp_register(a, 0x102), 0);
+	CHECK_EQ(cep_cm_qp_register(a, 0x300), 0); /* A's: B may not name it */
+	CHECK_EQ(cep_cm_qp_register(b, 0x200), 0);
+	CHECK_EQ(cep_cm_qp_register(b, 0x201), 0);
+	CHECK_EQ(cep_cm_channel_create(&cha), 0);
+	CHECK_EQ(cep_cm_channel_create(&chb), 0);
+	attr.channel = chb;
+	CHECK_EQ(cep_cm_create_id(b, &attr, &lb), 0);
+	CHECK_EQ(cep_cm_listen(lb, sid, ~0ull), 0);
+	attr.channel = cha;
+	CHECK_EQ(cep_cm_create_id(a, &attr, &ia), 0);
+	CHECK_EQ(cep_cm_create_id(a, &attr, &ia2), 0);
+	CHECK_EQ(cep_cm_create_id(a, &attr, &ia3), 0);
+
+	/* 1: an id cepd has not made yet, one that is not REP_RCVD: calls */
+	CHECK_EQ(cm_rtu_nowait(ia), -EINVAL);
+	cepd_fabric_conn(&p, 0, 1, sid, 0x100, 16);
+	p.manual_rtu = 1;
+	CHECK_EQ(cep_cm_connect(ia, &p), 0);
+	CHECK_EQ(cm_rtu_nowait(ia), -EINVAL); /* REQ_SENT */
+	bid = expect_event(chb, b, CEP_CM_EV_REQ_RECEIVED, NULL);
+	acc.private_data = pd;
+	acc.private_data_len = sizeof(pd);
+	CHECK_EQ(cm_accept_nowait(bid, &acc), -EMSGSIZE); /* the engine's answer */
+	acc.private_data_len = 0;
+	CHECK_EQ(nowait_stopped(cepd, bid, &acc), 0);
+	(void)expect_event(cha, a, CEP_CM_EV_REP_RECEIVED, NULL);
+	CHECK_EQ(cm_accept_nowait(bid, &acc), -EINVAL); /* REP_SENT: a call */
+	CHECK_EQ(nowait_stopped(cepd, ia, NULL), 0);
+	(void)expect_event(chb, b, CEP_CM_EV_RTU_RECEIVED, NULL);
+	CHECK_EQ(cep_cm_id_state(ia), CEP_CM_ESTABLISHED);
+	CHECK_EQ(cep_cm_id_state(bid), CEP_CM_ESTABLISHED);
+	CHECK_EQ(cm_rtu_nowait(ia), -EINVAL);                /* ESTABLISHED: a call */
+	CHECK_EQ(cm_accept_nowait(bid, &acc), -EINVAL);
+
+	/* 2: an accept cepd refuses (another client's QP): REP_ERROR with
+	 * its status at B, the REJ at A at once (its REQ would be retried
+	 * for seconds), no other event */
+	cepd_fabric_conn(&p, 0, 1, sid, 0x101, 16);
+	CHECK_EQ(cep_cm_connect(ia2, &p), 0);
+	bid = expect_event(chb, b, CEP_CM_EV_REQ_RECEIVED, NULL);
+	acc.qpn = 0x300;
+	CHECK_EQ(cm_accept_nowait(bid, &acc), 0);
+	CHECK(expect_event(chb, b, CEP_CM_EV_REP_ERROR, &st) == bid);
+	CHECK_EQ(st, -ENOENT); /* not the client's QP, as cep_cm_accept says */
+	ev = next_event(cha, a, 5000);
+	CHECK(ev && ev->type == CEP_CM_EV_REJ_RECEIVED && ev->id == ia2 &&
+	      ev->status == CEP_REJ_CONSUMER_DEFINED);
+	if (ev)
+		cep_cm_ack_event(ev);
+	CHECK_EQ(cep_cm_id_state(bid), CEP_CM_IDLE);
+	CHECK(next_event(chb, b, 300) == NULL);
+	CHECK(next_event(cha, a, 300) == NULL);
+
+	/* 3: an RTU racing the peer's REJ: the REJ is all A hears */
+	cepd_fabric_conn(&p, 0, 1, sid, 0x102, 16);
+	p.manual_rtu = 1;
+	CHECK_EQ(cep_cm_connect(ia3, &p), 0);
+	bid = expect_event(chb, b, CEP_CM_EV_REQ_RECEIVED, NULL);
+	acc.qpn = 0x201;
+	CHECK_EQ(cm_accept_nowait(bid, &acc), 0);
+	(void)expect_event(cha, a, CEP_CM_EV_REP_RECEIVED, NULL);
+	CHECK_EQ(cep_cm_reject(bid, CEP_REJ_CONSUMER_DEFINED, NULL, 0, NULL, 0), 0);
+	usleep(100000); /* the REJ in A's cepd; its event unread here */
+	ret = cm_rtu_nowait(ia3);
+	CHECK(ret == 0 || ret == -EINVAL);
+	ev = next_event(cha, a, 5000);
+	CHECK(ev && ev->type == CEP_CM_EV_REJ_RECEIVED && ev->id == ia3);
+	if (ev)
+		cep_cm_ack_event(ev);
+	CHECK(next_event(cha, a, 300) == NULL);
+
+	CHECK_EQ(cep_cm_destroy(a), 0);
+	CHECK_EQ(cep_cm_destroy(b), 0);
+	CHECK_EQ(cep_cm_channel_destroy(cha), 0);
+	CHECK_EQ(cep_cm_channel_destroy(chb), 0);
+	real_cepd_stop(cepd, dir);
+}
+
 /* ---- mc-cepd ---------------------------------------------------------------------------- */
 
 /* InfiniBand multicast through a real cepd (issue 28), the client's
@@ -1611,6 +1801,8 @@ int main(int argc, char **argv)
 		case_xrc_cepd();
 	else if (!strcmp(c, "migrate-cepd"))
 		case_migrate_cepd();
+	else if (!strcmp(c, "nowait-cepd"))
+		case_nowait_cepd();
 	else if (!strcmp(c, "mc-cepd"))
 		case_mc_cepd();
 	else if (!strcmp(c, "path-cepd"))
