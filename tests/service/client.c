@@ -1112,23 +1112,30 @@ static void case_xrc_cepd(void)
 
 /* cep_cm_migrate through a real cepd (CEPD_MIGRATE, issue 28's path
  * migration): refused on an id not connected (one cepd never made: the
- * request may not create it), done on an established connection whose
- * REQ named an alternate path, after which the CM's messages go by it (here
+ * request may not create it) and on one in REQ_SENT (its REQ waits on B's
+ * channel, unanswered), done on an established connection whose REQ
+ * named an alternate path, after which the CM's messages go by it (here
  * to the same port with another SL) and the disconnect still completes
  * (B's DREP came back); the same by the QP's IBV_EVENT_PATH_MIG
- * (cep_cm_qp_event, CEPD_QP_EVENT), where libibverbs is built. */
+ * (cep_cm_qp_event, CEPD_QP_EVENT), where libibverbs is built. (The
+ * REQ_SENT refusal was asked right after the connect that establishes:
+ * on a loaded host the connection was up first, 25 of 90 runs under
+ * TSan three at a time.) */
 static void case_migrate_cepd(void)
 {
 	char dir[] = "/tmp/cep-client-cepd.XXXXXX";
+	struct cep_cm_id_attr attr = { .size = sizeof(attr) };
 	struct cep_cm_conn_param p;
-	struct cep_cm_id *ia;
+	struct cep_cm_channel *ch;
+	struct cep_cm_id *ia, *ia2, *lb2;
 	struct cep_cm *a, *b;
 	pid_t cepd;
 #ifdef CEP_TEST_VERBS
 	/* the QP's async event, as ibv_get_async_event() gives it: through
-	 * cepd (CEPD_QP_EVENT) to the id bound to QP 0x100 */
-	struct ibv_qp qp = { .qp_num = 0x100 };
+	 * cepd (CEPD_QP_EVENT) to the id bound to QP 0x100 (0x101) */
+	struct ibv_qp qp = { .qp_num = 0x100 }, qp2 = { .qp_num = 0x101 };
 	struct ibv_async_event ev = { .element.qp = &qp, .event_type = IBV_EVENT_PATH_MIG };
+	struct ibv_async_event ev2 = { .element.qp = &qp2, .event_type = IBV_EVENT_PATH_MIG };
 #endif
 
 	cepd = cepd_clients(dir, 0x4d494752ull, &a, &b, &ia);
@@ -1137,11 +1144,26 @@ static void case_migrate_cepd(void)
 	CHECK_EQ(cep_cm_migrate(ia), -EINVAL); /* still not connected */
 	p.alternate = p.primary;
 	p.alternate.sl = 3;
-	CHECK_EQ(cep_cm_connect(ia, &p), 0);
-	CHECK_EQ(cep_cm_migrate(ia), -EINVAL); /* REQ_SENT */
+	/* REQ_SENT, held there: a listener that takes its events from a
+	 * channel nobody reads */
+	CHECK_EQ(cep_cm_channel_create(&ch), 0);
+	attr.channel = ch;
+	CHECK_EQ(cep_cm_create_id(b, &attr, &lb2), 0);
+	CHECK_EQ(cep_cm_listen(lb2, 0x4d494753ull, ~0ull), 0);
+	CHECK_EQ(cep_cm_qp_register(a, 0x101), 0);
+	attr.channel = NULL;
+	attr.handler = a_cepd_handler;
+	CHECK_EQ(cep_cm_create_id(a, &attr, &ia2), 0);
+	p.service_id = 0x4d494753ull;
+	p.qpn = 0x101;
+	CHECK_EQ(cep_cm_connect(ia2, &p), 0);
+	CHECK_EQ(cep_cm_migrate(ia2), -EINVAL); /* REQ_SENT */
 #ifdef CEP_TEST_VERBS
-	CHECK_EQ(cep_cm_qp_event(a, &ev), -EINVAL);
+	CHECK_EQ(cep_cm_qp_event(a, &ev2), -EINVAL);
 #endif
+	p.service_id = 0x4d494752ull;
+	p.qpn = 0x100;
+	CHECK_EQ(cep_cm_connect(ia, &p), 0);
 	CHECK(wait_flag(&a_est, 5000));
 	CHECK(wait_flag(&b_est, 5000));
 #ifdef CEP_TEST_VERBS
@@ -1154,6 +1176,7 @@ static void case_migrate_cepd(void)
 	CHECK_EQ(cep_cm_migrate(ia), -EINVAL); /* timewait */
 	CHECK_EQ(cep_cm_destroy(a), 0);
 	CHECK_EQ(cep_cm_destroy(b), 0);
+	CHECK_EQ(cep_cm_channel_destroy(ch), 0);
 	real_cepd_stop(cepd, dir);
 }
 
