@@ -745,9 +745,8 @@ struct nl_sock {
 	pid_t expect;             /* the caller's expected owner, or 0 */
 };
 
-static int proc_tgid(void *ctx, pid_t tid, pid_t *tgid)
+int cepd_proc_tgid(pid_t expect, pid_t tid, pid_t *tgid)
 {
-	const struct nl_sock *ns = ctx;
 	char path[48], text[2048];
 	size_t len = 0;
 	int fd;
@@ -758,9 +757,25 @@ static int proc_tgid(void *ctx, pid_t tid, pid_t *tgid)
 	 * pidfd_open() below would say, without the two system calls. A
 	 * caller that expects a pid it does not know to be alive learns
 	 * nothing new: pidfd_open() would have said the same. */
-	if (ns->expect > 0 && tid == ns->expect) {
+	if (expect > 0 && tid == expect) {
 		*tgid = tid;
 		return 0;
+	}
+	/* Another thread of the expected process (a QP made on an
+	 * application's worker thread: cmtime's server): procfs shows a
+	 * thread under /proc/PID/task/ only while it is in PID's thread
+	 * group, so one lookup says what the status file below would (the
+	 * same snapshot: its answer may be out of date as soon as it is
+	 * given, as the status file's), without pidfd_open(), open(), two
+	 * read()s and close() - 8 of cepd's 36 system calls a connection on
+	 * cmtime's server. Not found: a thread of another process, or gone;
+	 * the status file says which. */
+	if (expect > 0 && tid > 0) {
+		snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)expect, (int)tid);
+		if (faccessat(AT_FDCWD, path, F_OK, 0) == 0) {
+			*tgid = expect;
+			return 0;
+		}
 	}
 #ifdef SYS_pidfd_open
 	/* The common case, a QP created by the main thread, without
@@ -798,6 +813,13 @@ static int proc_tgid(void *ctx, pid_t tid, pid_t *tgid)
 	}
 	close(fd);
 	return cepd_parse_tgid(text, len, tgid);
+}
+
+static int proc_tgid(void *ctx, pid_t tid, pid_t *tgid)
+{
+	const struct nl_sock *ns = ctx;
+
+	return cepd_proc_tgid(ns->expect, tid, tgid);
 }
 
 static bool past(const struct timespec *deadline)

@@ -35,7 +35,9 @@
  * @expect: the process the caller expects (cepd: its client's pid), or 0.
  * It changes no answer, only its cost: a creating thread whose id is
  * @expect is that process's main thread, so the check of the thread's
- * process (a pidfd_open() and a close()) is skipped.
+ * process (a pidfd_open() and a close()) is skipped; one that is another
+ * thread of @expect is found as such by one lookup of
+ * /proc/@expect/task/<thread> instead of a status file's read.
  *
  * Pid namespaces: the kernel shows a QP only to a caller in the pid
  * namespace of the QP's creator (kernel QPs only in the initial one) and
@@ -56,8 +58,9 @@
  * held only to copy an entry). Blocking: usually one netlink round trip
  * (the doit: a sendto() and a recvmsg()); a QP in RESET, QP0/1 or an old
  * kernel costs a dump of the device's QPs; a QP created by a thread other
- * than @expect's main thread costs a pidfd_open(), and for a thread other
- * than a main thread a /proc read. Not for a CM callback.
+ * than @expect's main thread costs a /proc lookup (a faccessat), and, when
+ * that thread is not @expect's, a pidfd_open() and for a thread other than
+ * a main thread a /proc status read. Not for a CM callback.
  */
 int cepd_qp_owner(const char *ibdev, uint32_t qpn, pid_t expect, pid_t *pid);
 

@@ -34,6 +34,12 @@ int cepd_qp_owner_ops(const struct cepd_nl_ops *ops, const char *ibdev,
  * -EPROTO when absent or malformed. */
 int cepd_parse_tgid(const char *status, size_t len, pid_t *tgid);
 
+/* cepd_qp_owner()'s thread-to-process lookup (the real /proc): the
+ * process of thread @tid, when the caller expects @expect (0: none) - for
+ * @expect itself and a thread of it, without reading a status file. 0
+ * and *tgid, -ESRCH (no such thread), other -errno. Any thread. */
+int cepd_proc_tgid(pid_t expect, pid_t tid, pid_t *tgid);
+
 /* Empties the cache of device indexes (by name) that cepd_qp_owner() keeps
  * so that a check costs one netlink round trip; entries are validated by
  * every reply anyway, this is for tests that count requests. Any thread. */

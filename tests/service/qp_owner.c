@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include <linux/netlink.h>
 #include <rdma/rdma_netlink.h>
@@ -1078,6 +1079,78 @@ static int read_status(pid_t tid, char *buf, size_t cap, size_t *len)
 	return 0;
 }
 
+/* A child process with a second thread (forked while this process has
+ * one thread: ThreadSanitizer's children may not start threads
+ * otherwise): its pid, its thread's id in *@tid, and the pipe end that
+ * ends it when written (*@end). */
+static pid_t child_with_thread(pid_t *tid, int *end)
+{
+	int p[2], q[2];
+	pid_t child;
+	char go = 0;
+
+	CHECK_EQ(pipe(p), 0);
+	CHECK_EQ(pipe(q), 0);
+	child = fork();
+	if (child == 0) {
+		pthread_t t;
+
+		pthread_create(&t, NULL, thread_main, NULL);
+		pthread_mutex_lock(&mu);
+		while (!thread_tid)
+			pthread_cond_wait(&cv, &mu);
+		pthread_mutex_unlock(&mu);
+		if (write(p[1], &thread_tid, sizeof(thread_tid)) != sizeof(thread_tid) ||
+		    read(q[0], &go, 1) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	CHECK(child > 0);
+	*tid = 0;
+	CHECK_EQ(read(p[0], tid, sizeof(*tid)), (ssize_t)sizeof(*tid));
+	CHECK(*tid > 0 && *tid != child);
+	close(p[0]);
+	close(p[1]);
+	close(q[0]);
+	*end = q[1];
+	return child;
+}
+
+/* cepd_proc_tgid, the real lookup, with @mine a second thread of this
+ * process and @theirs one of process @child: whatever the caller expects,
+ * each thread's process, and -ESRCH once @child is gone. The expected
+ * process's own threads are found by its task directory (no status
+ * file: qp_owner.h); a thread of another process is not taken for one of
+ * the expected process's. */
+static void proc_tgid_cases(pid_t mine, pid_t child, pid_t theirs, int end)
+{
+	const pid_t self = getpid();
+	const pid_t expects[] = { 0, self, 1 };
+	pid_t v;
+	char go = 0;
+
+	for (size_t i = 0; i < sizeof(expects) / sizeof(expects[0]); i++) {
+		v = -1;
+		CHECK_EQ(cepd_proc_tgid(expects[i], self, &v), 0);
+		CHECK_EQ(v, self);
+		v = -1;
+		CHECK_EQ(cepd_proc_tgid(expects[i], mine, &v), 0);
+		CHECK_EQ(v, self);
+		v = -1;
+		CHECK_EQ(cepd_proc_tgid(expects[i], theirs, &v), 0);
+		CHECK_EQ(v, child);
+	}
+	v = -1;
+	CHECK_EQ(cepd_proc_tgid(child, theirs, &v), 0); /* the child's own */
+	CHECK_EQ(v, child);
+	CHECK_EQ(write(end, &go, 1), 1);
+	CHECK_EQ(waitpid(child, NULL, 0), child);
+	close(end);
+	v = -1;
+	CHECK_EQ(cepd_proc_tgid(self, theirs, &v), -ESRCH); /* gone */
+	CHECK_EQ(v, -1);
+}
+
 static void t_tgid(void)
 {
 	static const char ok[] = "Name:\tx\nUmask:\t0022\nState:\tS\nTgid:\t4200\nNgid:\t0\nPid:\t4242\n";
@@ -1095,8 +1168,10 @@ static void t_tgid(void)
 	char buf[4096];
 	size_t len = 0;
 	pthread_t t;
-	pid_t v = -1;
+	pid_t v = -1, child, theirs;
+	int end;
 
+	child = child_with_thread(&theirs, &end);
 	CHECK_EQ(cepd_parse_tgid(ok, strlen(ok), &v), 0);
 	CHECK_EQ(v, 4200);
 	CHECK_EQ(cepd_parse_tgid(last, strlen(last), &v), 0);
@@ -1124,6 +1199,7 @@ static void t_tgid(void)
 	v = -1;
 	CHECK_EQ(cepd_parse_tgid(buf, len, &v), 0);
 	CHECK_EQ(v, getpid());
+	proc_tgid_cases(thread_tid, child, theirs, end);
 	pthread_mutex_lock(&mu);
 	thread_exit = true;
 	pthread_cond_broadcast(&cv);
