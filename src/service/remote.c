@@ -45,7 +45,9 @@
  *   caller's reply unread. A callback may make a call: its wait reads
  *   replies, and the events it reads wait for the outer level. Events read
  *   by a call's wait are signalled to whoever reads next (the lead's fd is
- *   an epoll set of the socket and an eventfd), never lost.
+ *   an epoll set of the socket and an eventfd) when the call returns - the
+ *   caller leads meanwhile, so a signal before would wake only itself -
+ *   never lost.
  * - After cep_cm_destroy_id() no event of the id but DESTROYED reaches the
  *   user; from a thread that is not running the context's callbacks it
  *   first waits for a running callback of the id. DESTROYED is an id's
@@ -509,7 +511,11 @@ static void route_event(struct cmr *r, struct rid *d, const struct cep_cm_event 
 		return;
 	if (!atomic_load_explicit(&r->inline_cb, memory_order_relaxed))
 		r->cb_due = 1;
-	else if (tl_will_run != r)
+	else if (tl_will_run != r && !tl_calls)
+		/* (A thread in a call reads for its reply and holds the lead,
+		 * so it alone would see the signal: its poll woke at once, read
+		 * the eventfd and found the socket empty - four system calls
+		 * an event. Its call's end signals what it read instead.) */
 		pend_signal_locked(r);
 }
 

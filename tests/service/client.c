@@ -33,6 +33,11 @@
  *                           refusal of access_mc, the fabric's EOPNOTSUPP
  *                           (no SA), a leave of nothing held; the
  *                           client's own checks.
+ *   call-event              on a drop-in context a thread in a call reads an
+ *                           event it may not run: it does not wake itself
+ *                           for it (one drain until the reply), and the
+ *                           thread waiting for events runs it once the
+ *                           call has returned.
  *   nowait-cepd             an accept and an RTU sent without waiting
  *                           (cm_accept_nowait, cm_rtu_nowait: the drop-in's
  *                           rdma_accept and RTU) through a real cepd: they
@@ -107,6 +112,7 @@
 #include "cepd_raw.h"
 #include "cepd_test.h"
 #include "cm/cm_internal.h"
+#include "cm/lead.h"
 #include "service/remote.h"
 #include "service/proto.h"
 
@@ -163,6 +169,9 @@ struct fake {
 	_Atomic int pause;       /* read no request while set */
 	_Atomic uint32_t refuse_reg; /* a QP_REGISTER of this number: -EPERM */
 	_Atomic int refuse_connect; /* every CONNECT and ACCEPT: -ENOENT */
+	_Atomic uint32_t hold_reg; /* a QP_REGISTER of this number is answered
+				      once hold_go is set */
+	_Atomic int hold_go;
 	_Atomic uint64_t quiet_sum; /* the handles of those, summed */
 	uint32_t log_op[8192];   /* mu: every request's op after the HELLO, */
 	uint32_t log_handle[8192]; /* its handle and */
@@ -394,6 +403,9 @@ static void *fake_conn(void *arg)
 			act = F.on_destroy(q->handle);
 		if (act == FAKE_DIE)
 			break;
+		if (q->h.op == CEPD_QP_REGISTER && q->a && q->a == atomic_load(&F.hold_reg))
+			while (!atomic_load(&F.hold_go))
+				usleep(1000);
 		if (q->h.op == CEPD_QP_REGISTER && q->a && q->a == atomic_load(&F.refuse_reg)) {
 			send_reply(fd, q->h.seq, -EPERM, NULL, 0); /* as cepd, quiet or not */
 		} else if ((q->h.op == CEPD_CONNECT || q->h.op == CEPD_ACCEPT) &&
@@ -937,6 +949,99 @@ static void case_register_refused(void)
 	cp.qpn = 0xbad;
 	CHECK_EQ(cep_cm_connect(a, &cp), -ENOENT);
 	CHECK_EQ(cep_cm_destroy(cm), 0);
+	fake_stop();
+}
+
+/* ---- call-event ------------------------------------------------------------------- */
+
+static struct cep_cm *ce_cm;
+static _Atomic int ce_ret = 1, ce_wret = 1;
+static pthread_t ce_waiter;
+static _Atomic int ce_off_waiter; /* the event's callback ran elsewhere */
+
+static int ce_handler(struct cep_cm_id *id, const struct cep_cm_event *ev)
+{
+	if (ev->type == CEP_CM_EV_TIMEWAIT_EXIT && !pthread_equal(pthread_self(), ce_waiter))
+		atomic_fetch_add(&ce_off_waiter, 1);
+	return handler(id, ev);
+}
+
+static void *ce_call(void *arg)
+{
+	(void)arg;
+	atomic_store(&ce_ret, cep_cm_qp_register(ce_cm, 0x4242)); /* a call */
+	return NULL;
+}
+
+static int ce_seen(void *arg)
+{
+	(void)arg;
+	return atomic_load(&seen[0][CEP_CM_EV_TIMEWAIT_EXIT]) > 0;
+}
+
+/* As rdma_get_cm_event waits (src/rdmacm/channel.c). */
+static void *ce_wait(void *arg)
+{
+	struct cep_lead *l = cm_lead(ce_cm);
+
+	(void)arg;
+	atomic_store(&ce_wret, cep_lead_wait(&l, 1, -1, ce_seen, NULL, 10000));
+	return NULL;
+}
+
+static struct cep_lead_stats ce_stats(void)
+{
+	struct cep_lead_stats st;
+
+	cep_lead_stats(cm_lead(ce_cm), &st);
+	return st;
+}
+
+/* On a drop-in context (callbacks run by the thread that reads), a thread
+ * waiting for its call's reply reads an event whose callback it may not
+ * run (its caller may hold a lock the callback takes). It does not wake
+ * itself for it: one drain read it, none follows until the reply (a
+ * signal to itself cost a poll, an eventfd read and an empty recvmmsg an
+ * event). Nor is it lost: once the call has returned, the thread that
+ * waits for events as rdma_get_cm_event does runs it. */
+static void case_call_event(void)
+{
+	struct cep_cm_id_attr a = { .size = sizeof(a), .handler = ce_handler };
+	struct cep_lead_stats s0, s1;
+	uint32_t hx, tx = CEP_CM_EV_TIMEWAIT_EXIT;
+	struct cep_cm_id *x = NULL;
+	pthread_t caller;
+
+	fake_start(16, 1, 1, NULL);
+	ce_cm = attach_fake();
+	CHECK_EQ(cmr_callbacks_inline(ce_cm), 0);
+	CHECK_EQ(cep_cm_create_id(ce_cm, &a, &x), 0);
+	atomic_store(&ids[0], x);
+	CHECK_EQ(cep_cm_listen(x, 0x100, ~0ull), 0); /* made: its handle known */
+	hx = handle_of(x);
+	atomic_store(&F.hold_reg, 0x4242);
+	s0 = ce_stats();
+	CHECK_EQ(pthread_create(&caller, NULL, ce_call, NULL), 0);
+	for (int i = 0; i < 5000 && ce_stats().app_leads == s0.app_leads; i++)
+		usleep(1000);
+	usleep(50 * 1000); /* the caller polls the socket */
+	s0 = ce_stats();
+	fake_events(1, &hx, &tx);
+	usleep(200 * 1000);
+	s1 = ce_stats();
+	CHECK_EQ(s1.app_drains - s0.app_drains, 1); /* the event, read once */
+	CHECK_EQ(atomic_load(&seen[0][CEP_CM_EV_TIMEWAIT_EXIT]), 0); /* not in the call */
+	CHECK_EQ(atomic_load(&ce_ret), 1);          /* still waiting */
+	CHECK_EQ(pthread_create(&ce_waiter, NULL, ce_wait, NULL), 0);
+	usleep(50 * 1000);
+	atomic_store(&F.hold_go, 1);
+	pthread_join(caller, NULL);
+	pthread_join(ce_waiter, NULL);
+	CHECK_EQ(atomic_load(&ce_ret), 0);
+	CHECK_EQ(atomic_load(&ce_wret), 0);
+	CHECK_EQ(atomic_load(&seen[0][CEP_CM_EV_TIMEWAIT_EXIT]), 1);
+	CHECK_EQ(atomic_load(&ce_off_waiter), 0);
+	CHECK_EQ(cep_cm_destroy(ce_cm), 0);
 	fake_stop();
 }
 
@@ -1826,6 +1931,8 @@ int main(int argc, char **argv)
 		case_migrate_cepd();
 	else if (!strcmp(c, "nowait-cepd"))
 		case_nowait_cepd();
+	else if (!strcmp(c, "call-event"))
+		case_call_event();
 	else if (!strcmp(c, "mc-cepd"))
 		case_mc_cepd();
 	else if (!strcmp(c, "path-cepd"))
