@@ -489,6 +489,7 @@ const struct cm_ops cm_local_ops = {
 	.id_lap_state = cm_local_id_lap_state,
 	.listen = cm_local_listen,
 	.connect = cm_local_connect,
+	.connect_nowait = cm_local_connect, /* answered at once anyway */
 	.accept = cm_local_accept,
 	.accept_nowait = cm_local_accept, /* answered at once anyway */
 	.rtu = cm_local_rtu,

@@ -904,12 +904,21 @@ static int cm_conn_param_defaults(const struct cep_cm_conn_param *p, struct cep_
 /* The public functions of a connection: the checks both kinds make alike,
  * then the context's table (cm_ops.h). */
 
+/* cep_cm_connect's checks of its arguments, common to both kinds. */
+static int connect_args_ok(const struct cep_cm_id *id, const struct cep_cm_conn_param *p)
+{
+	return id && p && p->size >= offsetof(struct cep_cm_conn_param, flow_control) &&
+	       (!p->private_data_len || p->private_data);
+}
+
 int cep_cm_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 {
-	if (!id || !p || p->size < offsetof(struct cep_cm_conn_param, flow_control) ||
-	    (p->private_data_len && !p->private_data))
-		return -EINVAL;
-	return id->cm->ops->connect(id, p);
+	return connect_args_ok(id, p) ? id->cm->ops->connect(id, p) : -EINVAL;
+}
+
+int cm_connect_nowait(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
+{
+	return connect_args_ok(id, p) ? id->cm->ops->connect_nowait(id, p) : -EINVAL;
 }
 
 /* cep_cm_accept's checks of its arguments, common to both kinds. */

@@ -464,6 +464,19 @@ int cm_qp_register_nowait(struct cep_cm *cm, uint32_t qpn);
  * answered and dropped. 0, -EINVAL (NULL; a local refusal; an id
  * destroyed), -ECONNRESET. Any thread, as cep_cm_disconnect(). */
 int cm_disconnect_nowait(struct cep_cm_id *id);
+/* cep_cm_connect() for the librdmacm drop-in's rdma_connect (issue 27: no
+ * round trip on the active side's path): local, the same call; attached,
+ * for an id cepd has not made yet (the drop-in's always: a new one per
+ * connect) the CONNECT that makes it leaves at once and the call returns 0
+ * without waiting for cepd's answer, which whoever reads the socket next
+ * takes: it names the id (a request on the id meanwhile waits for it,
+ * reading the socket itself), and a refusal (the QP not the client's: the
+ * error of its refused register, as cep_cm_connect returns it; a source
+ * address or P_Key the client may not use; no memory; cepd gone:
+ * -ECONNRESET) becomes the id's REQ_ERROR with that status - nothing
+ * was sent to the peer. Any other id: cep_cm_connect's call. 0, or as
+ * cep_cm_connect(). Any thread, as cep_cm_connect(). */
+int cm_connect_nowait(struct cep_cm_id *id, const struct cep_cm_conn_param *p);
 /* cep_cm_accept() for the librdmacm drop-in's rdma_accept (issue 27: no
  * round trip on the passive side's path): local, the same call; attached,
  * when the id is known to be in REQ_RCVD and the parameters pass the

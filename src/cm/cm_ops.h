@@ -61,6 +61,9 @@ struct cm_ops {
 
 	/* ---- a connection's messages ---- */
 	int (*connect)(struct cep_cm_id *id, const struct cep_cm_conn_param *p);
+	/* cm_connect_nowait (cm_internal.h): connect, a refusal told by an
+	 * event of the id. */
+	int (*connect_nowait)(struct cep_cm_id *id, const struct cep_cm_conn_param *p);
 	int (*accept)(struct cep_cm_id *id, const struct cep_cm_accept_param *p);
 	/* cm_accept_nowait (cm_internal.h): accept, a refusal told by an
 	 * event of the id. */

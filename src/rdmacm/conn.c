@@ -513,7 +513,7 @@ static int connect_rc(struct rcm_id *r, const struct rdma_conn_param *param)
 	}
 	ret = cep_qp_params_active(&r->qpp, &pinfo, &cp);
 	if (!ret)
-		ret = cep_cm_connect(r->cep, &cp);
+		ret = cm_connect_nowait(r->cep, &cp);
 	return ret;
 }
 
@@ -1134,12 +1134,15 @@ static void on_conn_event(struct rcm_id *r, struct cep_cm_id *cid, const struct 
 		if (ev->type != CEP_CM_EV_SIDR_REQ_ERROR && ev->status < 0 &&
 		    ev->status != -ETIMEDOUT) {
 			/* not the peer's silence but this side's CM: cepd
-			 * refused an accept sent without waiting
-			 * (cm_accept_nowait; it has rejected the request, as
-			 * the kernel's failed rdma_accept does) or has gone.
-			 * The QP to ERR, as after that failed accept. */
+			 * refused a connect or an accept sent without waiting
+			 * (cm_connect_nowait: no REQ left; cm_accept_nowait:
+			 * cepd has rejected the request, as the kernel's failed
+			 * rdma_accept does), or has gone. After an accept the
+			 * QP goes to ERR, as librdmacm's failed rdma_accept
+			 * does; after a connect it stays, as after a failed
+			 * rdma_connect. */
 			e = rcm_event_new(r, RDMA_CM_EVENT_CONNECT_ERROR, ev->status);
-			if (e)
+			if (e && ev->type == CEP_CM_EV_REP_ERROR)
 				e->work = RCM_WORK_QP_ERR;
 			break;
 		}

@@ -19,7 +19,10 @@
  *   an accept in REQ_RCVD and an RTU in REP_RCVD as far as this side
  *   knows) leave CEPD_F_QUIET and return at once: cepd answers only a
  *   failure, which quiet_failed turns into what the caller would have
- *   learnt (a refused accept: its id's REP_ERROR).
+ *   learnt (a refused accept: its id's REP_ERROR). Its connect of an id
+ *   not made yet returns at once too: the answer that names the id is
+ *   taken by whoever reads next (a detached call), a refusal is the id's
+ *   REQ_ERROR, and a request on the id meanwhile waits for its handle.
  * - Who reads the socket (issue 27, "one wake-up per MAD"): the socket is
  *   the context's lead (cm->lead, cm/lead.h), read by a thread that waits,
  *   which handles every message waiting there on its own thread: a thread
@@ -156,8 +159,13 @@ struct rid {
 	uint8_t gone;            /* r->lk: cep_cm_destroy_id called */
 	uint8_t creating;        /* r->lk: a request that makes it is in flight */
 	uint8_t counted;         /* r->lk: in r->nhandler (a handler, no channel) */
-	uint32_t acc_qpn;        /* r->lk: the QP its quiet ACCEPT named
-				    (cmr_accept_nowait), for its refusal */
+	uint32_t qpn;            /* r->lk: the QP its unanswered CONNECT or
+				    quiet ACCEPT named (cm_*_nowait), for its
+				    refusal */
+	_Atomic int detached;    /* set under r->lk: the request that makes it
+				    is a CONNECT nobody waits for
+				    (cmr_connect_nowait); cleared (release)
+				    when its answer is taken */
 	struct rid *all_next, *all_prev; /* r->lk: every id of r until freed */
 };
 
@@ -167,10 +175,13 @@ struct pev {
 	struct cep_cm_event ev;
 };
 
-/* A call in flight: on its caller's stack, in r->calls until it returns. */
+/* A call in flight: on its caller's stack, in r->calls until it returns;
+ * or a detached one (cmr_connect_nowait), on the heap, until its answer is
+ * taken (detached_done). */
 struct call {
 	struct call *next;
 	struct rid *made;        /* a CEPD_F_CREATE request's id */
+	int detached;            /* nobody waits: its answer's reader ends it */
 	uint64_t seq;
 	struct cep_lead_waiter *w; /* its thread's (cm/lead.h): woken by the
 				      reader of its reply; NULL: it looks every
@@ -889,7 +900,7 @@ static void accept_refused(struct cmr *r, struct rid *d, int ret)
 	memset(&ev, 0, sizeof(ev));
 	ev.type = CEP_CM_EV_REP_ERROR;
 	ev.msg.type = CEP_MSG_INVALID;
-	ev.status = refused_take(r, d->acc_qpn, ret);
+	ev.status = refused_take(r, d->qpn, ret);
 	ev.id = &d->id;
 	pthread_mutex_lock(&d->id.lock);
 	ev.context = d->id.context;
@@ -970,6 +981,45 @@ static uint32_t reg_track(struct cmr *r, uint32_t qpn, int quiet_reg)
 	return r->reg_tag;
 }
 
+/* r->lk held (r_unlock after): the answer to a detached CONNECT
+ * (cmr_connect_nowait) has been taken - the id named, or not made - or
+ * the service has gone (@ret CMR_GONE; r->creating counted down by the
+ * caller in both cases). The id's requests waiting for its handle go on;
+ * a refusal, while nothing else has moved the id on, is its REQ_ERROR with
+ * that status (a refused register's error if one is kept for the QP, as
+ * cmr_connect returns it): cepd sent no REQ. The call ends here. */
+static void detached_done(struct cmr *r, struct call *c, int ret)
+{
+	struct rid *d = c->made;
+
+	for (struct call **pp = &r->calls; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	if (!ret && !d->handle)
+		ret = -ENOMEM; /* made there, but not nameable here */
+	d->creating = 0;
+	/* release: the handle (or its absence) before a waiter's acquire */
+	atomic_store_explicit(&d->detached, 0, memory_order_release);
+	pthread_cond_broadcast(&r->cv);
+	if (ret && !d->gone && !d->hidden && d->phase == PH_REQ_SENT) {
+		struct cep_cm_event ev;
+
+		memset(&ev, 0, sizeof(ev));
+		ev.type = CEP_CM_EV_REQ_ERROR;
+		ev.msg.type = CEP_MSG_INVALID;
+		ev.status = ret == CMR_GONE ? ret : refused_take(r, d->qpn, ret);
+		ev.id = &d->id;
+		pthread_mutex_lock(&d->id.lock);
+		ev.context = d->id.context;
+		pthread_mutex_unlock(&d->id.lock);
+		route_event(r, d, &ev); /* PH_IDLE */
+	}
+	rid_put_locked(d); /* the call's */
+	free(c);
+}
+
 /* r->lk held. The answer to a call; a creating request's names its id.
  * Its caller is woken through @k, after the lock. A quiet request's
  * failure goes to quiet_failed. */
@@ -1004,6 +1054,10 @@ static void take_reply(struct cmr *r, const uint8_t *buf, size_t len, struct wak
 				/* 0 (not made): only drops what nobody waits for */
 				unpark(r, c->made->handle);
 				n = 0;
+				if (c->detached) {
+					detached_done(r, c, m->ret);
+					return;
+				}
 			} else if (c->out) {
 				memcpy(c->out, buf + sizeof(*m), n < c->outlen ? n : c->outlen);
 			}
@@ -1033,6 +1087,13 @@ static void die_locked(struct cmr *r)
 		return;
 	r->dead = 1;
 	(void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
+	for (struct call *c = r->calls, *next; c; c = next) {
+		next = c->next;
+		if (c->detached) { /* nobody waits: it ends here */
+			r->creating--;
+			detached_done(r, c, CMR_GONE);
+		}
+	}
 	for (struct call *c = r->calls; c; c = c->next)
 		if (!atomic_load_explicit(&c->done, memory_order_relaxed)) {
 			c->ret = CMR_GONE;
@@ -1393,6 +1454,16 @@ static void *deliverer_main(void *arg)
 
 /* ---- calls --------------------------------------------------------------- */
 
+/* r->lk held: a wait as a call's (tl_calls) has ended; callbacks it read
+ * and could not run go to whoever reads next (route_event did not signal
+ * them: this thread led meanwhile). */
+static void waited_locked(struct cmr *r)
+{
+	if (r->qhead && !r->cb_running && !r->closing &&
+	    atomic_load_explicit(&r->inline_cb, memory_order_relaxed))
+		pend_signal_locked(r);
+}
+
 static int call_ready(void *arg)
 {
 	struct call *c = arg;
@@ -1466,10 +1537,7 @@ static int call_len(struct cmr *r, struct cepd_req *q, void *out, size_t outlen,
 			*pp = c.next;
 			break;
 		}
-	/* callbacks this wait read and could not run: whoever reads next */
-	if (r->qhead && !r->cb_running && !r->closing &&
-	    atomic_load_explicit(&r->inline_cb, memory_order_relaxed))
-		pend_signal_locked(r);
+	waited_locked(r);
 	pthread_mutex_unlock(&r->lk);
 	if (got)
 		*got = c.ret != CMR_GONE ? c.outlen : 0;
@@ -1526,10 +1594,35 @@ static int call_pd(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a, uint
 }
 
 /* r->lk held: wait while another request is making @d. */
+static int made_ready(void *arg)
+{
+	struct rid *d = arg;
+
+	/* acquire: pairs with detached_done's release */
+	return !atomic_load_explicit(&d->detached, memory_order_acquire);
+}
+
 static void wait_created(struct cmr *r, struct rid *d)
 {
-	while (d->creating)
-		pthread_cond_wait(&r->cv, &r->lk); /* its call ends, also on death */
+	while (d->creating) {
+		struct cep_lead *l = r->cm.lead;
+
+		if (!atomic_load_explicit(&d->detached, memory_order_relaxed)) {
+			pthread_cond_wait(&r->cv, &r->lk); /* its call ends, also on death */
+			continue;
+		}
+		/* A CONNECT nobody waits for makes it (cmr_connect_nowait):
+		 * its answer may need this thread to read it. Lead while
+		 * waiting, as a call does (its events wait for the outer
+		 * level); as a follower, look again every millisecond
+		 * (nobody wakes this thread for another's answer). */
+		pthread_mutex_unlock(&r->lk);
+		tl_calls++;
+		(void)cep_lead_wait(&l, 1, -1, made_ready, d, 1);
+		tl_calls--;
+		pthread_mutex_lock(&r->lk);
+		waited_locked(r);
+	}
 }
 
 /* A request @q on @id (its reply payload, if any, into @out): the id's
@@ -2459,13 +2552,11 @@ static int qp_refused(struct cmr *r, uint32_t qpn, int ret)
 	return ret;
 }
 
-static int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
+/* CONNECT's fixed part from @p. */
+static void conn_wire(struct cepd_conn *wp, const struct cep_cm_conn_param *p)
 {
 	struct cepd_conn w;
-	int ret;
 
-	if (id_gone(id))
-		return -EINVAL;
 	memset(&w, 0, sizeof(w));
 	w.service_id = p->service_id;
 	w.primary = p->primary;
@@ -2494,12 +2585,80 @@ static int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 	w.manual_drep = COVERS(p, manual_drep) ? p->manual_drep : 0;
 	w.ece_vendor_id = COVERS(p, ece_vendor_id) ? p->ece_vendor_id : 0;
 	w.ece_options = COVERS(p, ece_options) ? p->ece_options : 0;
+	*wp = w;
+}
+
+static int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
+{
+	struct cepd_conn w;
+	int ret;
+
+	if (id_gone(id))
+		return -EINVAL;
+	conn_wire(&w, p);
 	ret = id_req(id, CEPD_CONNECT, 0, 0, 0, 0, 0, &w, sizeof(w),
 		      p->private_data, p->private_data_len, NULL, 0);
 	if (ret && ret != CMR_GONE)
 		ret = qp_refused(RID(id)->r, p->qpn, ret);
 	phase_after(id, ret, PH_REQ_SENT);
 	return ret;
+}
+
+/* cm_connect_nowait: an id cepd has not made yet is made by a CONNECT
+ * nobody waits for - a detached call, whose answer the next reader takes
+ * (take_reply: detached_done) - sent at once, or behind the outgoing
+ * queue's burst, which leaves with it. Any other id, and a call that
+ * cannot be set up (no memory), asks by a call. */
+static int cmr_connect_nowait(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
+{
+	_Alignas(8) uint8_t buf[REQ_BUF];
+	struct cepd_req *q = (struct cepd_req *)buf;
+	struct rid *d = RID(id);
+	struct cmr *r = d->r;
+	struct cepd_conn w;
+	struct call *c;
+	int ret;
+
+	if (id_gone(id))
+		return -EINVAL;
+	conn_wire(&w, p);
+	ret = build(buf, CEPD_CONNECT, 0, 0, 0, 0, 0, 0, &w, sizeof(w), p->private_data,
+		    p->private_data_len, NULL, 0);
+	if (ret)
+		return ret;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return cmr_connect(id, p);
+	pthread_mutex_lock(&r->lk);
+	wait_created(r, d);
+	if (r->dead || d->handle || d->gone) {
+		pthread_mutex_unlock(&r->lk);
+		free(c);
+		return cmr_connect(id, p);
+	}
+	c->made = d;
+	c->detached = 1;
+	c->seq = ++r->seq;
+	q->h.seq = c->seq;
+	q->flags |= CEPD_F_CREATE;
+	ret = out_quiet(r, q, 0); /* not quiet: sent or queued, never blocking */
+	if (ret) { /* neither: nothing changed */
+		pthread_mutex_unlock(&r->lk);
+		free(c);
+		return ret;
+	}
+	if (r->ohead)
+		out_flush(r);
+	d->creating = 1;
+	atomic_store_explicit(&d->detached, 1, memory_order_relaxed);
+	d->phase = PH_REQ_SENT;
+	d->qpn = p->qpn;
+	r->creating++; /* its answer's take_reply counts it down */
+	cmr_id_get(id); /* the call's */
+	c->next = r->calls;
+	r->calls = c;
+	pthread_mutex_unlock(&r->lk);
+	return 0;
 }
 
 /* ACCEPT's fixed part from @p. */
@@ -2587,7 +2746,7 @@ static int cmr_accept_nowait(struct cep_cm_id *id, const struct cep_cm_accept_pa
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&d->r->lk);
-	d->acc_qpn = p->qpn;
+	d->qpn = p->qpn;
 	pthread_mutex_unlock(&d->r->lk);
 	ret = id_send_quiet(d, (struct cepd_req *)buf, PH_REQ_RCVD, PH_REP_SENT);
 	return ret == 1 ? cmr_accept(id, p) : ret;
@@ -2781,6 +2940,7 @@ const struct cm_ops cmr_ops = {
 	.id_lap_state = cmr_id_lap_state,
 	.listen = cmr_listen,
 	.connect = cmr_connect,
+	.connect_nowait = cmr_connect_nowait,
 	.accept = cmr_accept,
 	.accept_nowait = cmr_accept_nowait,
 	.rtu = cmr_rtu,

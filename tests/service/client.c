@@ -1304,11 +1304,41 @@ static struct cep_cm_event *next_event(struct cep_cm_channel *ch, struct cep_cm 
 	return ev;
 }
 
-/* The next event on @ch, which must be of @type; its id (the event acked). */
+/* The next event on @ch within @ms but TIMEWAIT_EXIT (an earlier
+ * connection's, which comes when its timewait is over: skipped). */
+static struct cep_cm_event *next_event_tw(struct cep_cm_channel *ch, struct cep_cm *cm, int ms)
+{
+	double end = now_s() + ms / 1000.0;
+
+	for (;;) {
+		int left = (int)((end - now_s()) * 1000.0);
+		struct cep_cm_event *ev = next_event(ch, cm, left > 0 ? left : 0);
+
+		if (!ev || ev->type != CEP_CM_EV_TIMEWAIT_EXIT)
+			return ev;
+		cep_cm_ack_event(ev);
+	}
+}
+
+/* No event on @ch within @ms but TIMEWAIT_EXIT (one that comes is named,
+ * and acked). */
+static void no_event(struct cep_cm_channel *ch, struct cep_cm *cm, int ms)
+{
+	struct cep_cm_event *ev = next_event_tw(ch, cm, ms);
+
+	if (!ev)
+		return;
+	fprintf(stderr, "unexpected event %s\n", cep_cm_event_name(ev->type));
+	CHECK(!"no event");
+	cep_cm_ack_event(ev);
+}
+
+/* The next event on @ch but TIMEWAIT_EXIT, which must be of @type; its id
+ * (the event acked). */
 static struct cep_cm_id *expect_event(struct cep_cm_channel *ch, struct cep_cm *cm, int type,
 				      int *status)
 {
-	struct cep_cm_event *ev = next_event(ch, cm, 5000);
+	struct cep_cm_event *ev = next_event_tw(ch, cm, 5000);
 	struct cep_cm_id *id;
 
 	CHECK(ev != NULL);
@@ -1326,7 +1356,8 @@ static struct cep_cm_id *expect_event(struct cep_cm_channel *ch, struct cep_cm *
  * must return without cepd's answer. */
 struct nowait_call {
 	struct cep_cm_id *id;
-	const struct cep_cm_accept_param *acc; /* NULL: the RTU */
+	const struct cep_cm_accept_param *acc; /* NULL, no conn: the RTU */
+	const struct cep_cm_conn_param *conn;
 	int ret;
 	_Atomic int done;
 };
@@ -1335,15 +1366,18 @@ static void *nowait_main(void *arg)
 {
 	struct nowait_call *c = arg;
 
-	c->ret = c->acc ? cm_accept_nowait(c->id, c->acc) : cm_rtu_nowait(c->id);
+	c->ret = c->conn ? cm_connect_nowait(c->id, c->conn) :
+		 c->acc ? cm_accept_nowait(c->id, c->acc) : cm_rtu_nowait(c->id);
 	atomic_store(&c->done, 1);
 	return NULL;
 }
 
-/* 0 if the call returned 0 while cepd (@cepd) was stopped. */
-static int nowait_stopped(pid_t cepd, struct cep_cm_id *id, const struct cep_cm_accept_param *acc)
+/* 0 if the call (a connect with @conn, an accept with @acc, else the RTU)
+ * returned 0 while cepd (@cepd) was stopped. */
+static int nowait_stopped(pid_t cepd, struct cep_cm_id *id, const struct cep_cm_accept_param *acc,
+			  const struct cep_cm_conn_param *conn)
 {
-	struct nowait_call c = { .id = id, .acc = acc };
+	struct nowait_call c = { .id = id, .acc = acc, .conn = conn };
 	pthread_t t;
 	int returned;
 
@@ -1376,7 +1410,7 @@ static void case_nowait_cepd(void)
 					   .rnr_retry_count = 7 };
 	struct cep_cm_id_attr attr = { .size = sizeof(attr) };
 	struct cep_cm_channel *cha, *chb;
-	struct cep_cm_id *ia, *ia2, *ia3, *lb, *bid;
+	struct cep_cm_id *ia, *ia2, *ia3, *ia4, *ia5, *ia6, *lb, *bid;
 	struct cep_cm_conn_param p;
 	struct cep_cm_event *ev;
 	struct cep_cm *a, *b;
@@ -1390,9 +1424,12 @@ static void case_nowait_cepd(void)
 	CHECK_EQ(cep_cm_qp_register(a, 0x100), 0);
 	CHECK_EQ(cep_cm_qp_register(a, 0x101), 0);
 	CHECK_EQ(cep_cm_qp_register(a, 0x102), 0);
+	CHECK_EQ(cep_cm_qp_register(a, 0x103), 0);
+	CHECK_EQ(cep_cm_qp_register(a, 0x104), 0);
 	CHECK_EQ(cep_cm_qp_register(a, 0x300), 0); /* A's: B may not name it */
-	CHECK_EQ(cep_cm_qp_register(b, 0x200), 0);
+	CHECK_EQ(cep_cm_qp_register(b, 0x200), 0); /* B's: nor A this one */
 	CHECK_EQ(cep_cm_qp_register(b, 0x201), 0);
+	CHECK_EQ(cep_cm_qp_register(b, 0x202), 0);
 	CHECK_EQ(cep_cm_channel_create(&cha), 0);
 	CHECK_EQ(cep_cm_channel_create(&chb), 0);
 	attr.channel = chb;
@@ -1414,10 +1451,10 @@ static void case_nowait_cepd(void)
 	acc.private_data_len = sizeof(pd);
 	CHECK_EQ(cm_accept_nowait(bid, &acc), -EMSGSIZE); /* the engine's answer */
 	acc.private_data_len = 0;
-	CHECK_EQ(nowait_stopped(cepd, bid, &acc), 0);
+	CHECK_EQ(nowait_stopped(cepd, bid, &acc, NULL), 0);
 	(void)expect_event(cha, a, CEP_CM_EV_REP_RECEIVED, NULL);
 	CHECK_EQ(cm_accept_nowait(bid, &acc), -EINVAL); /* REP_SENT: a call */
-	CHECK_EQ(nowait_stopped(cepd, ia, NULL), 0);
+	CHECK_EQ(nowait_stopped(cepd, ia, NULL, NULL), 0);
 	(void)expect_event(chb, b, CEP_CM_EV_RTU_RECEIVED, NULL);
 	CHECK_EQ(cep_cm_id_state(ia), CEP_CM_ESTABLISHED);
 	CHECK_EQ(cep_cm_id_state(bid), CEP_CM_ESTABLISHED);
@@ -1434,14 +1471,14 @@ static void case_nowait_cepd(void)
 	CHECK_EQ(cm_accept_nowait(bid, &acc), 0);
 	CHECK(expect_event(chb, b, CEP_CM_EV_REP_ERROR, &st) == bid);
 	CHECK_EQ(st, -ENOENT); /* not the client's QP, as cep_cm_accept says */
-	ev = next_event(cha, a, 5000);
+	ev = next_event_tw(cha, a, 5000);
 	CHECK(ev && ev->type == CEP_CM_EV_REJ_RECEIVED && ev->id == ia2 &&
 	      ev->status == CEP_REJ_CONSUMER_DEFINED);
 	if (ev)
 		cep_cm_ack_event(ev);
 	CHECK_EQ(cep_cm_id_state(bid), CEP_CM_IDLE);
-	CHECK(next_event(chb, b, 300) == NULL);
-	CHECK(next_event(cha, a, 300) == NULL);
+	no_event(chb, b, 300);
+	no_event(cha, a, 300);
 
 	/* 3: an RTU racing the peer's REJ: the REJ is all A hears */
 	cepd_fabric_conn(&p, 0, 1, sid, 0x102, 16);
@@ -1455,17 +1492,66 @@ static void case_nowait_cepd(void)
 	usleep(100000); /* the REJ in A's cepd; its event unread here */
 	ret = cm_rtu_nowait(ia3);
 	CHECK(ret == 0 || ret == -EINVAL);
-	ev = next_event(cha, a, 5000);
+	ev = next_event_tw(cha, a, 5000);
 	CHECK(ev && ev->type == CEP_CM_EV_REJ_RECEIVED && ev->id == ia3);
 	if (ev)
 		cep_cm_ack_event(ev);
-	CHECK(next_event(cha, a, 300) == NULL);
+	no_event(cha, a, 300);
+
+	/* 4: a connect of an id cepd has not made returns while cepd is
+	 * stopped; a call on the id meanwhile waits for the answer that
+	 * names it, reading it itself (nobody else waits), and the
+	 * connection is made */
+	CHECK_EQ(cep_cm_create_id(a, &attr, &ia4), 0);
+	cepd_fabric_conn(&p, 0, 1, sid, 0x103, 16);
+	CHECK_EQ(nowait_stopped(cepd, ia4, NULL, &p), 0);
+	st = (int)cep_cm_id_state(ia4);
+	CHECK(st == CEP_CM_REQ_SENT || st == CEP_CM_MRA_REQ_RCVD);
+	bid = expect_event(chb, b, CEP_CM_EV_REQ_RECEIVED, NULL);
+	acc.qpn = 0x202;
+	CHECK_EQ(cm_accept_nowait(bid, &acc), 0);
+	CHECK(expect_event(cha, a, CEP_CM_EV_REP_RECEIVED, NULL) == ia4); /* RTU sent */
+	CHECK(expect_event(cha, a, CEP_CM_EV_ESTABLISHED, NULL) == ia4);
+	(void)expect_event(chb, b, CEP_CM_EV_RTU_RECEIVED, NULL);
+	CHECK_EQ(cep_cm_id_state(ia4), CEP_CM_ESTABLISHED);
+	CHECK_EQ(cm_connect_nowait(ia4, &p), -EINVAL); /* made: a call, the engine's answer */
+
+	/* 5: a connect cepd refuses (B's QP): REQ_ERROR with the refusal's
+	 * status, no REQ at B */
+	CHECK_EQ(cep_cm_create_id(a, &attr, &ia5), 0);
+	cepd_fabric_conn(&p, 0, 1, sid, 0x200, 16);
+	CHECK_EQ(cm_connect_nowait(ia5, &p), 0);
+	CHECK(expect_event(cha, a, CEP_CM_EV_REQ_ERROR, &st) == ia5);
+	CHECK_EQ(st, -ENOENT); /* as cep_cm_connect says */
+	CHECK_EQ(cep_cm_id_state(ia5), CEP_CM_IDLE);
+	no_event(chb, b, 300);
+	no_event(cha, a, 100);
+
+	/* 6: cepd dies with a connect's answer outstanding: the id's
+	 * REQ_ERROR, -ECONNRESET (among the error events of A's others) */
+	CHECK_EQ(cep_cm_create_id(a, &attr, &ia6), 0);
+	cepd_fabric_conn(&p, 0, 1, sid, 0x104, 16);
+	CHECK_EQ(nowait_stopped(cepd, ia6, NULL, &p), 0);
+	CHECK_EQ(kill(cepd, SIGKILL), 0);
+	CHECK_EQ(waitpid(cepd, NULL, 0), cepd);
+	st = 1;
+	while ((ev = next_event(cha, a, 5000)) != NULL) {
+		int mine = ev->id == ia6 && ev->type == CEP_CM_EV_REQ_ERROR;
+
+		if (mine)
+			st = ev->status;
+		cep_cm_ack_event(ev);
+		if (mine)
+			break;
+	}
+	CHECK_EQ(st, -ECONNRESET);
 
 	CHECK_EQ(cep_cm_destroy(a), 0);
 	CHECK_EQ(cep_cm_destroy(b), 0);
 	CHECK_EQ(cep_cm_channel_destroy(cha), 0);
 	CHECK_EQ(cep_cm_channel_destroy(chb), 0);
-	real_cepd_stop(cepd, dir);
+	unlink(sock_path);
+	rmdir(dir);
 }
 
 /* ---- mc-cepd ---------------------------------------------------------------------------- */
