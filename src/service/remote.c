@@ -2553,39 +2553,36 @@ static int qp_refused(struct cmr *r, uint32_t qpn, int ret)
 }
 
 /* CONNECT's fixed part from @p. */
-static void conn_wire(struct cepd_conn *wp, const struct cep_cm_conn_param *p)
+static void conn_wire(struct cepd_conn *w, const struct cep_cm_conn_param *p)
 {
-	struct cepd_conn w;
-
-	memset(&w, 0, sizeof(w));
-	w.service_id = p->service_id;
-	w.primary = p->primary;
-	w.alternate = p->alternate;
+	memset(w, 0, sizeof(*w));
+	w->service_id = p->service_id;
+	w->primary = p->primary;
+	w->alternate = p->alternate;
 	if (p->peer) {
-		w.peer = *p->peer;
-		w.has_peer = 1;
+		w->peer = *p->peer;
+		w->has_peer = 1;
 	}
-	w.qpn = p->qpn;
-	w.starting_psn = p->starting_psn;
-	w.qkey = p->qkey;
-	w.pkey = p->pkey;
-	w.responder_resources = p->responder_resources;
-	w.initiator_depth = p->initiator_depth;
-	w.remote_cm_response_timeout = p->remote_cm_response_timeout;
-	w.local_cm_response_timeout = p->local_cm_response_timeout;
-	w.max_cm_retries = p->max_cm_retries;
-	w.packet_life_time = p->packet_life_time;
-	w.retry_count = p->retry_count;
-	w.rnr_retry_count = p->rnr_retry_count;
-	w.path_mtu = p->path_mtu;
-	w.transport_service_type = p->transport_service_type;
-	w.srq = p->srq;
-	w.manual_rtu = p->manual_rtu;
-	w.flow_control = COVERS(p, flow_control) ? p->flow_control : 1;
-	w.manual_drep = COVERS(p, manual_drep) ? p->manual_drep : 0;
-	w.ece_vendor_id = COVERS(p, ece_vendor_id) ? p->ece_vendor_id : 0;
-	w.ece_options = COVERS(p, ece_options) ? p->ece_options : 0;
-	*wp = w;
+	w->qpn = p->qpn;
+	w->starting_psn = p->starting_psn;
+	w->qkey = p->qkey;
+	w->pkey = p->pkey;
+	w->responder_resources = p->responder_resources;
+	w->initiator_depth = p->initiator_depth;
+	w->remote_cm_response_timeout = p->remote_cm_response_timeout;
+	w->local_cm_response_timeout = p->local_cm_response_timeout;
+	w->max_cm_retries = p->max_cm_retries;
+	w->packet_life_time = p->packet_life_time;
+	w->retry_count = p->retry_count;
+	w->rnr_retry_count = p->rnr_retry_count;
+	w->path_mtu = p->path_mtu;
+	w->transport_service_type = p->transport_service_type;
+	w->srq = p->srq;
+	w->manual_rtu = p->manual_rtu;
+	w->flow_control = COVERS(p, flow_control) ? p->flow_control : 1;
+	w->manual_drep = COVERS(p, manual_drep) ? p->manual_drep : 0;
+	w->ece_vendor_id = COVERS(p, ece_vendor_id) ? p->ece_vendor_id : 0;
+	w->ece_options = COVERS(p, ece_options) ? p->ece_options : 0;
 }
 
 static int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)

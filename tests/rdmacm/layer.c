@@ -181,6 +181,28 @@ static void t_pdata_einval(void)
 	teardown_all();
 }
 
+/* Set up B with a stand-in RoCE port and its TCP-space listener (@s), and
+ * send it a REQ from C (comm ID @comm_id, kept in @m) for that service:
+ * the rdma_cm id of its CONNECT_REQUEST, taken and acked. */
+static struct rdma_cm_id *tcp_request(struct standin *s, uint32_t comm_id, struct cep_msg *m)
+{
+	struct rdma_cm_event *ev = NULL;
+	struct rdma_cm_id *c;
+
+	setup(2, 0);
+	standin_open(s, IBV_LINK_LAYER_ETHERNET, 0);
+	raw_req(m, comm_id, 0x900);
+	m->u.req.service_id = s->tcp.sid;
+	cma_hdr(m->u.req.private_data, sizeof(m->u.req.private_data));
+	raw_send(m, LID_B);
+	settle();
+	CHECK_EQ(rdma_get_cm_event(&s->ch->ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	c = ev->id;
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	return c;
+}
+
 /* Issue 21: the application answers a connection request after its
  * requester gave up (the CM's half-open limit passed: cmtime's server
  * under a 10,000-connection storm). The kernel's REQ_RCVD never expires:
@@ -197,17 +219,7 @@ static void t_accept_expired(void)
 	struct cep_msg m;
 
 	half_open_ms_of[1] = 500; /* B's limit */
-	setup(2, 0);
-	standin_open(&s, IBV_LINK_LAYER_ETHERNET, 0);
-	raw_req(&m, 0x9300, 0x900);
-	m.u.req.service_id = s.tcp.sid;
-	cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
-	raw_send(&m, LID_B);
-	settle();
-	CHECK_EQ(rdma_get_cm_event(&s.ch->ch, &ev), 0);
-	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
-	c = ev->id;
-	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	c = tcp_request(&s, 0x9300, &m);
 	standin_req_params(c, &m.u.req);
 	advance_ms(600); /* past the limit: the request expires */
 	memset(&cp, 0, sizeof(cp));
@@ -249,17 +261,7 @@ static void t_refused_event(void)
 	struct rdma_cm_id *c;
 	struct cep_msg m;
 
-	setup(2, 0);
-	standin_open(&s, IBV_LINK_LAYER_ETHERNET, 0);
-	raw_req(&m, 0x9400, 0x900);
-	m.u.req.service_id = s.tcp.sid;
-	cma_hdr(m.u.req.private_data, sizeof(m.u.req.private_data));
-	raw_send(&m, LID_B);
-	settle();
-	CHECK_EQ(rdma_get_cm_event(&s.ch->ch, &ev), 0);
-	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
-	c = ev->id;
-	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	c = tcp_request(&s, 0x9400, &m);
 	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct cep_cm_id *cid = rcm_id_of(c)->cep;
 		struct cep_cm_event e;
