@@ -640,9 +640,10 @@ static int out_push(struct cmr *r, const void *req, size_t len)
 
 /* r->lk held. A quiet request (@q->h.len bytes) sent or queued, never
  * blocking: at once when nothing waits before it and no burst is on
- * (@burst 0), else queued behind the others, to leave with them. 0; -ENOMEM when it could be neither
- * sent (the socket full) nor queued. A broken socket counts as sent:
- * cepd then ends everything of ours itself. */
+ * (@burst 0), else queued behind the others, to leave with them. 0;
+ * -ENOMEM when it could be neither sent (the socket full) nor queued. A
+ * broken socket counts as sent: cepd then ends everything of ours
+ * itself. */
 static int out_quiet(struct cmr *r, const struct cepd_req *q, int burst)
 {
 	int ret;
@@ -1593,7 +1594,6 @@ static int call_pd(struct cmr *r, uint32_t op, uint32_t handle, uint32_t a, uint
 	return ret ? ret : call(r, (struct cepd_req *)buf, NULL, 0);
 }
 
-/* r->lk held: wait while another request is making @d. */
 static int made_ready(void *arg)
 {
 	struct rid *d = arg;
@@ -1602,6 +1602,8 @@ static int made_ready(void *arg)
 	return !atomic_load_explicit(&d->detached, memory_order_acquire);
 }
 
+/* r->lk held (dropped and taken again while it waits): wait while another
+ * request is making @d. */
 static void wait_created(struct cmr *r, struct rid *d)
 {
 	while (d->creating) {
