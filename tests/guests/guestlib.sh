@@ -48,7 +48,16 @@ gb_rxe_up() {
 	local p=/sys/class/infiniband/rxe0/ports/1 end=$(( $(date +%s) + 30 ))
 	until grep -q ACTIVE "$p/state" 2>/dev/null &&
 		grep -q "^0000:0000:0000:0000:0000:ffff:" "$p/gids/1" 2>/dev/null; do
-		[ "$(date +%s)" -ge "$end" ] && { echo "gb_rxe_up: rxe0 port not ready" >&2; return 1; }
+		if [ "$(date +%s)" -ge "$end" ]; then
+			# what was missing: the port's state, its IPv4 GID, the
+			# netdev's link and address (seen once in CI, 2026-12-05)
+			echo "gb_rxe_up: rxe0 port not ready after 30 s:" \
+				"state '$(cat "$p/state" 2>/dev/null)'" \
+				"phys_state '$(cat "$p/phys_state" 2>/dev/null)'" \
+				"gid[1] '$(cat "$p/gids/1" 2>/dev/null)';" \
+				"$(ip -br link show eth0 2>&1); $(ip -br addr show eth0 2>&1)" >&2
+			return 1
+		fi
 		sleep 0.02
 	done
 }
