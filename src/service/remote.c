@@ -667,6 +667,19 @@ static int out_quiet(struct cmr *r, const struct cepd_req *q, int burst)
 	return 0;
 }
 
+/* r->lk held. @q sent now, never blocking: at once, or behind the
+ * outgoing queue's burst, which then leaves with it (what the socket
+ * refuses waits there for the next flush). 0, or -ENOMEM (neither sent nor
+ * queued: nothing changed). */
+static int out_now(struct cmr *r, const struct cepd_req *q)
+{
+	int ret = out_quiet(r, q, 0);
+
+	if (!ret && r->ohead)
+		out_flush(r);
+	return ret;
+}
+
 /* r->lk held. Ask cepd to end an id it made for us that names nothing of
  * ours (a REQ's whose listener is gone, or one we could not take): quiet
  * (no answer unless it fails, and that one finds no id of ours in
@@ -884,6 +897,24 @@ static void destroyed_here(struct cmr *r, struct rid *d);
 
 static int refused_take(struct cmr *r, uint32_t qpn, int ret);
 
+/* r->lk held (r_unlock after): @d's error event of @type with @status,
+ * made here (no message: cepd refused a request nobody waited for, or has
+ * gone), routed as one from cepd. */
+static void error_event(struct cmr *r, struct rid *d, unsigned type, int status)
+{
+	struct cep_cm_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = type;
+	ev.msg.type = CEP_MSG_INVALID;
+	ev.status = status;
+	ev.id = &d->id;
+	pthread_mutex_lock(&d->id.lock);
+	ev.context = d->id.context;
+	pthread_mutex_unlock(&d->id.lock);
+	route_event(r, d, &ev);
+}
+
 /* r->lk held (r_unlock after): cepd refused @d's quiet ACCEPT with @ret
  * (cm_accept_nowait). -EINVAL: the request had left REQ_RCVD, which its
  * own event tells (or the caller did it). Else, while nothing else has
@@ -894,19 +925,10 @@ static int refused_take(struct cmr *r, uint32_t qpn, int ret);
  * follows. */
 static void accept_refused(struct cmr *r, struct rid *d, int ret)
 {
-	struct cep_cm_event ev;
-
 	if (ret == -EINVAL || d->gone || d->hidden || d->phase != PH_REP_SENT)
 		return;
-	memset(&ev, 0, sizeof(ev));
-	ev.type = CEP_CM_EV_REP_ERROR;
-	ev.msg.type = CEP_MSG_INVALID;
-	ev.status = refused_take(r, d->qpn, ret);
-	ev.id = &d->id;
-	pthread_mutex_lock(&d->id.lock);
-	ev.context = d->id.context;
-	pthread_mutex_unlock(&d->id.lock);
-	route_event(r, d, &ev); /* PH_IDLE: this refusal is told once */
+	/* PH_IDLE after it: this refusal is told once */
+	error_event(r, d, CEP_CM_EV_REP_ERROR, refused_take(r, d->qpn, ret));
 }
 
 /* r->lk held (r_unlock after): cepd refused a quiet request (@op, @ret).
@@ -1004,19 +1026,9 @@ static void detached_done(struct cmr *r, struct call *c, int ret)
 	/* release: the handle (or its absence) before a waiter's acquire */
 	atomic_store_explicit(&d->detached, 0, memory_order_release);
 	pthread_cond_broadcast(&r->cv);
-	if (ret && !d->gone && !d->hidden && d->phase == PH_REQ_SENT) {
-		struct cep_cm_event ev;
-
-		memset(&ev, 0, sizeof(ev));
-		ev.type = CEP_CM_EV_REQ_ERROR;
-		ev.msg.type = CEP_MSG_INVALID;
-		ev.status = ret == CMR_GONE ? ret : refused_take(r, d->qpn, ret);
-		ev.id = &d->id;
-		pthread_mutex_lock(&d->id.lock);
-		ev.context = d->id.context;
-		pthread_mutex_unlock(&d->id.lock);
-		route_event(r, d, &ev); /* PH_IDLE */
-	}
+	if (ret && !d->gone && !d->hidden && d->phase == PH_REQ_SENT) /* PH_IDLE after */
+		error_event(r, d, CEP_CM_EV_REQ_ERROR,
+			    ret == CMR_GONE ? ret : refused_take(r, d->qpn, ret));
 	rid_put_locked(d); /* the call's */
 	free(c);
 }
@@ -1106,32 +1118,27 @@ static void die_locked(struct cmr *r)
 		}
 	for (uint32_t i = 0; i < r->mapcap; i++) {
 		struct rid *d = r->map[i];
-		struct cep_cm_event ev;
+		unsigned type;
 
 		if (!d || d->destroyed || d->hidden || d->gone)
 			continue;
-		memset(&ev, 0, sizeof(ev));
-		ev.msg.type = CEP_MSG_INVALID;
-		ev.status = CMR_GONE;
-		ev.id = &d->id;
-		ev.context = d->id.context;
 		switch (d->phase) {
 		case PH_REQ_SENT: case PH_REQ_RCVD: case PH_REP_RCVD:
-			ev.type = CEP_CM_EV_REQ_ERROR;
+			type = CEP_CM_EV_REQ_ERROR;
 			break;
 		case PH_REP_SENT:
-			ev.type = CEP_CM_EV_REP_ERROR;
+			type = CEP_CM_EV_REP_ERROR;
 			break;
 		case PH_EST:
-			ev.type = CEP_CM_EV_DREQ_ERROR;
+			type = CEP_CM_EV_DREQ_ERROR;
 			break;
 		case PH_SIDR_SENT: case PH_SIDR_RCVD:
-			ev.type = CEP_CM_EV_SIDR_REQ_ERROR;
+			type = CEP_CM_EV_SIDR_REQ_ERROR;
 			break;
 		default:
 			continue;
 		}
-		route_event(r, d, &ev);
+		error_event(r, d, type, CMR_GONE);
 	}
 	/* After a DESTROY_ID (sent quiet: no reply) its DESTROYED is the
 	 * service's to send: it never will now. Made here, once
@@ -2605,9 +2612,8 @@ static int cmr_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 
 /* cm_connect_nowait: an id cepd has not made yet is made by a CONNECT
  * nobody waits for - a detached call, whose answer the next reader takes
- * (take_reply: detached_done) - sent at once, or behind the outgoing
- * queue's burst, which leaves with it. Any other id, and a call that
- * cannot be set up (no memory), asks by a call. */
+ * (take_reply: detached_done) - sent as out_now sends. Any other id,
+ * and a call that cannot be set up (no memory), asks by a call. */
 static int cmr_connect_nowait(struct cep_cm_id *id, const struct cep_cm_conn_param *p)
 {
 	_Alignas(8) uint8_t buf[REQ_BUF];
@@ -2640,14 +2646,12 @@ static int cmr_connect_nowait(struct cep_cm_id *id, const struct cep_cm_conn_par
 	c->seq = ++r->seq;
 	q->h.seq = c->seq;
 	q->flags |= CEPD_F_CREATE;
-	ret = out_quiet(r, q, 0); /* not quiet: sent or queued, never blocking */
-	if (ret) { /* neither: nothing changed */
+	ret = out_now(r, q); /* not quiet, but sent the same way */
+	if (ret) { /* neither sent nor queued: nothing changed */
 		pthread_mutex_unlock(&r->lk);
 		free(c);
 		return ret;
 	}
-	if (r->ohead)
-		out_flush(r);
 	d->creating = 1;
 	atomic_store_explicit(&d->detached, 1, memory_order_relaxed);
 	d->phase = PH_REQ_SENT;
@@ -2697,8 +2701,7 @@ static int cmr_accept(struct cep_cm_id *id, const struct cep_cm_accept_param *p)
 
 /* Send @q (built, no handle) on @d CEPD_F_QUIET if @d is in @phase as far
  * as this side knows (its events, its own requests), which it then leaves
- * for @next; at once, or behind the outgoing queue's burst, which leaves
- * with it (out_flush). 0, -ENOMEM (neither sent nor queued: nothing
+ * for @next (out_now). 0, -ENOMEM (neither sent nor queued: nothing
  * changed), or 1: not sent - the id not made in cepd, destroyed, in
  * another phase, or the service gone - the caller asks by a call, whose
  * answer is the engine's. No lock of ours held. */
@@ -2713,12 +2716,9 @@ static int id_send_quiet(struct rid *d, struct cepd_req *q, unsigned phase, unsi
 		q->handle = d->handle;
 		q->flags |= CEPD_F_QUIET;
 		q->h.seq = QUIET_SEQ(q->h.op, d->handle);
-		ret = out_quiet(r, q, 0);
-		if (!ret) {
+		ret = out_now(r, q);
+		if (!ret)
 			d->phase = (uint8_t)next;
-			if (r->ohead)
-				out_flush(r);
-		}
 	}
 	pthread_mutex_unlock(&r->lk);
 	return ret;
