@@ -266,7 +266,11 @@ static int do_hello(struct client *c, const uint8_t *buf, size_t len,
 		rep.ca_guid = cep_cm_ca_guid(p->cm);
 		rep.port = p->info;
 	}
+	/* under svc.lk: print_stats reads every client's port under it, a
+	 * HELLO of another client's meanwhile included */
+	pthread_mutex_lock(&svc.lk);
 	c->port = p;
+	pthread_mutex_unlock(&svc.lk);
 	return reply(c, seq, 0, &rep, sizeof(rep));
 }
 
