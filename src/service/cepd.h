@@ -118,7 +118,9 @@ struct client {
 	int flushing;                  /* lk: a thread is sending the queue */
 	int blocked;                   /* lk: the socket was full (EAGAIN) */
 	int dead;                      /* lk: no event goes out, no new id */
-	_Atomic int refs;              /* thread + each sid */
+	_Atomic int refs;              /* thread + each sid + the pending list */
+	int pending;                   /* svc.pend_lk: on svc.pend (pend_next) */
+	struct client *pend_next;      /* svc.pend_lk */
 	/* statistics: relaxed counters, no order with anything */
 	_Atomic uint64_t requests, bad, refused, events, events_dropped;
 	struct client *next;           /* svc.lk: the clients being served */
@@ -180,6 +182,12 @@ extern struct svc {
 	_Atomic int stop;              /* set by the signal handler, which may run
 					  on any thread (hence atomic, not volatile) */
 	int sigpipe[2];
+	/* Clients whose queued events wait for the main thread's look
+	 * (events.c, client_pend): a held event, a full socket */
+	pthread_mutex_t pend_lk;
+	struct client *pend;           /* pend_lk: each holds a reference */
+	int pend_closed;               /* pend_lk: shutting down: no more */
+	int pend_efd;                  /* an eventfd: the list became non-empty */
 	unsigned workers;
 	int verbose;
 } svc;
@@ -212,8 +220,20 @@ void flush_locked(struct client *c);
 /* c->lk held: queue an event of type @type for handle @h with no message
  * (a DESTROYED the service makes). */
 void post_simple_event(struct client *c, uint32_t type, uint32_t h, uint32_t local_comm_id);
-/* c->lk held, no flush running: send what is queued (client thread). */
+/* c->lk held, no flush running: send what is queued. */
 void flush_now(struct client *c);
+/* c->lk held. @c has queued events that no thread is about to send (one
+ * held for the event that should follow it, or a full socket): the main
+ * thread sends them within PEND_LOOK_MS (pend_look). */
+void client_pend(struct client *c);
+#define PEND_LOOK_MS 100
+/* Main thread. Send what each pending client has queued (again pending
+ * if its socket is still full); the poll timeout for the next look: -1
+ * when nothing is pending, else PEND_LOOK_MS. */
+int pend_look(void);
+/* At shutdown, every client dead: drop the list and its references; no
+ * client is added after. */
+void pend_close(void);
 
 /* request.c */
 int reply(struct client *c, uint64_t seq, int ret, const void *payload, size_t len);

@@ -372,30 +372,32 @@ static void *client_thread(void *arg)
 	int hello = 0;
 
 	clock_gettime(CLOCK_MONOTONIC, &born);
-	while (buf) { /* until the socket ends (shutdown_all shuts it) */
+	/* The thread sleeps in recv until the socket has something: a
+	 * request, or its end (shutdown_all shuts it). Before HELLO the
+	 * receive timeout is what is left of hello_ms; after, none (events
+	 * that wait for a look are the main thread's: pend_look). */
+	while (buf) {
 		struct ucred cred;
 		int has_cred = 0, fd = -1, zero = 0;
-		ssize_t n = recv_msg(c, buf, hello ? NULL : &cred, &has_cred, &fd);
+		ssize_t n;
 
-		if (n == -EINTR)
-			continue;
-		if (n == -EAGAIN || n == -EWOULDBLOCK) {
-			if (!hello && ms_since(&born) > (long)cepd_limits.hello_ms) {
+		if (!hello) {
+			long left = (long)cepd_limits.hello_ms - ms_since(&born);
+			struct timeval tv;
+
+			if (left <= 0) {
 				if (svc.verbose)
 					logmsg("client %u (pid %d): no HELLO in %u ms: dropped",
 					       c->serial, (int)c->id.pid, cepd_limits.hello_ms);
 				break;
 			}
-			/* the receive timeout: send events a full socket held
-			 * (or a held REP_RECEIVED whose ESTABLISHED never came) */
-			pthread_mutex_lock(&c->lk);
-			if ((c->blocked || c->qhead) && !c->flushing) {
-				c->blocked = 0;
-				flush_now(c);
-			}
-			pthread_mutex_unlock(&c->lk);
-			continue;
+			tv.tv_sec = left / 1000;
+			tv.tv_usec = (left % 1000) * 1000;
+			(void)setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 		}
+		n = recv_msg(c, buf, hello ? NULL : &cred, &has_cred, &fd);
+		if (n == -EINTR || n == -EAGAIN || n == -EWOULDBLOCK)
+			continue; /* before HELLO: its deadline, above */
 		if (n <= 0) {
 			if (fd >= 0)
 				close(fd);
@@ -416,8 +418,11 @@ static void *client_thread(void *arg)
 			if (do_hello(c, buf, (size_t)n, has_cred ? &cred : NULL, fd))
 				break;
 			hello = 1;
-			/* credentials were for the HELLO only */
+			/* credentials were for the HELLO only; from now on recv
+			 * waits without a timeout (zero: none) */
 			(void)setsockopt(c->fd, SOL_SOCKET, SO_PASSCRED, &zero, sizeof(zero));
+			(void)setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ 0, 0 },
+					 sizeof(struct timeval));
 			continue;
 		}
 		if (((struct cepd_hdr *)buf)->op == CEPD_HELLO) {
@@ -472,7 +477,6 @@ static void refuse(int fd, int err)
 void accept_client(int fd)
 {
 	struct client *c;
-	struct timeval tv = { .tv_sec = 0, .tv_usec = 100000 };
 	int sndbuf = 4 << 20;
 	pthread_attr_t ta;
 	pthread_t t;
@@ -495,7 +499,6 @@ void accept_client(int fd)
 		refuse(fd, ret);
 		return;
 	}
-	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 	c->fd = fd;
 	pthread_mutex_init(&c->lk, NULL);

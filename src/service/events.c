@@ -8,11 +8,16 @@
  * finds no flush running (so events that wait while one is sent go out
  * together, one EVENTS message); a client that does not read has its
  * queue grow to its limit or its uid's (acct.h, event bytes) and is
- * then dropped.
+ * then dropped. Queued events that no worker is about to send (one held
+ * for the event that should follow it, a full socket) put their client
+ * on the pending list, which the main thread looks at every PEND_LOOK_MS
+ * while it is not empty (pend_look): no thread wakes for a client that
+ * has nothing queued.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include "service/cepd.h"
@@ -46,6 +51,7 @@ void flush_locked(struct client *c)
 			if (!c->qtail)
 				c->qtail = k;
 			c->blocked = 1;
+			client_pend(c);
 			return;
 		}
 		if (n < 0) /* the client is going: its thread sees it */
@@ -62,6 +68,93 @@ void flush_now(struct client *c)
 	c->flushing = 1;
 	flush_locked(c);
 	c->flushing = 0;
+}
+
+/* ---- the pending list ------------------------------------------------------ */
+
+/* Set on the main thread while pend_look sends: what it puts back on the
+ * list waits for its next look, without a kick to itself. */
+static _Thread_local int tl_looking;
+
+void client_pend(struct client *c)
+{
+	int kick = 0;
+
+	pthread_mutex_lock(&svc.pend_lk);
+	if (!c->pending && !svc.pend_closed) {
+		c->pending = 1;
+		/* relaxed: the caller holds a reference (a sid's, the client
+		 * thread's, or the list's own in pend_look) */
+		atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+		kick = !svc.pend && !tl_looking;
+		c->pend_next = svc.pend;
+		svc.pend = c;
+	}
+	pthread_mutex_unlock(&svc.pend_lk);
+	/* once per empty -> not empty: the main thread starts its timeout */
+	if (kick)
+		(void)eventfd_write(svc.pend_efd, 1);
+}
+
+/* Detach the list: its clients stay marked pending (their links ours)
+ * until next_of takes each. */
+static struct client *pend_take_all(int close)
+{
+	struct client *list;
+
+	pthread_mutex_lock(&svc.pend_lk);
+	list = svc.pend;
+	svc.pend = NULL;
+	if (close)
+		svc.pend_closed = 1;
+	pthread_mutex_unlock(&svc.pend_lk);
+	return list;
+}
+
+/* @c of a detached list: its successor, read before its pending flag is
+ * cleared (from then on client_pend may link it anew). */
+static struct client *next_of(struct client *c)
+{
+	struct client *next;
+
+	pthread_mutex_lock(&svc.pend_lk);
+	next = c->pend_next;
+	c->pending = 0;
+	pthread_mutex_unlock(&svc.pend_lk);
+	return next;
+}
+
+int pend_look(void)
+{
+	struct client *c = pend_take_all(0), *next;
+	int more;
+
+	tl_looking = 1;
+	for (; c; c = next) {
+		next = next_of(c);
+		pthread_mutex_lock(&c->lk);
+		if (!c->dead && !c->flushing && (c->blocked || c->qhead)) {
+			c->blocked = 0;
+			flush_now(c); /* a socket still full: back on the list */
+		}
+		pthread_mutex_unlock(&c->lk);
+		client_put(c);
+	}
+	tl_looking = 0;
+	pthread_mutex_lock(&svc.pend_lk);
+	more = svc.pend != NULL;
+	pthread_mutex_unlock(&svc.pend_lk);
+	return more ? PEND_LOOK_MS : -1;
+}
+
+void pend_close(void)
+{
+	struct client *c = pend_take_all(1), *next;
+
+	for (; c; c = next) {
+		next = next_of(c);
+		client_put(c);
+	}
 }
 
 /* c->lk held. Append one event record; start a new chunk when the last
@@ -134,8 +227,15 @@ static void post_event(struct client *c, const struct cepd_ev *e, const struct c
 		return;
 	}
 	atomic_fetch_add_explicit(&c->events, 1, memory_order_relaxed);
-	if (c->flushing || c->blocked || hold)
+	if (c->flushing || c->blocked) /* the flusher sends it; a full
+					* socket: pending already */
 		return;
+	if (hold) {
+		/* the event that follows sends both; should it never come,
+		 * the main thread's look does */
+		client_pend(c);
+		return;
+	}
 	flush_now(c);
 }
 

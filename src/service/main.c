@@ -9,7 +9,8 @@
  * shutdown. SIGTERM/SIGINT: the socket closes, every client is
  * disconnected (their calls then fail with -ECONNRESET), ids and ports are
  * torn down. Threads: the main thread accepts (client.c runs a thread per
- * client); the CM workers run the engine's callbacks (events.c).
+ * client) and sends the events of pending clients (events.c, pend_look);
+ * the CM workers run the engine's callbacks (events.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -38,7 +40,8 @@
 #include "service/config.h"
 
 struct svc svc = { .lk = PTHREAD_MUTEX_INITIALIZER, .lfd = -1,
-		    .sigpipe = { -1, -1 } };
+		    .sigpipe = { -1, -1 }, .pend_lk = PTHREAD_MUTEX_INITIALIZER,
+		    .pend_efd = -1 };
 
 void logmsg(const char *fmt, ...)
 {
@@ -287,6 +290,14 @@ static void on_signal(int sig)
 	errno = e;
 }
 
+static int64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
 /* A spare descriptor: when accept fails for want of descriptors, it is
  * closed to accept the waiting connection and refuse it at once, so the
  * listen queue drains instead of polling readable for ever. */
@@ -416,6 +427,7 @@ static int shutdown_all(void)
 	for (struct client *c = svc.clients; c; c = c->next)
 		shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&svc.lk);
+	pend_close(); /* the list's references: nothing goes out any more */
 	/* every client's thread ends and its ids' DESTROYED come back (5 s
 	 * at most; an id in timewait may take longer: its sid is freed after
 	 * the CM, which drops it, below) */
@@ -493,6 +505,7 @@ int main(int argc, char **argv)
 	unsigned nports = 0, nlimits = 0;
 	long fabric = 0;
 	int stats = 0, o, ret = 0;
+	int64_t look_at; /* the pending list's next look (CLOCK_MONOTONIC ms), 0: none */
 	struct sigaction sa;
 
 	while ((o = getopt_long(argc, argv, "s:p:f:F:w:c:l:m:SCvh", opts, NULL)) != -1) {
@@ -591,6 +604,11 @@ int main(int argc, char **argv)
 		perror("cepd: pipe");
 		return 1;
 	}
+	svc.pend_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (svc.pend_efd < 0) {
+		perror("cepd: eventfd");
+		return 1;
+	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
@@ -642,12 +660,34 @@ int main(int argc, char **argv)
 	(void)fcntl(svc.lfd, F_SETFL, fcntl(svc.lfd, F_GETFL) | O_NONBLOCK);
 	(void)setsockopt(svc.lfd, SOL_SOCKET, SO_PASSCRED, &(int){ 1 }, sizeof(int));
 	spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	look_at = 0; /* no client pending yet */
 	while (!atomic_load_explicit(&svc.stop, memory_order_relaxed)) {
-		struct pollfd pf[2] = { { .fd = svc.lfd, .events = POLLIN },
-					{ .fd = svc.sigpipe[0], .events = POLLIN } };
+		struct pollfd pf[3] = { { .fd = svc.lfd, .events = POLLIN },
+					{ .fd = svc.sigpipe[0], .events = POLLIN },
+					{ .fd = svc.pend_efd, .events = POLLIN } };
+		int wait_ms = -1;
 
-		if (poll(pf, 2, -1) < 0 && errno != EINTR)
+		if (look_at) {
+			int64_t t = now_ms();
+
+			wait_ms = t >= look_at ? 0 : (int)(look_at - t);
+		}
+		if (poll(pf, 3, wait_ms) < 0 && errno != EINTR)
 			break;
+		if (pf[2].revents & POLLIN) {
+			eventfd_t v;
+
+			/* the pending list became non-empty: look in a while
+			 * (a held event's successor usually sends it first) */
+			(void)eventfd_read(svc.pend_efd, &v);
+			if (!look_at)
+				look_at = now_ms() + PEND_LOOK_MS;
+		}
+		if (look_at && now_ms() >= look_at) {
+			int next = pend_look();
+
+			look_at = next < 0 ? 0 : now_ms() + next;
+		}
 		if (pf[1].revents & POLLIN) {
 			int sig = 0;
 

@@ -35,6 +35,7 @@
  *              works (no hang); a new cepd on the same socket serves again
  * Usage: test-service CEPD-PATH SCENARIO
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1227,6 +1228,183 @@ static int pcap_tally(const char *path, struct pcap_tally *t)
 	return 0;
 }
 
+/* ---- idle: no wake-ups without work --------------------------------------- */
+
+/* Context switches of every thread of @pid so far (voluntary and not), or
+ * -1. */
+static long proc_switches(pid_t pid)
+{
+	char path[64];
+	DIR *d;
+	struct dirent *e;
+	long sum = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL) {
+		char f[384], line[128];
+		FILE *fp;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(f, sizeof(f), "%s/%s/status", path, e->d_name);
+		fp = fopen(f, "r");
+		if (!fp)
+			continue; /* a thread that just ended */
+		while (fgets(line, sizeof(line), fp)) {
+			long v;
+
+			if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+			    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+				sum += v;
+		}
+		fclose(fp);
+	}
+	closedir(d);
+	return sum;
+}
+
+/* Clients that say HELLO and then nothing (and one that never says it)
+ * cost cepd no wake-up while nothing happens: each client's thread sleeps
+ * until its socket has something (a request, the end) or, before HELLO,
+ * the HELLO deadline. A thread that looked every 100 ms (cepd's receive
+ * timeout before) is 10 wake-ups a second per client. Then cepd still
+ * answers each of them at once. */
+static void scenario_idle(pid_t cepd)
+{
+	enum { N = 4 };
+	int fd[N], mute;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	long before, after, alone;
+
+	/* cepd's own wake-ups without clients (its workers' timers; under
+	 * TSan its runtime's background thread): the baseline */
+	usleep(300 * 1000);
+	before = proc_switches(cepd);
+	usleep(1000 * 1000);
+	alone = proc_switches(cepd) - before;
+	for (int i = 0; i < N; i++) {
+		fd[i] = cepd_raw_open(sock_path, 0);
+		CHECK(fd[i] >= 0);
+	}
+	/* connected, no HELLO: dropped at hello-timeout-ms (5 s), not before */
+	mute = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+	CHECK_EQ(connect(mute, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	usleep(300 * 1000); /* cepd's start-up and the HELLOs settle */
+	before = proc_switches(cepd);
+	usleep(1000 * 1000);
+	after = proc_switches(cepd);
+	printf("idle: cepd switched %ld times in 1 s alone, %ld with %d quiet clients\n", alone,
+	       after - before, N + 1);
+	CHECK(before >= 0 && after >= before && alone >= 0);
+	/* the baseline's own spread is a few; 5 clients' threads looking
+	 * every 100 ms would be 50 more */
+	CHECK(after - before <= alone + 8);
+	for (int i = 0; i < N; i++) {
+		struct cepd_hdr q = { .op = CEPD_HELLO, .len = sizeof(q), .seq = 7 };
+		_Alignas(8) uint8_t buf[256];
+		struct pollfd p = { .fd = fd[i], .events = POLLIN };
+		ssize_t n;
+
+		/* a second HELLO is answered -EISCONN: the thread is there */
+		CHECK_EQ(send(fd[i], &q, sizeof(q), 0), (ssize_t)sizeof(q));
+		CHECK_EQ(poll(&p, 1, 5000), 1);
+		n = recv(fd[i], buf, sizeof(buf), 0);
+		CHECK(n >= (ssize_t)sizeof(struct cepd_rep));
+		if (n >= (ssize_t)sizeof(struct cepd_rep)) {
+			CHECK_EQ(((struct cepd_rep *)buf)->h.seq, (uint64_t)7);
+			CHECK_EQ(((struct cepd_rep *)buf)->ret, -EISCONN);
+		}
+		close(fd[i]);
+	}
+	close(mute);
+}
+
+/* ---- full: a client's socket full, then read ------------------------------ */
+
+/* A raw client listens, then pipelines requests without reading their
+ * answers until cepd's side of its socket is full (cepd's thread for it
+ * waits in the send of an answer), and N requests reach its listener
+ * meanwhile: their REQ_RECEIVED find the socket full and wait in cepd's
+ * queue. Once the client reads, every answer and every REQ_RECEIVED
+ * arrive without the client sending anything more: the main thread's
+ * look at pending clients sends what the full socket held. */
+static void scenario_full(void)
+{
+	enum { N = 100, MAXQ = 200000 };
+	const uint64_t sid = 0xf011;
+	struct cepd_id_rep idr = { 0 };
+	struct cep_cm_id *ids[N];
+	struct cep_cm *a;
+	int fd = cepd_raw_open(sock_path, 0), got = 0, replies = 0, sent = 0;
+	static _Alignas(8) uint8_t buf[CEPD_MSG_MAX];
+	struct cepd_req q;
+	struct timespec t0, t;
+
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	CHECK_EQ(cepd_raw_req(fd, CEPD_CREATE_ID, 0, 0, 0, 0, &idr, sizeof(idr)), 0);
+	CHECK_EQ(cepd_raw_req(fd, CEPD_LISTEN, idr.handle, 4096, sid, ~0ull, NULL, 0), 0);
+	memset(&q, 0, sizeof(q));
+	q.h.op = CEPD_ID_QUERY;
+	q.h.len = sizeof(q);
+	q.handle = idr.handle;
+	/* pipeline until nothing more goes for 300 ms: cepd stopped reading */
+	while (sent < MAXQ) {
+		struct pollfd pf = { .fd = fd, .events = POLLOUT };
+
+		q.h.seq = (uint64_t)sent + 100;
+		if (send(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(q)) {
+			sent++;
+			continue;
+		}
+		if (errno != EAGAIN || poll(&pf, 1, 300) != 1)
+			break;
+	}
+	printf("full: %d requests pipelined before cepd's side filled\n", sent);
+	CHECK(sent > 0 && sent < MAXQ);
+	a = attach(1);
+	for (int i = 0; i < N; i++) {
+		ids[i] = new_id(a, 0);
+		CHECK_EQ(cep_cm_qp_register(a, 0x3000 + (uint32_t)i), 0);
+		CHECK_EQ(connect_to(ids[i], 1, 0, sid, 0x3000 + (uint32_t)i, NULL), 0);
+	}
+	usleep(500 * 1000); /* the REQs arrive and wait in cepd's queue */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t = t0;
+	while ((got < N || replies < sent) && t.tv_sec - t0.tv_sec < 20) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&pf, 1, 1000) == 1 && (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+			const struct cepd_hdr *h = (const void *)buf;
+
+			replies += h->op == CEPD_REPLY;
+			for (size_t off = sizeof(struct cepd_events), k = 0;
+			     h->op == CEPD_EVENTS && k < ((struct cepd_events *)buf)->count &&
+			     off + sizeof(struct cepd_ev) <= (size_t)n; k++) {
+				const struct cepd_ev *e = (const void *)(buf + off);
+
+				got += e->type == CEP_CM_EV_REQ_RECEIVED &&
+				       e->listen_handle == idr.handle;
+				off += e->len ? e->len : (size_t)n;
+			}
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	}
+	printf("full: %d REQ_RECEIVED of %d, %d answers of %d\n", got, N, replies, sent);
+	CHECK_EQ(got, N);
+	CHECK_EQ(replies, sent);
+	close(fd);
+	for (int i = 0; i < N; i++)
+		(void)cep_cm_destroy_id(ids[i]);
+	CHECK_EQ(cep_cm_destroy(a), 0);
+}
+
 int main(int argc, char **argv)
 {
 	pid_t cepd;
@@ -1263,6 +1441,10 @@ int main(int argc, char **argv)
 		scenario_stress();
 	else if (!strcmp(argv[2], "nowait"))
 		scenario_nowait();
+	else if (!strcmp(argv[2], "idle"))
+		scenario_idle(cepd);
+	else if (!strcmp(argv[2], "full"))
+		scenario_full();
 	else {
 		fprintf(stderr, "unknown scenario %s\n", argv[2]);
 		kill(cepd, SIGKILL);
