@@ -119,7 +119,7 @@ struct client {
 	int blocked;                   /* lk: the socket was full (EAGAIN) */
 	int dead;                      /* lk: no event goes out, no new id */
 	_Atomic int refs;              /* thread + each sid + the pending list */
-	int pending;                   /* svc.pend_lk: on svc.pend (pend_next) */
+	_Atomic int pending;           /* written under svc.pend_lk: on svc.pend */
 	struct client *pend_next;      /* svc.pend_lk */
 	/* statistics: relaxed counters, no order with anything */
 	_Atomic uint64_t requests, bad, refused, events, events_dropped;

@@ -80,9 +80,16 @@ void client_pend(struct client *c)
 {
 	int kick = 0;
 
+	/* Already on the list (the usual case while events are held under
+	 * load): nothing to do. Relaxed is enough under c->lk: pend_look
+	 * clears the mark before it takes c->lk to send, so either that
+	 * clear happened before our lock (its unlock orders it: we read 0)
+	 * or its send comes after our unlock and takes what we queued. */
+	if (atomic_load_explicit(&c->pending, memory_order_relaxed))
+		return;
 	pthread_mutex_lock(&svc.pend_lk);
-	if (!c->pending && !svc.pend_closed) {
-		c->pending = 1;
+	if (!atomic_load_explicit(&c->pending, memory_order_relaxed) && !svc.pend_closed) {
+		atomic_store_explicit(&c->pending, 1, memory_order_relaxed);
 		/* relaxed: the caller holds a reference (a sid's, the client
 		 * thread's, or the list's own in pend_look) */
 		atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
@@ -119,7 +126,7 @@ static struct client *next_of(struct client *c)
 
 	pthread_mutex_lock(&svc.pend_lk);
 	next = c->pend_next;
-	c->pending = 0;
+	atomic_store_explicit(&c->pending, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&svc.pend_lk);
 	return next;
 }
