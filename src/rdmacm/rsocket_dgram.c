@@ -62,6 +62,13 @@
 #define RDS_SLOT (RDS_GRH_SIZE + RDS_MSG_SIZE) /* one receive: GRH, message */
 #define RDS_WR_SEND 0
 #define RDS_RESOLVE_MS 2000
+/* Destinations in a hash of chains; at most RDS_MAX_DESTS (the side
+ * channel is unauthenticated, as librdmacm's: any UDP sender makes one). */
+#define RDS_DEST_BUCKETS 1024
+#define RDS_MAX_DESTS 65536
+/* Address handles replaced while sends may still use them, kept until
+ * the send queues drain; at most this many (then a new QP number waits) */
+#define RDS_MAX_OLD_AHS 256
 
 union rds_addr {
 	struct sockaddr sa;
@@ -120,8 +127,9 @@ struct rds {
 	int send_waiters;
 	pthread_t thread;
 	struct rds_qp *qps;
-	struct rds_dest *dests, *conn;
-	struct ibv_ah **old_ahs; /* replaced, kept until the end (sends in flight) */
+	struct rds_dest *dests[RDS_DEST_BUCKETS], *conn;
+	unsigned ndests;
+	struct ibv_ah *old_ahs[RDS_MAX_OLD_AHS]; /* replaced, sends in flight */
 	int n_old_ahs;
 	uint32_t sbuf_size, rbuf_size;
 	uint16_t sq_size, rq_size, sq_inline;
@@ -191,7 +199,10 @@ static int set_fl(int fd, int fl)
 	return old < 0 || fcntl(fd, F_SETFL, old | fl) ? -errno : 0;
 }
 
-/* ---- the eventfds: level-triggered conditions (lock held) -------------- */
+/* ---- the eventfds: level-triggered conditions --------------------------
+ * Contract of every function in this file below a heading that says
+ * "lock held": the caller holds ds->lock; "either thread": an
+ * application thread or the service thread may call it. */
 
 static void evfd_set(int fd, bool *sig, bool want)
 {
@@ -206,7 +217,8 @@ static void evfd_set(int fd, bool *sig, bool want)
 }
 
 /* rx: a message queued, or reads shut down; tx: a free send slot while
- * a sender waits, or writes shut down. */
+ * a sender waits, or writes shut down. Lock held; either thread (the
+ * service thread queues forwarded data). */
 static void evfd_sync(struct rds *ds)
 {
 	evfd_set(ds->rx_evfd, &ds->rx_sig, ds->count || !ds->readable);
@@ -285,17 +297,17 @@ void rds_destroy(struct rds *ds)
 		if (write(ds->stop_fd, &one, sizeof(one)) == sizeof(one))
 			pthread_join(ds->thread, NULL);
 	}
-	while (ds->dests) {
-		struct rds_dest *d = ds->dests;
+	for (int b = 0; b < RDS_DEST_BUCKETS; b++)
+		while (ds->dests[b]) {
+			struct rds_dest *d = ds->dests[b];
 
-		ds->dests = d->next;
-		if (d->ah)
-			ibv_destroy_ah(d->ah);
-		free(d);
-	}
+			ds->dests[b] = d->next;
+			if (d->ah)
+				ibv_destroy_ah(d->ah);
+			free(d);
+		}
 	for (int i = 0; i < ds->n_old_ahs; i++)
 		ibv_destroy_ah(ds->old_ahs[i]);
-	free(ds->old_ahs);
 	while (ds->qps) {
 		struct rds_qp *qp = ds->qps;
 
@@ -323,7 +335,8 @@ void rds_destroy(struct rds *ds)
 
 /* Buffers and the service thread, before the first bind, connect or
  * send; the UDP socket bound to the wildcard address if it is not bound
- * yet, so that our header's port is its port from the start. lock held. */
+ * yet, so that our header's port is its port from the start. Lock held;
+ * application threads only (it starts the service thread). */
 static int ep_init(struct rds *ds)
 {
 	union rds_addr a;
@@ -380,7 +393,8 @@ err:
 	return ret;
 }
 
-/* ---- QPs and destinations (lock held) ---------------------------------- */
+/* ---- QPs and destinations (lock held; either thread: the service thread
+ * makes the destination, and its QP, of a stranger's first datagram) --- */
 
 static int post_recv(struct rds_qp *qp, uint32_t slot)
 {
@@ -500,9 +514,32 @@ static int src_addr(struct rds *ds, const struct sockaddr *to, union rds_addr *s
 	return ret;
 }
 
+/* FNV-1a over the port and the address. */
+static unsigned dest_bucket(const struct sockaddr *to)
+{
+	const uint8_t *p;
+	size_t n;
+	uint32_t h = 2166136261u;
+
+	if (to->sa_family == AF_INET) {
+		p = (const uint8_t *)&((const struct sockaddr_in *)to)->sin_port;
+		n = 6; /* sin_port, sin_addr */
+	} else {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)to;
+
+		h = (h ^ (in6->sin6_port & 0xff)) * 16777619u;
+		h = (h ^ (in6->sin6_port >> 8)) * 16777619u;
+		p = in6->sin6_addr.s6_addr;
+		n = 16;
+	}
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 16777619u;
+	return h % RDS_DEST_BUCKETS;
+}
+
 static struct rds_dest *dest_find(struct rds *ds, const struct sockaddr *to)
 {
-	for (struct rds_dest *d = ds->dests; d; d = d->next)
+	for (struct rds_dest *d = ds->dests[dest_bucket(to)]; d; d = d->next)
 		if (addr_eq(&d->addr, to))
 			return d;
 	return NULL;
@@ -520,6 +557,8 @@ static int dest_get(struct rds *ds, const struct sockaddr *to, struct rds_dest *
 		*out = d;
 		return 0;
 	}
+	if (ds->ndests >= RDS_MAX_DESTS)
+		return -ENOBUFS;
 	ret = src_addr(ds, to, &src);
 	if (ret)
 		return ret;
@@ -536,13 +575,15 @@ static int dest_get(struct rds *ds, const struct sockaddr *to, struct rds_dest *
 		return -ENOMEM;
 	memcpy(&d->addr, to, addr_len(ds->domain));
 	d->qp = qp;
-	d->next = ds->dests;
-	ds->dests = d;
+	d->next = ds->dests[dest_bucket(to)];
+	ds->dests[dest_bucket(to)] = d;
+	ds->ndests++;
 	*out = d;
 	return 0;
 }
 
-/* ---- completions (lock held) ------------------------------------------- */
+/* ---- completions (lock held; application threads only: the service
+ * thread never takes completions) ---------------------------------------- */
 
 /* Notifications taken from the completion channels. */
 static void cq_events(struct rds *ds)
@@ -588,9 +629,16 @@ static void poll_cqs(struct rds *ds)
 			for (int i = 0; i < n; i++) {
 				if (wc[i].wr_id & RSO_WR_RECV)
 					recv_done(ds, qp, &wc[i]);
-				else if (wc[i].wr_id < ds->sq_size && ds->nfree < ds->sq_size)
+				else if (wc[i].wr_id < ds->sq_size && ds->nfree < ds->sq_size) {
 					ds->sfree[ds->nfree++] = (uint16_t)wc[i].wr_id;
+					if (wc[i].status != IBV_WC_SUCCESS &&
+					    wc[i].status != IBV_WC_WR_FLUSH_ERR)
+						ds->err = EIO; /* SO_ERROR: a datagram not sent */
+				}
 			}
+	/* every send done: replaced address handles are named by none */
+	while (ds->n_old_ahs && ds->nfree == ds->sq_size)
+		ibv_destroy_ah(ds->old_ahs[--ds->n_old_ahs]);
 	evfd_sync(ds);
 }
 
@@ -612,7 +660,8 @@ static void drive(struct rds *ds)
 	poll_cqs(ds);
 }
 
-/* Sleep (lock dropped) until a completion or evfd says something. */
+/* Sleep until a completion or evfd says something: lock held on entry
+ * and on return, dropped while asleep; application threads only. */
 static int wait_unlocked(struct rds *ds, int evfd)
 {
 	struct pollfd p[2] = {
@@ -648,8 +697,9 @@ static void iov_gather(uint8_t *dst, const struct iovec *iov, int n)
 }
 
 /* Over the UDP socket: our header (op, the QP's number and address),
- * then len bytes of data. The destination's address and our header are
- * copied under lock; the send itself is not under it. */
+ * then len bytes of data. Lock held (locked) or not; either thread. The
+ * destination's address and our header are copied under the lock, which
+ * the send itself drops: d is never freed before rds_destroy. */
 static ssize_t send_udp(struct rds *ds, struct rds_dest *d, uint8_t op, const uint8_t *data,
 			size_t len, int flags, bool locked)
 {
@@ -857,8 +907,10 @@ out:
 
 /* ---- the service thread: the UDP side channel -------------------------- */
 
-/* Address attributes towards d (the peer's QP number just learnt) from
- * a route resolved by this library's rdma_cm from d's QP's address. */
+/* Address attributes towards peer from a route resolved by this
+ * library's rdma_cm from our QP's address (local). Service thread, lock
+ * not held (resolution may wait up to RDS_RESOLVE_MS twice); qp's fields
+ * read here never change after qp_create. */
 static int make_ah_attr(struct rds *ds, const union rds_addr *local, const union rds_addr *peer,
 			const struct rds_qp *qp, struct ibv_ah_attr *ah)
 {
@@ -916,14 +968,15 @@ out:
 	return ret;
 }
 
-/* The address handle of d for QP number qpn; the one it replaces is kept
- * until the end (sends may still use it). */
+/* The address handle of d for QP number qpn. Service thread; takes the
+ * lock itself (not across the resolution). The one it replaces is
+ * destroyed when no send is in flight, else kept until then. */
 static void learn_qpn(struct rds *ds, struct rds_dest *d, uint32_t qpn)
 {
 	union rds_addr local, peer;
 	struct ibv_ah_attr attr;
 	struct rds_qp *qp;
-	struct ibv_ah *ah, **old;
+	struct ibv_ah *ah;
 
 	pthread_mutex_lock(&ds->lock);
 	qp = d->qp;
@@ -937,22 +990,27 @@ static void learn_qpn(struct rds *ds, struct rds_dest *d, uint32_t qpn)
 	if (!ah)
 		return;
 	pthread_mutex_lock(&ds->lock);
-	if (d->ah) {
-		old = realloc(ds->old_ahs, sizeof(*old) * (size_t)(ds->n_old_ahs + 1));
-		if (!old) {
+	/* no send in flight (every slot free): no work request names a
+	 * replaced handle any more */
+	if (ds->nfree == ds->sq_size) {
+		while (ds->n_old_ahs)
+			ibv_destroy_ah(ds->old_ahs[--ds->n_old_ahs]);
+		if (d->ah)
+			ibv_destroy_ah(d->ah);
+	} else if (d->ah) {
+		if (ds->n_old_ahs == RDS_MAX_OLD_AHS) { /* a peer that keeps changing */
 			pthread_mutex_unlock(&ds->lock);
 			ibv_destroy_ah(ah);
 			return;
 		}
-		ds->old_ahs = old;
-		old[ds->n_old_ahs++] = d->ah;
+		ds->old_ahs[ds->n_old_ahs++] = d->ah;
 	}
 	d->ah = ah;
 	d->qpn = qpn;
 	pthread_mutex_unlock(&ds->lock);
 }
 
-/* One datagram from the UDP socket. */
+/* One datagram from the UDP socket. Service thread; takes the lock. */
 static void udp_one(struct rds *ds)
 {
 	uint8_t buf[RDS_UDP_HDR6_LEN + RDS_MSG_SIZE];
@@ -1111,7 +1169,7 @@ int rds_setsockopt(struct rds *ds, int level, int name, const void *v, socklen_t
 			ds->rbuf_size = (uint32_t)val << 1;
 		else if (name == SO_SNDBUF && !ds->ready && val > 0)
 			ds->sbuf_size = (uint32_t)val << 1;
-		else if ((name == SO_REUSEADDR || name == SO_BROADCAST) && name < 64)
+		else if (name == SO_REUSEADDR || name == SO_BROADCAST)
 			ds->so_opts = val ? ds->so_opts | (1ull << name) : ds->so_opts & ~(1ull << name);
 		break;
 	case IPPROTO_IP:
