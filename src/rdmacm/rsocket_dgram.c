@@ -250,7 +250,7 @@ int rds_create(int domain, int type, const struct rds_sizes *sz, struct rds **ou
 	ds->nonblock = !!(type & SOCK_NONBLOCK);
 	ds->fs_flags = ds->nonblock ? O_NONBLOCK : 0;
 	ds->fd_flags = (type & SOCK_CLOEXEC) ? FD_CLOEXEC : 0;
-	ds->fd = socket(domain, SOCK_DGRAM | (type & SOCK_CLOEXEC), 0);
+	ds->fd = rcm_socket(domain, SOCK_DGRAM | (type & SOCK_CLOEXEC), 0);
 	ds->epfd = epoll_create1(EPOLL_CLOEXEC);
 	ds->rx_evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ds->tx_evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -503,7 +503,7 @@ static int src_addr(struct rds *ds, const struct sockaddr *to, union rds_addr *s
 	if (!addr_any(src))
 		return 0;
 	port = *addr_port(src);
-	s = socket(ds->domain, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	s = rcm_socket(ds->domain, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -errno;
 	l = sizeof(*src);
