@@ -447,6 +447,10 @@ static int qp_create(struct rds *ds, const union rds_addr *src, struct rds_qp **
 	qp->cq = ibv_create_cq(qp->id->verbs, ds->sq_size + ds->rq_size, qp, qp->comp, 0);
 	if (!qp->cq)
 		goto err_errno;
+	/* armed from the start: a thread already asleep (it armed the QPs
+	 * there were) is woken by this one's first completion too */
+	if (!ibv_req_notify_cq(qp->cq, 0))
+		qp->armed = true;
 	memset(&qa, 0, sizeof(qa));
 	qa.qp_context = qp;
 	qa.send_cq = qa.recv_cq = qp->cq;

@@ -129,6 +129,8 @@ server_cmd() {
 	rspreload) echo "env LD_PRELOAD=$rspreload $sock_copy server $GB_IP 7475";;
 	udpong) echo "stdbuf -oL udpong -b $GB_IP -T e";;
 	udpong6) echo "stdbuf -oL udpong -b $self6 -T e";;
+	udponga) echo "stdbuf -oL udpong -b $GB_IP -T e -T a";;
+	udpongb) echo "stdbuf -oL udpong -b $GB_IP -T e -T b";;
 	rsdgram) echo "$rsdgram server $GB_IP 7478 $GB_PEER_IP";;
 	rsduplex) echo "$rsduplex server $GB_IP 7476";;
 	rshostile) echo "$rsduplex hostile-server $GB_IP 7477";;
@@ -162,6 +164,8 @@ client_cmd() {
 	rspreload) echo "env LD_PRELOAD=$rspreload $sock_copy client $GB_PEER_IP 7475";;
 	udpong) echo "stdbuf -oL udpong -s $GB_PEER_IP -C 1000";;
 	udpong6) echo "stdbuf -oL udpong -s $peer6 -C 1000";;
+	udponga) echo "stdbuf -oL udpong -s $GB_PEER_IP -C 1000 -T a";;
+	udpongb) echo "stdbuf -oL udpong -s $GB_PEER_IP -C 1000 -T b";;
 	rsdgram) echo "$rsdgram client $GB_PEER_IP 7478";;
 	rsduplex) echo "$rsduplex client $GB_PEER_IP 7476";;
 	rshostile) echo "$rsduplex hostile-client $GB_PEER_IP 7477";;
