@@ -431,7 +431,7 @@ int rcm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src)
 	}
 	pthread_mutex_unlock(&route.lock);
 	/* A connected UDP socket asks the routing table; nothing is sent. */
-	fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	fd = rcm_socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	memset(src, 0, sizeof(*src));

@@ -419,7 +419,7 @@ static int sys_kick(const struct sockaddr *src, const struct sockaddr *dst)
 		((struct sockaddr_in6 *)&s)->sin6_port = 0;
 		((struct sockaddr_in6 *)&d)->sin6_port = htons(9);
 	}
-	fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	fd = rcm_socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	/* Sending needs the neighbour: the kernel starts ARP / ND for it. */

@@ -123,7 +123,7 @@ static int membership(const uint8_t mgid[16], int ifindex)
 {
 	static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
 	int v4 = !memcmp(mgid, v4mapped, sizeof(v4mapped));
-	int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = rcm_socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int ret;
 
 	if (fd < 0)

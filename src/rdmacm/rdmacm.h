@@ -21,6 +21,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -38,6 +40,16 @@ static inline int rcm_err(int e)
 {
 	errno = e;
 	return -1;
+}
+
+/* The library's own IP sockets (route and source lookups, multicast
+ * memberships, a datagram rsocket's UDP socket) by the system call, not
+ * the socket symbol: librspreload interposes socket() and would make each
+ * an rsocket - a datagram rsocket, whose connect needs a route lookup of
+ * its own (endless), since datagram rsockets exist. */
+static inline int rcm_socket(int domain, int type, int protocol)
+{
+	return (int)syscall(SYS_socket, domain, type, protocol);
 }
 
 #define RCM_CONTAINER(ptr, type, member) \

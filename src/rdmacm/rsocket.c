@@ -35,8 +35,9 @@
  * of a descriptor in use. Bad arguments are -1 and errno, nothing
  * changed. riomap'ed memory is written by the peer's riowrite into the
  * table entry our connection data announced. Keepalives come from one
- * thread of the process (below). Datagram rsockets (SOCK_DGRAM) are not
- * built.
+ * thread of the process (below). Datagram rsockets (SOCK_DGRAM) are
+ * rsocket_dgram.c's: an rsocket whose ds is set is one, and every call
+ * below hands it there first.
  */
 #include <endian.h>
 #include <fcntl.h>
@@ -60,6 +61,7 @@
 
 #include "core/clock.h"
 #include "rdmacm.h"
+#include "rsocket_dgram.h"
 #include "rsocket_wire.h"
 
 /* CLOCK_MONOTONIC in milliseconds (rpoll's timeout, keepalive deadlines). */
@@ -102,6 +104,8 @@ struct rso_rmsg {
 
 struct rso {
 	int fd; /* the event channel's descriptor: the rsocket's number */
+	struct rds *ds; /* a datagram rsocket (its UDP socket's number): the
+			   rest unused */
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 	pthread_mutex_t slock, rlock, cq_lock;
@@ -233,6 +237,18 @@ static struct rso *rso_get(int fd)
 	return page ? atomic_load_explicit(&page[fd % TBL_L2], memory_order_acquire) : NULL;
 }
 
+/* A datagram call's result (a count, 0 or a negative errno) as the
+ * calls return it: -1 and errno. */
+static ssize_t ds_ret(ssize_t r)
+{
+	return r < 0 ? rcm_err((int)-r) : r;
+}
+
+static int ret_err(int r)
+{
+	return r < 0 ? rcm_err(-r) : r;
+}
+
 static int rso_insert(struct rso *rs)
 {
 	int fd = rs->fd, ret = 0;
@@ -329,6 +345,8 @@ static void rso_free(struct rso *rs)
 	ka_remove(rs); /* before anything goes: the keepalive thread's posts */
 	if (rs->fd >= 0)
 		rso_remove(rs);
+	if (rs->ds)
+		rds_destroy(rs->ds); /* closes the descriptor, after the removal */
 	for (int i = 0; i < rs->niomrs; i++)
 		if (rs->iomrs[i].mr)
 			ibv_dereg_mr(rs->iomrs[i].mr);
@@ -1059,11 +1077,25 @@ RCM_EXPORT int rsocket(int domain, int type, int protocol)
 	    (stype == SOCK_STREAM && protocol && protocol != IPPROTO_TCP) ||
 	    (stype == SOCK_DGRAM && protocol && protocol != IPPROTO_UDP))
 		return rcm_err(ENOTSUP);
-	if (stype == SOCK_DGRAM)
-		return rcm_err(ENOSYS); /* datagram rsockets: not built */
 	rs = rso_alloc(NULL);
 	if (!rs)
 		return rcm_err(ENOMEM);
+	if (stype == SOCK_DGRAM) {
+		struct rds_sizes sz = { .sbuf_size = rs->sbuf_size, .rbuf_size = rs->rbuf_size,
+					.sq_size = rs->sq_size, .rq_size = rs->rq_size,
+					.sq_inline = rs->sq_inline };
+
+		ret = rds_create(domain, type, &sz, &rs->ds);
+		if (!ret) {
+			rs->fd = rds_fd(rs->ds);
+			ret = rso_insert(rs);
+		}
+		if (ret) {
+			rso_free(rs);
+			return rcm_err(-ret);
+		}
+		return rs->fd;
+	}
 	rs->fd_flags = (type & SOCK_CLOEXEC) ? FD_CLOEXEC : 0;
 	rs->fs_flags = (type & SOCK_NONBLOCK) ? O_NONBLOCK : 0;
 	rs->nonblock = !!(type & SOCK_NONBLOCK);
@@ -1085,9 +1117,10 @@ RCM_EXPORT int rbind(int s, const struct sockaddr *addr, socklen_t len)
 {
 	struct rso *rs = rso_get(s);
 
-	(void)len;
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds)
+		return ret_err(rds_bind(rs->ds, addr, len));
 	if (rs->state != RSO_INIT)
 		return rcm_err(EINVAL);
 	if (rdma_bind_addr(rs->id, (struct sockaddr *)addr))
@@ -1102,6 +1135,8 @@ RCM_EXPORT int rlisten(int s, int backlog)
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds)
+		return rcm_err(EOPNOTSUPP); /* as listen(2) of a UDP socket */
 	if (rs->state == RSO_LISTENING)
 		return 0;
 	if (rs->state & ~RSO_BOUND)
@@ -1218,6 +1253,8 @@ RCM_EXPORT int raccept(int s, struct sockaddr *addr, socklen_t *addrlen)
 
 	if (!ls)
 		return rcm_err(EBADF);
+	if (ls->ds)
+		return rcm_err(EOPNOTSUPP);
 	if (ls->state != RSO_LISTENING)
 		return rcm_err(EINVAL);
 	pthread_mutex_lock(&ls->rlock);
@@ -1239,6 +1276,8 @@ RCM_EXPORT int rconnect(int s, const struct sockaddr *addr, socklen_t len)
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds) /* the default destination */
+		return ret_err(rds_connect(rs->ds, addr, len));
 	if (!addr || len > sizeof(rs->dst) || len < sizeof(sa_family_t))
 		return rcm_err(EINVAL);
 	pthread_mutex_lock(&rs->slock);
@@ -1288,6 +1327,9 @@ static ssize_t peek(struct rso *rs, uint8_t *buf, size_t len)
 
 static ssize_t recv_iov(struct rso *rs, const struct iovec *iov, int iovcnt, int flags)
 {
+	if (rs->ds)
+		return ds_ret(rds_recvmsg(rs->ds, iov, iovcnt, flags, NULL, NULL));
+
 	size_t len = 0, left, done = 0;
 	int ret = 0, i = 0;
 	size_t ioff = 0;
@@ -1374,8 +1416,13 @@ RCM_EXPORT ssize_t rrecv(int s, void *buf, size_t len, int flags)
 RCM_EXPORT ssize_t rrecvfrom(int s, void *buf, size_t len, int flags, struct sockaddr *a,
 			     socklen_t *l)
 {
-	ssize_t ret = rrecv(s, buf, len, flags);
+	struct rso *rs = rso_get(s);
+	struct iovec v = { .iov_base = buf, .iov_len = len };
+	ssize_t ret;
 
+	if (rs && rs->ds) /* the datagram's sender */
+		return ds_ret(rds_recvmsg(rs->ds, &v, 1, flags, a, l));
+	ret = rrecv(s, buf, len, flags);
 	if (ret > 0 && a)
 		rgetpeername(s, a, l);
 	return ret;
@@ -1389,6 +1436,9 @@ RCM_EXPORT ssize_t rrecvmsg(int s, struct msghdr *m, int flags)
 		return rcm_err(EBADF);
 	if (m->msg_control && m->msg_controllen)
 		return rcm_err(ENOTSUP);
+	if (rs->ds)
+		return ds_ret(rds_recvmsg(rs->ds, m->msg_iov, (int)m->msg_iovlen, flags,
+					  m->msg_name, m->msg_name ? &m->msg_namelen : NULL));
 	return recv_iov(rs, m->msg_iov, (int)m->msg_iovlen, flags);
 }
 
@@ -1552,6 +1602,9 @@ static ssize_t send_iov(struct rso *rs, const struct iovec *iov, int iovcnt, int
 	uint32_t olen = RSO_OLAP_START;
 	int ret, i = 0;
 
+	if (rs->ds) /* to the default destination */
+		return ds_ret(rds_sendmsg(rs->ds, iov, iovcnt, flags, NULL, 0));
+
 	for (int k = 0; k < iovcnt; k++)
 		len += iov[k].iov_len;
 	left = len;
@@ -1612,6 +1665,11 @@ RCM_EXPORT ssize_t rsendto(int s, const void *buf, size_t len, int flags,
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds) {
+		struct iovec v = { .iov_base = (void *)buf, .iov_len = len };
+
+		return ds_ret(rds_sendmsg(rs->ds, &v, 1, flags, a, l));
+	}
 	if (a || l)
 		return rcm_err(EISCONN); /* a stream's peer is its connection's */
 	return rsend(s, buf, len, flags);
@@ -1625,6 +1683,9 @@ RCM_EXPORT ssize_t rsendmsg(int s, const struct msghdr *m, int flags)
 		return rcm_err(EBADF);
 	if (m->msg_control && m->msg_controllen)
 		return rcm_err(ENOTSUP);
+	if (rs->ds)
+		return ds_ret(rds_sendmsg(rs->ds, m->msg_iov, (int)m->msg_iovlen, flags,
+					  m->msg_name, m->msg_namelen));
 	return send_iov(rs, m->msg_iov, (int)m->msg_iovlen, flags);
 }
 
@@ -1651,6 +1712,8 @@ RCM_EXPORT int rshutdown(int s, int how)
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds)
+		return ret_err(rds_shutdown(rs->ds, how));
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return rcm_err(EINVAL);
 	if (rs->state & RSO_CONNECTED) {
@@ -1867,6 +1930,8 @@ RCM_EXPORT int rgetpeername(int s, struct sockaddr *a, socklen_t *l)
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds)
+		return ret_err(rds_getpeername(rs->ds, a, l));
 	return copy_addr(a, l, rdma_get_peer_addr(rs->id));
 }
 
@@ -1876,6 +1941,8 @@ RCM_EXPORT int rgetsockname(int s, struct sockaddr *a, socklen_t *l)
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds)
+		return ret_err(rds_getsockname(rs->ds, a, l));
 	return copy_addr(a, l, rdma_get_local_addr(rs->id));
 }
 
@@ -1904,6 +1971,8 @@ RCM_EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t 
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds)
+		return ret_err(rds_setsockopt(rs->ds, level, name, v, l));
 	if (name == SO_LINGER && level == SOL_SOCKET) {
 		struct linger lg;
 
@@ -2043,6 +2112,8 @@ RCM_EXPORT int rgetsockopt(int s, int level, int name, void *v, socklen_t *l)
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds)
+		return ret_err(rds_getsockopt(rs->ds, level, name, v, l));
 	switch (level) {
 	case SOL_SOCKET:
 		switch (name) {
@@ -2115,6 +2186,12 @@ RCM_EXPORT int rfcntl(int s, int cmd, ...)
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds) {
+		va_start(ap, cmd);
+		arg = (cmd == F_SETFL || cmd == F_SETFD) ? va_arg(ap, int) : 0;
+		va_end(ap);
+		return ret_err(rds_fcntl(rs->ds, cmd, arg));
+	}
 	va_start(ap, cmd);
 	switch (cmd) {
 	case F_GETFL:
@@ -2173,6 +2250,8 @@ RCM_EXPORT off_t riomap(int s, void *buf, size_t len, int prot, int flags, off_t
 	(void)flags;
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds)
+		return rcm_err(ENOTSUP); /* RDMA writes need a connection */
 	if (!rs->id->pd || (prot & ~PROT_WRITE) || !buf || !len)
 		return rcm_err(EINVAL);
 	pthread_mutex_lock(&rs->map_lock);
@@ -2223,6 +2302,8 @@ RCM_EXPORT int riounmap(int s, void *buf, size_t len)
 
 	if (!rs)
 		return rcm_err(EBADF);
+	if (rs->ds)
+		return rcm_err(ENOTSUP);
 	pthread_mutex_lock(&rs->map_lock);
 	for (int k = 0; k < rs->niomrs; k++) {
 		struct rso_iomr *m = &rs->iomrs[k];
@@ -2271,6 +2352,8 @@ RCM_EXPORT size_t riowrite(int s, const void *buf, size_t count, off_t offset, i
 
 	if (!rs)
 		return (size_t)rcm_err(EBADF);
+	if (rs->ds)
+		return (size_t)rcm_err(ENOTSUP);
 	ret = ensure_connected(rs, !nonblocking(rs, flags));
 	if (ret)
 		return (size_t)rcm_err(-ret);
@@ -2334,6 +2417,8 @@ static short poll_rs(struct rso *rs, short events)
 {
 	short rev = 0;
 
+	if (rs->ds)
+		return rds_poll(rs->ds, events);
 	if (rs->state == RSO_LISTENING) {
 		struct pollfd p = { .fd = rs->ch->fd, .events = POLLIN };
 
@@ -2405,19 +2490,25 @@ RCM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	ret = poll_check(fds, nfds);
 	if (ret || !timeout)
 		return ret;
-	/* two descriptors to wait on per rsocket: completions and CM events */
-	w = calloc(nfds * 2 + 1, sizeof(*w));
+	/* descriptors to wait on per rsocket: completions and CM events (a
+	 * datagram rsocket's: RDS_WAIT_FDS) */
+	w = calloc(nfds * RDS_WAIT_FDS + 1, sizeof(*w));
 	if (!w)
 		return rcm_err(ENOMEM);
 	for (;;) {
 		nfds_t k = 0;
-		int left = -1;
+		int left = -1, err;
+		bool expired = false;
 
 		for (nfds_t i = 0; i < nfds; i++) {
 			struct rso *rs = rso_get(fds[i].fd);
 
 			if (!rs) {
 				w[k++] = (struct pollfd){ .fd = fds[i].fd, .events = fds[i].events };
+				continue;
+			}
+			if (rs->ds) {
+				k += (nfds_t)rds_wait_begin(rs->ds, fds[i].events, &w[k]);
 				continue;
 			}
 			pthread_mutex_lock(&rs->cq_lock);
@@ -2433,24 +2524,29 @@ RCM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		}
 		/* completions between the check and the arm */
 		ret = poll_check(fds, nfds);
-		if (ret)
-			break;
-		if (timeout > 0) {
+		if (!ret && timeout > 0) {
 			int64_t rem = end - now_ms();
 
-			if (rem <= 0) {
-				ret = 0;
-				break;
-			}
+			expired = rem <= 0;
 			left = (int)rem;
 		}
-		ret = poll(w, k, left);
-		if (ret < 0)
+		if (!ret && !expired && poll(w, k, left) < 0)
+			ret = -1;
+		/* every datagram rsocket's wait ends, whatever ended ours */
+		err = errno;
+		for (nfds_t i = 0; i < nfds; i++) {
+			struct rso *rs = rso_get(fds[i].fd);
+
+			if (rs && rs->ds)
+				rds_wait_end(rs->ds, fds[i].events);
+		}
+		errno = err;
+		if (ret || expired)
 			break;
 		for (nfds_t i = 0; i < nfds; i++) {
 			struct rso *rs = rso_get(fds[i].fd);
 
-			if (rs) {
+			if (rs && !rs->ds) {
 				pthread_mutex_lock(&rs->cq_lock);
 				if (rs->cq)
 					drain_cq_events(rs);

@@ -4,7 +4,7 @@
  * librdmacm's rsocket.c defines it - the connection data of the REQ and
  * REP, the immediate data of every RDMA write, the grant and I/O-map
  * entries written into the peer's tables, and the sizes both sides must
- * agree on. Pure definitions and encoders, no state: the unit test
+ * agree on; and the two headers of datagram rsockets (rsocket_dgram.c). Pure definitions and encoders, no state: the unit test
  * (tests/rdmacm/rsocket.c) checks them byte for byte.
  */
 #ifndef RCM_RSOCKET_WIRE_H
@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 /* ---- the protocol's constants (librdmacm's, the wire depends on them) --- */
 
@@ -115,6 +117,166 @@ static inline int rso_conn_parse(const void *pdata, size_t len, size_t off, stru
 	if (!c->target_sgl.length || !c->data_buf.length)
 		return -EPROTO;
 	return 0;
+}
+
+/* ---- datagram rsockets (rsocket_dgram.c) ---------------------------------
+ *
+ * Every datagram carries one of two headers. Over a UD QP (Q_Key
+ * RDMA_UDP_QKEY) the sender's address goes in front of the data: version
+ * 4 or 6, the header's own length (8 or 24), the UDP port and the IP
+ * address of the sending rsocket, as the receiver's rrecvfrom reports
+ * it. Over the companion UDP socket (the first datagrams to a
+ * destination whose QP number is not known yet, and the answer that
+ * tells it) a tagged header: tag 0x55555555, version, operation (data or
+ * control), its length (16 or 28), the sending QP's number in the low 24
+ * bits, the sender's IP address. Layouts byte for byte as librdmacm's
+ * struct ds_header and struct ds_udp_header. */
+
+#define RDS_MSG_SIZE      2048 /* one message slot, as librdmacm's RS_SNDLOWAT */
+#define RDS_GRH_SIZE      40   /* in front of every UD receive */
+#define RDS_UDP_TAG       0x55555555u
+#define RDS_HDR4_LEN      8
+#define RDS_HDR6_LEN      24
+#define RDS_UDP_HDR4_LEN  16
+#define RDS_UDP_HDR6_LEN  28
+/* the UDP header's operations: librdmacm's RS_OP_DATA and RS_OP_CTRL */
+enum { RDS_UDP_OP_DATA = RSO_OP_DATA, RDS_UDP_OP_CTRL = RSO_OP_CTRL };
+
+struct rds_hdr {
+	uint8_t version; /* 4 or 6 */
+	uint8_t length;  /* RDS_HDR4_LEN or RDS_HDR6_LEN */
+	uint16_t port;   /* big-endian */
+	union {
+		uint32_t ipv4; /* big-endian */
+		struct {
+			uint32_t flowinfo; /* as sin6_flowinfo */
+			uint8_t addr[16];
+		} ipv6;
+	} addr;
+};
+_Static_assert(sizeof(struct rds_hdr) == RDS_HDR6_LEN, "datagram rsocket header");
+_Static_assert(offsetof(struct rds_hdr, addr) == 4, "datagram rsocket header");
+
+struct rds_udp_hdr {
+	uint32_t tag; /* big-endian RDS_UDP_TAG */
+	uint8_t version;
+	uint8_t op;
+	uint8_t length;
+	uint8_t reserved;
+	uint32_t qpn; /* big-endian, low 24 bits */
+	union {
+		uint32_t ipv4;
+		uint8_t ipv6[16];
+	} addr;
+};
+_Static_assert(sizeof(struct rds_udp_hdr) == RDS_UDP_HDR6_LEN, "datagram rsocket UDP header");
+_Static_assert(offsetof(struct rds_udp_hdr, qpn) == 8, "datagram rsocket UDP header");
+
+/* The UD header for an IPv4 or IPv6 socket address (network order kept);
+ * -EAFNOSUPPORT for another family. */
+static inline int rds_hdr_encode(struct rds_hdr *h, const struct sockaddr *sa)
+{
+	memset(h, 0, sizeof(*h));
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+
+		h->version = 4;
+		h->length = RDS_HDR4_LEN;
+		h->port = in->sin_port;
+		h->addr.ipv4 = in->sin_addr.s_addr;
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+
+		h->version = 6;
+		h->length = RDS_HDR6_LEN;
+		h->port = in6->sin6_port;
+		h->addr.ipv6.flowinfo = in6->sin6_flowinfo;
+		memcpy(h->addr.ipv6.addr, &in6->sin6_addr, 16);
+		return 0;
+	}
+	return -EAFNOSUPPORT;
+}
+
+/* A received UD message of len bytes (after the GRH): its header checked
+ * against the family the rsocket is of, the sender's address written to
+ * *sa. The header's length, or -EPROTO (short, unknown version, a length
+ * that is not its version's, another family). */
+static inline int rds_hdr_parse(const void *buf, size_t len, int family,
+				struct sockaddr_storage *sa)
+{
+	const uint8_t *b = (const uint8_t *)buf;
+	struct rds_hdr h;
+
+	memset(sa, 0, sizeof(*sa));
+	memset(&h, 0, sizeof(h));
+	if (len < RDS_HDR4_LEN)
+		return -EPROTO;
+	memcpy(&h, b, len < sizeof(h) ? len : sizeof(h));
+	if (h.version == 4 && h.length == RDS_HDR4_LEN && family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)sa;
+
+		in->sin_family = AF_INET;
+		in->sin_port = h.port;
+		in->sin_addr.s_addr = h.addr.ipv4;
+		return RDS_HDR4_LEN;
+	}
+	if (h.version == 6 && h.length == RDS_HDR6_LEN && family == AF_INET6 &&
+	    len >= RDS_HDR6_LEN) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = h.port;
+		in6->sin6_flowinfo = h.addr.ipv6.flowinfo;
+		memcpy(&in6->sin6_addr, h.addr.ipv6.addr, 16);
+		return RDS_HDR6_LEN;
+	}
+	return -EPROTO;
+}
+
+/* The UDP header from a QP's UD header (its version and address) and
+ * its number; returns the header's length. */
+static inline size_t rds_udp_hdr_encode(struct rds_udp_hdr *u, const struct rds_hdr *h,
+					uint8_t op, uint32_t qpn)
+{
+	memset(u, 0, sizeof(*u));
+	u->tag = htobe32(RDS_UDP_TAG);
+	u->version = h->version;
+	u->op = op;
+	u->qpn = htobe32(qpn & 0xffffff);
+	if (h->version == 4) {
+		u->length = RDS_UDP_HDR4_LEN;
+		u->addr.ipv4 = h->addr.ipv4;
+	} else {
+		u->length = RDS_UDP_HDR6_LEN;
+		memcpy(u->addr.ipv6, h->addr.ipv6.addr, 16);
+	}
+	return u->length;
+}
+
+/* A UDP datagram of len bytes from a peer of family from_family: its
+ * header checked (tag, version of that family, its length, no longer
+ * than the datagram, a known operation); the header's length, or
+ * -EPROTO. *op and *qpn (24 bits) set on success. */
+static inline int rds_udp_hdr_parse(const void *buf, size_t len, int from_family,
+				    uint8_t *op, uint32_t *qpn)
+{
+	struct rds_udp_hdr u;
+
+	if (len < RDS_UDP_HDR4_LEN)
+		return -EPROTO;
+	memcpy(&u, buf, len < sizeof(u) ? len : sizeof(u));
+	if (be32toh(u.tag) != RDS_UDP_TAG)
+		return -EPROTO;
+	if (!((u.version == 4 && from_family == AF_INET && u.length == RDS_UDP_HDR4_LEN) ||
+	      (u.version == 6 && from_family == AF_INET6 && u.length == RDS_UDP_HDR6_LEN)))
+		return -EPROTO;
+	if (len < u.length || (u.op != RDS_UDP_OP_DATA && u.op != RDS_UDP_OP_CTRL))
+		return -EPROTO;
+	*op = u.op;
+	*qpn = be32toh(u.qpn) & 0xffffff;
+	return u.length;
 }
 
 #endif /* RCM_RSOCKET_WIRE_H */

@@ -19,13 +19,15 @@
 # datagrams, checked; "mckey" is rdmacm-utils' multicast test (a receiver
 # on b, the sender on a).
 # A fourth phase, "kernel" (both guests on the kernel CM), is for runs by
-# hand: what a program does without libcep in the same bed ("udpong", whose
-# datagram rsockets libcep does not build, is for that phase: on Debian's
-# librdmacm its rconnect fails with ENOENT on these guests: its datagram
-# rsockets make an address handle without a GRH, which RoCE refuses, and
-# the error path leaves ENOENT; docs/rdmacm.md).
+# hand: what a program does without libcep in the same bed ("udpong" on
+# Debian's librdmacm: its rconnect fails with ENOENT on these guests, its
+# datagram rsockets make an address handle without a GRH, which RoCE
+# refuses, and the error path leaves ENOENT; docs/rdmacm.md). udpong,
+# udpong6 and rsdgram (libcep's datagram rsockets) run in phase libcep
+# only, for that reason.
 # Args: cep-rdmacm wrapper, rdmacm-probe ("-": none), [phases], [programs],
-# [cmtime connections], [sock-copy, for rspreload], [rsocket-duplex].
+# [cmtime connections], [sock-copy, for rspreload], [rsocket-duplex],
+# [rsocket-dgram].
 # Each server signals readiness (libcep: CEP_RDMACM_READY; kernel: its
 # LISTEN cm_id in `rdma resource`); each client its end. Exit 0 when every
 # run passed.
@@ -39,6 +41,7 @@ progs=${4:-"rping rpingq rping6 ucmatose udaddy mckey mcdata rdmaserver cmtime f
 cmtime_n=${5:-100}
 sock_copy=${6:-}
 rsduplex=${7:-}
+rsdgram=${8:-}
 # cmtime: one RC QP and two completion channels per connection.
 ulimit -n 65536 2>/dev/null || true
 out=/tmp/rdmacm
@@ -124,7 +127,11 @@ server_cmd() {
 	riostream) echo "stdbuf -oL riostream -b $GB_IP -T v -S 65536 -C 100";;
 	rcopy) echo "rcopy";;
 	rspreload) echo "env LD_PRELOAD=$rspreload $sock_copy server $GB_IP 7475";;
-	udpong) echo "udpong -b $GB_IP -T e";;
+	udpong) echo "stdbuf -oL udpong -b $GB_IP -T e";;
+	udpong6) echo "stdbuf -oL udpong -b $self6 -T e";;
+	udponga) echo "stdbuf -oL udpong -b $GB_IP -T e -T a";;
+	udpongb) echo "stdbuf -oL udpong -b $GB_IP -T e -T b";;
+	rsdgram) echo "$rsdgram server $GB_IP 7478 $GB_PEER_IP";;
 	rsduplex) echo "$rsduplex server $GB_IP 7476";;
 	rshostile) echo "$rsduplex hostile-server $GB_IP 7477";;
 	esac
@@ -155,7 +162,11 @@ client_cmd() {
 	riostream) echo "stdbuf -oL riostream -s $GB_PEER_IP -T v -S 65536 -C 100";;
 	rcopy) echo "rcopy $rcopy_src $GB_PEER_IP:$rcopy_dst";;
 	rspreload) echo "env LD_PRELOAD=$rspreload $sock_copy client $GB_PEER_IP 7475";;
-	udpong) echo "udpong -s $GB_PEER_IP -C 100";;
+	udpong) echo "stdbuf -oL udpong -s $GB_PEER_IP -C 1000";;
+	udpong6) echo "stdbuf -oL udpong -s $peer6 -C 1000";;
+	udponga) echo "stdbuf -oL udpong -s $GB_PEER_IP -C 1000 -T a";;
+	udpongb) echo "stdbuf -oL udpong -s $GB_PEER_IP -C 1000 -T b";;
+	rsdgram) echo "$rsdgram client $GB_PEER_IP 7478";;
 	rsduplex) echo "$rsduplex client $GB_PEER_IP 7476";;
 	rshostile) echo "$rsduplex hostile-client $GB_PEER_IP 7477";;
 	esac
@@ -168,6 +179,7 @@ port_of() {
 	rping*|udaddy) echo 7174;; reject) echo 7480;; notify) echo 7481;;
 	sendbw|readlat|writebw|sendud|atomicbw|sendz|readz) echo 18515;;
 	fio) echo 7472;; iser) echo 3260;; ucx) echo 7473;; rcopy) echo 7427;; rspreload) echo 7475;; rsduplex) echo 7476;; rshostile) echo 7477;;
+	udpong*) echo 7174;; rsdgram) echo 7478;;
 	*) echo 7471;;
 	esac
 }
@@ -255,6 +267,22 @@ check() {
 	# librspreload + sock-copy: the server's output is the client's input, and
 	# it came over RDMA (2.6 MB: at least 2,000 packets of 1,024 bytes)
 	client-rspreload) [ "$(n '^client: 2688895 bytes$')" = 1 ] || ok=0;;
+	# udpong (datagram rsockets, libcep on both sides): the client's
+	# result line (printed only when every datagram of its run was sent
+	# and its end message answered; udpong exits 0 either way), the
+	# server's login line, and the data came over rxe0 (1,000 datagrams
+	# of 1,000 bytes: at least 500 packets - the first ones go over the UDP
+	# side channel until the client has the server's QP number and its
+	# address handle, and datagrams may be dropped), not only over UDP
+	client-udpong*) { [ "$(n '^custom  *1000  *[0-9.]*k*  ')" = 1 ] &&
+		[ "$(n 'rsend\|rrecv\|rconnect\|rbind')" = 0 ]; } || ok=0;;
+	server-udpong*) { [ "$(n '^client login from ')" = 1 ] &&
+		[ "$(sed -n 's/^rxe0 received \([0-9]*\) packets$/\1/p' "$f")" -ge 500 ]; } || ok=0;;
+	# rsocket-dgram: every byte and source checked on both sides; the
+	# 121 datagrams (most of them, the first over UDP) over rxe0
+	client-rsdgram) [ "$(n '^client: .* every byte and source checked: ok$')" = 1 ] || ok=0;;
+	server-rsdgram) { [ "$(n '^server: [0-9]* datagrams intact from .*: ok$')" = 1 ] &&
+		[ "$(sed -n 's/^rxe0 received \([0-9]*\) packets$/\1/p' "$f")" -ge 100 ]; } || ok=0;;
 	server-rspreload) { cmp -s $rcopy_src $rspreload_dst && [ "$(n '^server: 2688895 bytes$')" = 1 ] &&
 		[ "$(sed -n 's/^rxe0 received \([0-9]*\) packets$/\1/p' "$f")" -ge 2000 ]; } ||
 		{ echo "rspreload: the output differs from the input, or not over RDMA"; ok=0; };;
@@ -270,7 +298,7 @@ check() {
 
 # forever PROG: a server that never ends by itself (stopped once its client
 # is done, judged by its output).
-forever() { case $1 in cmtime|qperf|iser|ucx|rcopy|udpong) return 0;; esac; return 1; }
+forever() { case $1 in cmtime|qperf|iser|ucx|rcopy|udpong*) return 0;; esac; return 1; }
 
 # iser_setup: give the running tgtd one target with one 4 MiB LUN, open to
 # every address, and to libiscsi's initiator name (tgt 1.0.85's iSER login
@@ -327,6 +355,13 @@ serve() {
 		until grep -q '^mckey: joined dgid\|^receiver: joined$' "$f" ||
 			! kill -0 $pid 2>/dev/null ||
 			[ $i -ge 3000 ]; do sleep 0.02; i=$((i + 1)); done
+		gb_signal "$flag";;
+	udpong*)
+		# No listener, no CEP_RDMACM_READY: ready once its UDP socket
+		# is bound (the service thread reads it from then on).
+		i=0
+		until grep -qiE "^ *[0-9]+: [0-9A-F]+:$(printf '%04X' 7174) " /proc/net/udp /proc/net/udp6 ||
+			! kill -0 $pid 2>/dev/null || [ $i -ge 3000 ]; do sleep 0.02; i=$((i + 1)); done
 		gb_signal "$flag";;
 	fipingpong|qperf|dapl)
 		# Their rdma_cm listener comes after the client's TCP control
