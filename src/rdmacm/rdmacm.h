@@ -17,10 +17,13 @@
 #define RCM_RDMACM_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,6 +43,34 @@ static inline int rcm_err(int e)
 {
 	errno = e;
 	return -1;
+}
+
+/* rsockets' options, stream and datagram alike: an int option's value
+ * (setsockopt's @v, @l), and getsockopt's answer; 0 or -EINVAL when
+ * @v is NULL or its room short. */
+static inline int rcm_opt_get_int(const void *v, socklen_t l, int *out)
+{
+	if (!v || l < sizeof(int))
+		return -EINVAL;
+	memcpy(out, v, sizeof(int));
+	return 0;
+}
+
+static inline int rcm_opt_put_int(void *v, socklen_t *l, int val)
+{
+	if (!v || !l || *l < sizeof(int))
+		return -EINVAL;
+	memcpy(v, &val, sizeof(int));
+	*l = sizeof(int);
+	return 0;
+}
+
+/* Add @fl (O_NONBLOCK) to descriptor @fd's status flags: 0 or -errno. */
+static inline int rcm_fd_add_flags(int fd, int fl)
+{
+	int old = fcntl(fd, F_GETFL);
+
+	return old < 0 || fcntl(fd, F_SETFL, old | fl) ? -errno : 0;
 }
 
 /* The library's own IP sockets (route and source lookups, multicast

@@ -281,13 +281,6 @@ static void rso_remove(struct rso *rs)
 
 /* ---- making and freeing ------------------------------------------------ */
 
-static int set_nonblock(int fd)
-{
-	int fl = fcntl(fd, F_GETFL);
-
-	return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) ? -errno : 0;
-}
-
 static struct rso *rso_alloc(const struct rso *from)
 {
 	struct rso *rs = calloc(1, sizeof(*rs));
@@ -331,7 +324,7 @@ static int rso_channel(struct rso *rs)
 	rs->ch = rdma_create_event_channel();
 	if (!rs->ch)
 		return -errno;
-	ret = set_nonblock(rs->ch->fd);
+	ret = rcm_fd_add_flags(rs->ch->fd, O_NONBLOCK);
 	if (!ret && (rs->fd_flags & FD_CLOEXEC) && fcntl(rs->ch->fd, F_SETFD, FD_CLOEXEC))
 		ret = -errno;
 	rs->fd = rs->ch->fd;
@@ -434,7 +427,7 @@ static int rso_create_ep(struct rso *rs)
 	rs->comp = ibv_create_comp_channel(rs->id->verbs);
 	if (!rs->comp)
 		return -errno;
-	ret = set_nonblock(rs->comp->fd);
+	ret = rcm_fd_add_flags(rs->comp->fd, O_NONBLOCK);
 	if (ret)
 		return ret;
 	cq = ibv_create_cq(rs->id->verbs, rs->sq_size + rs->rq_size, rs, rs->comp, 0);
@@ -1956,14 +1949,6 @@ static void opt_bit(uint64_t *opts, int name, bool on)
 		*opts &= ~(1ull << name);
 }
 
-static int opt_int(const void *v, socklen_t l, int *out)
-{
-	if (!v || l < sizeof(int))
-		return -EINVAL;
-	memcpy(out, v, sizeof(int));
-	return 0;
-}
-
 RCM_EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t l)
 {
 	struct rso *rs = rso_get(s);
@@ -1984,7 +1969,7 @@ RCM_EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t 
 		return 0;
 	}
 	if (level != IPPROTO_TCP || name != TCP_CONGESTION) {
-		ret = opt_int(v, l, &val);
+		ret = rcm_opt_get_int(v, l, &val);
 		if (ret)
 			return rcm_err(-ret);
 	}
@@ -2097,13 +2082,10 @@ RCM_EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t 
 	return rcm_err(ENOTSUP);
 }
 
+/* getsockopt's answer as the calls return it: 0, or -1 and errno. */
 static int put_int(void *v, socklen_t *l, int val)
 {
-	if (!v || !l || *l < sizeof(int))
-		return rcm_err(EINVAL);
-	memcpy(v, &val, sizeof(int));
-	*l = sizeof(int);
-	return 0;
+	return ret_err(rcm_opt_put_int(v, l, val));
 }
 
 RCM_EXPORT int rgetsockopt(int s, int level, int name, void *v, socklen_t *l)

@@ -192,13 +192,6 @@ static uint16_t *addr_port(union rds_addr *a)
 	return a->sa.sa_family == AF_INET ? &a->in.sin_port : &a->in6.sin6_port;
 }
 
-static int set_fl(int fd, int fl)
-{
-	int old = fcntl(fd, F_GETFL);
-
-	return old < 0 || fcntl(fd, F_SETFL, old | fl) ? -errno : 0;
-}
-
 /* ---- the eventfds: level-triggered conditions --------------------------
  * Contract of every function in this file below a heading that says
  * "lock held": the caller holds ds->lock; "either thread": an
@@ -441,7 +434,7 @@ static int qp_create(struct rds *ds, const union rds_addr *src, struct rds_qp **
 	qp->comp = ibv_create_comp_channel(qp->id->verbs);
 	if (!qp->comp)
 		goto err_errno;
-	ret = set_fl(qp->comp->fd, O_NONBLOCK);
+	ret = rcm_fd_add_flags(qp->comp->fd, O_NONBLOCK);
 	if (ret)
 		goto err;
 	qp->cq = ibv_create_cq(qp->id->verbs, ds->sq_size + ds->rq_size, qp, qp->comp, 0);
@@ -1142,14 +1135,6 @@ int rds_getpeername(struct rds *ds, struct sockaddr *sa, socklen_t *len)
 	return getpeername(ds->fd, sa, len) ? -errno : 0;
 }
 
-static int get_int(const void *v, socklen_t l, int *out)
-{
-	if (!v || l < sizeof(int))
-		return -EINVAL;
-	memcpy(out, v, sizeof(int));
-	return 0;
-}
-
 /* As librdmacm keeps them for datagrams: every option but SOL_RDMA's goes
  * to the UDP socket first (its refusal is the answer); the buffer sizes
  * (doubled, as the kernel's) and queue sizes count until the first bind,
@@ -1161,7 +1146,7 @@ int rds_setsockopt(struct rds *ds, int level, int name, const void *v, socklen_t
 	if (level != SOL_RDMA && setsockopt(ds->fd, level, name, v, l))
 		return -errno;
 	if (level != SOL_SOCKET || name != SO_LINGER) {
-		ret = get_int(v, l, &val);
+		ret = rcm_opt_get_int(v, l, &val);
 		if (ret && level == SOL_RDMA)
 			return ret;
 	}
@@ -1213,15 +1198,6 @@ int rds_setsockopt(struct rds *ds, int level, int name, const void *v, socklen_t
 	return ret;
 }
 
-static int put_int(void *v, socklen_t *l, int val)
-{
-	if (!v || !l || *l < sizeof(int))
-		return -EINVAL;
-	memcpy(v, &val, sizeof(int));
-	*l = sizeof(int);
-	return 0;
-}
-
 int rds_getsockopt(struct rds *ds, int level, int name, void *v, socklen_t *l)
 {
 	int ret = -ENOTSUP;
@@ -1232,19 +1208,19 @@ int rds_getsockopt(struct rds *ds, int level, int name, void *v, socklen_t *l)
 		switch (name) {
 		case SO_REUSEADDR:
 		case SO_BROADCAST:
-			ret = put_int(v, l, !!(ds->so_opts & (1ull << name)));
+			ret = rcm_opt_put_int(v, l, !!(ds->so_opts & (1ull << name)));
 			break;
 		case SO_RCVBUF:
-			ret = put_int(v, l, (int)ds->rbuf_size);
+			ret = rcm_opt_put_int(v, l, (int)ds->rbuf_size);
 			break;
 		case SO_SNDBUF:
-			ret = put_int(v, l, (int)ds->sbuf_size);
+			ret = rcm_opt_put_int(v, l, (int)ds->sbuf_size);
 			break;
 		case SO_TYPE:
-			ret = put_int(v, l, SOCK_DGRAM);
+			ret = rcm_opt_put_int(v, l, SOCK_DGRAM);
 			break;
 		case SO_ERROR:
-			ret = put_int(v, l, ds->err);
+			ret = rcm_opt_put_int(v, l, ds->err);
 			if (!ret)
 				ds->err = 0;
 			break;
@@ -1252,22 +1228,22 @@ int rds_getsockopt(struct rds *ds, int level, int name, void *v, socklen_t *l)
 		break;
 	case IPPROTO_IP:
 		if (name == IP_TOS)
-			ret = put_int(v, l, ds->ip_tos);
+			ret = rcm_opt_put_int(v, l, ds->ip_tos);
 		break;
 	case IPPROTO_IPV6:
 		if (name == IPV6_V6ONLY)
-			ret = put_int(v, l, !!(ds->ipv6_opts & (1ull << name)));
+			ret = rcm_opt_put_int(v, l, !!(ds->ipv6_opts & (1ull << name)));
 		break;
 	case SOL_RDMA:
 		switch (name) {
 		case RDMA_SQSIZE:
-			ret = put_int(v, l, ds->sq_size);
+			ret = rcm_opt_put_int(v, l, ds->sq_size);
 			break;
 		case RDMA_RQSIZE:
-			ret = put_int(v, l, ds->rq_size);
+			ret = rcm_opt_put_int(v, l, ds->rq_size);
 			break;
 		case RDMA_INLINE:
-			ret = put_int(v, l, ds->sq_inline);
+			ret = rcm_opt_put_int(v, l, ds->sq_inline);
 			break;
 		}
 		break;
