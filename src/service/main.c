@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cep/clock.h>
 #include <cep/sa.h>
 #ifdef CEPD_HAVE_UMAD
 #include <cep/umad.h>
@@ -290,12 +291,10 @@ static void on_signal(int sig)
 	errno = e;
 }
 
+/* CLOCK_MONOTONIC in ms (the pending list's looks) */
 static int64_t now_ms(void)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+	return (int64_t)(cep_clock_now_ns(NULL) / 1000000u);
 }
 
 /* A spare descriptor: when accept fails for want of descriptors, it is
@@ -666,14 +665,15 @@ int main(int argc, char **argv)
 					{ .fd = svc.sigpipe[0], .events = POLLIN },
 					{ .fd = svc.pend_efd, .events = POLLIN } };
 		int wait_ms = -1;
+		int64_t t;
 
 		if (look_at) {
-			int64_t t = now_ms();
-
+			t = now_ms();
 			wait_ms = t >= look_at ? 0 : (int)(look_at - t);
 		}
 		if (poll(pf, 3, wait_ms) < 0 && errno != EINTR)
 			break;
+		t = now_ms();
 		if (pf[2].revents & POLLIN) {
 			eventfd_t v;
 
@@ -681,9 +681,9 @@ int main(int argc, char **argv)
 			 * (a held event's successor usually sends it first) */
 			(void)eventfd_read(svc.pend_efd, &v);
 			if (!look_at)
-				look_at = now_ms() + PEND_LOOK_MS;
+				look_at = t + PEND_LOOK_MS;
 		}
-		if (look_at && now_ms() >= look_at) {
+		if (look_at && t >= look_at) {
 			int next = pend_look();
 
 			look_at = next < 0 ? 0 : now_ms() + next;
