@@ -194,8 +194,9 @@ struct cep_cm_attr {
 	uint8_t mra_service_timeout;  /* advertised in automatic MRAs (5 bits);
 					 0 = 20 (~4 s) */
 	uint8_t auto_mra;             /* send MRA when the application takes more
-					 than half the peer's response timeout,
-					 and at once for a REQ that would wait
+					 than half the peer's response timeout
+					 (REQ, LAP; a REP: when the responder
+					 repeats it, as rdma_cm), and at once for a REQ that would wait
 					 that long behind its listener's
 					 others at the pace the listener has
 					 answered (libcep's own:

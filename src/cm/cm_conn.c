@@ -379,11 +379,21 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 			goto out;
 		}
 		STAT_ADD(cm, w, duplicates);
-		if (id->state == CEP_CM_ESTABLISHED) /* our RTU was lost */
+		if (id->state == CEP_CM_ESTABLISHED) { /* our RTU was lost */
 			cm_send_simple(id, CEP_MSG_RTU, id->resend_pd, id->resend_len, 0);
-		else if (id->state == CEP_CM_MRA_REP_SENT)
+		} else if (id->state == CEP_CM_MRA_REP_SENT) {
 			cm_send_mra(id, CEP_MSG_CODE_REP, id->mra_timeout, id->resend_pd,
 				    id->resend_len);
+		} else if (cm->auto_mra) {
+			/* REP_RCVD: the responder's REP timer ran out before
+			 * our application's RTU. The automatic MRA of a REP
+			 * goes now, as rdma_cm's delayed one does
+			 * (CMA_CM_MRA_SETTING with IB_CM_MRA_FLAG_DELAY, sent
+			 * by cm_dup_rep_handler): a REP answered before its
+			 * responder's first retry costs no MAD more. */
+			cm_send_auto_mra(id, CEP_MSG_CODE_REP);
+			cm_set_state(id, CEP_CM_MRA_REP_SENT);
+		}
 		goto out;
 	default:
 		cm_drop(cm, w, CEP_CM_DROP_BAD_STATE);
@@ -468,8 +478,10 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_clear_timer(id);
 	(void)cep_qp_params_active_rep(&id->qpp, rp); /* the REP's half */
 	cm_set_state(id, CEP_CM_REP_RCVD);
-	if (cm->auto_mra)
-		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
+	/* No timer in REP_RCVD: auto_mra answers a repeat of the REP (above),
+	 * not half the responder's timeout (issue 27: through cepd cmtime's
+	 * client RTUed 430-1,000 of 1,000 REPs after that half and before
+	 * the responder's retry, an MRA each way for nothing). */
 	if (id->flags & F_USER_GONE) {
 		/* destroyed while connecting: the REP is refused */
 		cm_send_rej(id, CEP_REJ_CONSUMER_DEFINED, CEP_MSG_CODE_REP, NULL, 0, NULL, 0);
@@ -1083,7 +1095,6 @@ int cm_local_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	id->service_id = p->service_id;
 	id->pkt_life = p->packet_life_time;
 	id->timeout_ms = 2 * cm_ms(id->pkt_life) + cm_ms(p->remote_cm_response_timeout);
-	id->peer_timeout_ms = cm_ms(p->local_cm_response_timeout);
 	/* until a REP tells the peer's ACK delay: the path's (kernel: the
 	 * address vector's timeout is packet life + 1) */
 	id->path_timeout = (uint8_t)(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);

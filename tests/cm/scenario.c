@@ -338,6 +338,46 @@ static void t_mra_rep(void)
 	teardown_all();
 }
 
+/* auto_mra on the active side (issue 27): a REP its application has not
+ * answered gets the engine's MRA only once the responder repeats it, as
+ * rdma_cm's delayed MRA (CMA_CM_MRA_SETTING with IB_CM_MRA_FLAG_DELAY,
+ * sent by cm_dup_rep_handler): nothing at half the responder's timeout,
+ * the repeat MRAed, the responder then waits the MRA's time and the late
+ * RTU establishes. Roles swapped: B, the requester, has auto_mra. */
+static void t_mra_rep_auto(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *b;
+
+	setup(2, 1);
+	listen_on(&A, SID);
+	A.pol.on_req = ON_REQ_ACCEPT;
+	A.pol.accept_qpn = 0x101;
+	b = make_id(&B);
+	conn_param(&p, 0x100, LID_B, LID_A);
+	p.manual_rtu = 1;
+	p.local_cm_response_timeout = 12; /* A repeats its REP after 16.8 + 2 x 1 ms */
+	p.max_cm_retries = 2;
+	CHECK_EQ(cep_cm_connect(b, &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REP_RECEIVED, 1));
+	advance_ms(15); /* past half A's timeout (8.4 ms), before its repeat */
+	CHECK_EQ(stats_of(&B).sent[CEP_MSG_MRA], 0);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_REP_RCVD);
+	advance_ms(10); /* A's repeat, which B MRAs */
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 1));
+	CHECK_EQ(stats_of(&A).retries, 1);
+	CHECK_EQ(stats_of(&B).sent[CEP_MSG_MRA], 1);
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_MRA_REP_SENT);
+	advance_ms(100); /* past A's unextended tries (2 x 19 ms) */
+	CHECK_EQ(stats_of(&A).retries, 1);
+	CHECK_EQ(cep_cm_rtu(b, "rtu", 4), 0);
+	CHECK(wait_ev(&A, CEP_CM_EV_RTU_RECEIVED, 1));
+	CHECK(pd_eq(last_ev(&A, CEP_CM_EV_RTU_RECEIVED), "rtu"));
+	CHECK_EQ(cep_cm_id_state(b), CEP_CM_ESTABLISHED);
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REP_ERROR, NULL), 0);
+	teardown_all();
+}
+
 /* REQ to a peer that never answers: Max CM Retries resends, then REJ
  * "timeout" (ARI = our CA GUID) and REQ_ERROR; the QP is free again. */
 static void t_req_timeout(void)
@@ -3138,6 +3178,7 @@ static const struct {
 	{ "mra-behind", t_mra_behind },
 	{ "mra-pace", t_mra_pace },
 	{ "mra-rep", t_mra_rep },
+	{ "mra-rep-auto", t_mra_rep_auto },
 	{ "req-timeout", t_req_timeout },
 	{ "tid", t_tid },
 	{ "rep-timeout", t_rep_timeout },
