@@ -210,6 +210,9 @@ run() {
 	if [ -n "$svc" ]; then
 		echo "$pre $GB_NAME cepd cpu $(awk '{ printf "user %.2f s system %.2f s", $14 / 100, $15 / 100 }' /proc/$svc/stat)"
 		threads "$svc" "$pre $GB_NAME cepd"
+		# its CM's MADs by kind (the MRAs of a run: issue 27)
+		"$cepd" --stats --socket "$CEP_SERVICE" 2>&1 | grep '^mads port ' |
+			sed "s/^/$pre $GB_NAME cepd /"
 		gb_signal cepd-stop-$tag
 		peer_flag cepd-stop-$tag 600
 		if [ -n "$svcperf" ]; then

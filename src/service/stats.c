@@ -50,6 +50,19 @@ void print_stats(FILE *f, const struct client *reader)
 			(unsigned long long)st.ids, (unsigned long long)ts.live,
 			(unsigned long long)ts.qps,
 			(unsigned long long)atomic_load_explicit(&p->nmc, memory_order_relaxed));
+		/* what the MADs were (a run's MRAs, repeats and REJs) */
+		fprintf(f, "mads port %u sent", i);
+		for (unsigned m = 0; m < CEP_MSG_COUNT; m++)
+			if (st.sent[m])
+				fprintf(f, " %s %llu", cep_msg_name((enum cep_msg_type)m),
+					(unsigned long long)st.sent[m]);
+		fprintf(f, " received");
+		for (unsigned m = 0; m < CEP_MSG_COUNT; m++)
+			if (st.received[m])
+				fprintf(f, " %s %llu", cep_msg_name((enum cep_msg_type)m),
+					(unsigned long long)st.received[m]);
+		fprintf(f, " duplicates %llu timeouts %llu\n", (unsigned long long)st.duplicates,
+			(unsigned long long)st.timeouts);
 	}
 	pthread_mutex_lock(&svc.lk);
 	for (struct client *c = svc.clients; c; c = c->next)
