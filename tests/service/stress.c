@@ -21,6 +21,10 @@
  * - at the end, with every client gone, cepd's statistics show no client,
  *   no id, no CEP and no registered QPN on either port, and cepd --check
  *   (cep_table_check on both ports' tables, see cepd(8)) exits 0.
+ * A failure ends the run, never hangs it: cepd's death (a sanitizer's
+ * report among them) kills every client and the raw process at once, a
+ * client told to stop that has not ended in 90 s is killed and counted,
+ * and each child dies with the parent (PR_SET_PDEATHSIG).
  *
  * Usage: test-service-stress CEPD-PATH [--duration S] [--clients N]
  *        [--threads T] [--kill-ms M] [--seed X]
@@ -36,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -396,6 +401,8 @@ static void spawn(unsigned i)
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+			_exit(127);
 		close(p[1]);
 		for (unsigned k = 0; k < nclients; k++)
 			if (k != i && slots[k].ctl >= 0)
@@ -420,6 +427,55 @@ static void judge(unsigned i, int st, int killed)
 		WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 	if (!(killed && WIFEXITED(st) && WEXITSTATUS(st) == 0))
 		failures++;
+}
+
+/* Reap @pid within @secs; else kill it, say so and count a failure (a
+ * hang is reported, not waited out). 1 when it ended by itself. */
+static int reap(pid_t pid, int *st, double secs, const char *what)
+{
+	double end = now_s() + secs;
+
+	do {
+		pid_t r = waitpid(pid, st, WNOHANG);
+
+		if (r == pid)
+			return 1;
+		if (r < 0) {
+			fprintf(stderr, "service-stress: %s (pid %d): %s\n", what, (int)pid,
+				strerror(errno));
+			failures++;
+			return 0;
+		}
+		msleep(10);
+	} while (now_s() < end);
+	fprintf(stderr, "service-stress: %s (pid %d) still running after %.0f s: killed\n", what,
+		(int)pid, secs);
+	failures++;
+	kill(pid, SIGKILL);
+	waitpid(pid, st, 0);
+	return 0;
+}
+
+/* cepd ended with @st before the test stopped it: every client and the
+ * raw process (@raw, -1 when gone) end at once - they would wait on a
+ * service that is gone - and the run fails. */
+static int cepd_died(int st, pid_t raw)
+{
+	fprintf(stderr, "service-stress: cepd died (status 0x%x): every client killed\n", st);
+	for (unsigned i = 0; i < nclients; i++)
+		if (slots[i].pid > 0) {
+			kill(slots[i].pid, SIGKILL);
+			waitpid(slots[i].pid, NULL, 0);
+			slots[i].pid = 0;
+		}
+	if (raw > 0) {
+		kill(raw, SIGKILL);
+		waitpid(raw, NULL, 0);
+	}
+	unlink(sock_path);
+	rmdir(dir_path);
+	printf("service-stress: FAIL (cepd died)\n");
+	return 1;
 }
 
 static pid_t start_cepd(void)
@@ -589,6 +645,8 @@ static pid_t spawn_raw(void)
 	if (pid == 0) {
 		struct sigaction sa;
 
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+			_exit(127);
 		memset(&sa, 0, sizeof(sa));
 		sa.sa_handler = raw_on_term;
 		sigaction(SIGTERM, &sa, NULL);
@@ -663,10 +721,8 @@ int main(int argc, char **argv)
 				raw = -1;
 				continue;
 			}
-			if (pid == cepd) {
-				fprintf(stderr, "service-stress: cepd died (status 0x%x)\n", st);
-				return 1;
-			}
+			if (pid == cepd)
+				return cepd_died(st, raw);
 			for (unsigned k = 0; k < nclients; k++)
 				if (slots[k].pid == pid) {
 					judge(k, st, 0);
@@ -690,12 +746,15 @@ int main(int argc, char **argv)
 			failures++;
 		}
 	}
+	if (waitpid(cepd, &st, WNOHANG) == cepd)
+		return cepd_died(st, -1);
 	/* the end: half are told to stop (cep_cm_destroy), half are killed */
 	for (unsigned i = 0; i < nclients; i++) {
 		if (i % 3 == 2) {
 			kill(slots[i].pid, SIGKILL);
 			waitpid(slots[i].pid, &st, 0);
 			judge(i, st, 1);
+			slots[i].pid = 0;
 			ctl_close(i);
 		} else {
 			(void)!write(slots[i].ctl, "q", 1);
@@ -704,13 +763,17 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < nclients; i++) {
 		if (i % 3 == 2)
 			continue;
-		if (waitpid(slots[i].pid, &st, 0) == slots[i].pid)
+		/* its calls answer within 60 s (its alarm), its stop too */
+		if (reap(slots[i].pid, &st, 90, "a client told to stop"))
 			judge(i, st, 0);
+		slots[i].pid = 0;
 		ctl_close(i);
 	}
 	printf("service-stress: %u clients killed in %.1f s\n", kills, now_s() - t0);
 	/* every trace of the clients goes (timewaits included) */
 	for (int t = 0; t < 600 && !empty; t++) {
+		if (waitpid(cepd, &st, WNOHANG) == cepd)
+			return cepd_died(st, -1);
 		stats(buf, sizeof(buf));
 		empty = service_empty(buf);
 		if (!empty)
