@@ -208,7 +208,7 @@ RCM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 	 * librdmacm's rdma_create_id2), or the space's own when it names none */
 	if (res->ai_port_space != RDMA_PS_TCP && res->ai_port_space != RDMA_PS_UDP &&
 	    res->ai_port_space != RDMA_PS_IB && res->ai_port_space != RDMA_PS_IPOIB)
-		return rcm_err(ENOSYS);
+		return rcm_err(EINVAL); /* the kernel's ucma_create_id */
 	qp_type = res->ai_qp_type ? (enum ibv_qp_type)res->ai_qp_type :
 		  res->ai_port_space == RDMA_PS_UDP || res->ai_port_space == RDMA_PS_IPOIB ?
 		  IBV_QPT_UD : IBV_QPT_RC;

@@ -201,9 +201,10 @@ RCM_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm
 	if (!id)
 		return rcm_err(EINVAL);
 	/* The TCP and IB (RC), UDP and IPoIB (UD) port spaces, as librdmacm's
-	 * rdma_create_id picks the QP type. */
+	 * rdma_create_id picks the QP type; any other the kernel's
+	 * ucma_create_id refuses, EINVAL. */
 	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB && ps != RDMA_PS_IPOIB)
-		return rcm_err(ENOSYS);
+		return rcm_err(EINVAL);
 	r = rcm_id_new(channel ? rcm_channel_of(channel) : NULL, context, ps,
 		       ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC);
 	if (!r)

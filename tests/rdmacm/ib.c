@@ -770,6 +770,13 @@ static void af_ib_layer(struct rcm_channel *ch, struct rcm_port *ports, const ui
 	CHECK_EQ(errno, EPROTONOSUPPORT);
 	CHECK_EQ(rcm_id_of(id2)->state, RCM_IDLE);
 	CHECK_EQ(rdma_destroy_id(id2), 0);
+	/* a port space rdma_cm has not: the kernel's ucma_create_id refuses
+	 * it EINVAL, and so librdmacm's rdma_create_id; nothing made */
+	errno = 0;
+	id2 = NULL;
+	CHECK_EQ(rdma_create_id(&ch->ch, &id2, NULL, (enum rdma_port_space)0x0107), -1);
+	CHECK_EQ(errno, EINVAL);
+	CHECK(id2 == NULL);
 	CHECK_EQ(rdma_create_id(&ch->ch, &id, NULL, RDMA_PS_IB), 0);
 	CHECK_EQ(id->ps, RDMA_PS_IB);
 	CHECK_EQ(id->qp_type, IBV_QPT_RC);
