@@ -196,7 +196,10 @@ struct cep_cm_attr {
 	uint8_t auto_mra;             /* send MRA when the application takes more
 					 than half the peer's response timeout
 					 (REQ, LAP; a REP: when the responder
-					 repeats it, as rdma_cm), and at once for a REQ that would wait
+					 repeats it, as rdma_cm, or at half
+					 when it will likely wait past that at
+					 the pace REPs are answered), and at
+					 once for a REQ that would wait
 					 that long behind its listener's
 					 others at the pace the listener has
 					 answered (libcep's own:

@@ -478,10 +478,15 @@ void cm_handle_rep(struct cep_cm *cm, unsigned w, const struct cep_msg *m,
 	cm_clear_timer(id);
 	(void)cep_qp_params_active_rep(&id->qpp, rp); /* the REP's half */
 	cm_set_state(id, CEP_CM_REP_RCVD);
-	/* No timer in REP_RCVD: auto_mra answers a repeat of the REP (above),
-	 * not half the responder's timeout (issue 27: through cepd cmtime's
-	 * client RTUed 430-1,000 of 1,000 REPs after that half and before
-	 * the responder's retry, an MRA each way for nothing). */
+	/* auto_mra: an MRA at half the responder's timeout only for a REP
+	 * whose RTU will likely come after the responder repeats it (at the
+	 * pace the application has answered REPs); any other gets one only
+	 * if the responder does repeat it (above). Issue 27: through cepd
+	 * cmtime's client RTUed 430-1,000 of 1,000 REPs after that half and
+	 * before any repeat, an MRA each way for nothing; at 10,000 its REPs
+	 * wait past the repeat, and the MRA spares each its repeat. */
+	if (cm->auto_mra && cm_rep_mra_due(id))
+		cm_set_timer(id, TK_AUTO_MRA, id->peer_timeout_ms / 2 + 1);
 	if (id->flags & F_USER_GONE) {
 		/* destroyed while connecting: the REP is refused */
 		cm_send_rej(id, CEP_REJ_CONSUMER_DEFINED, CEP_MSG_CODE_REP, NULL, 0, NULL, 0);
@@ -1095,6 +1100,7 @@ int cm_local_connect(struct cep_cm_id *id, const struct cep_cm_conn_param *user)
 	id->service_id = p->service_id;
 	id->pkt_life = p->packet_life_time;
 	id->timeout_ms = 2 * cm_ms(id->pkt_life) + cm_ms(p->remote_cm_response_timeout);
+	id->peer_timeout_ms = cm_ms(p->local_cm_response_timeout); /* its REP's retry */
 	/* until a REP tells the peer's ACK delay: the path's (kernel: the
 	 * address vector's timeout is packet life + 1) */
 	id->path_timeout = (uint8_t)(p->packet_life_time + 1u > 31 ? 31 : p->packet_life_time + 1u);

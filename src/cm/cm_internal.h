@@ -70,6 +70,13 @@ struct cep_cm {
 					  a channel and not acked, | CM_CLOSED once
 					  cep_cm_destroy committed (cm_event_take) */
 	_Atomic unsigned next_worker;  /* round robin for active ids */
+	_Atomic uint32_t rtu_fx;       /* how fast this context's applications
+					  answer REPs (auto_mra): a moving
+					  average of the ms per REP (x 1024)
+					  each RTU's REP waited over the REPs
+					  awaiting theirs when it came
+					  (req_ahead); 0 until the first RTU.
+					  Relaxed, as lis.svc_fx (cm_rtu_sample) */
 	_Atomic int64_t ids;           /* ids allocated and not yet freed */
 	_Atomic uint32_t next_tid;     /* low halves of request TIDs */
 	struct cm_wstats *ws;          /* [nworkers] */
@@ -272,7 +279,12 @@ struct cep_cm_id {
 	} lis;
 	uint32_t req_ahead;            /* lock: a passive id: its listener's
 					  unanswered requests when its REQ came,
-					  itself included (cm_mra_sample) */
+					  itself included (cm_mra_sample); an
+					  active one: its context's REPs awaiting
+					  their RTU when its REP came, itself
+					  included (cm_rtu_sample) */
+	uint64_t rep_at;               /* lock: an active id (auto_mra): ms its
+					  REP came (cm_rtu_sample) */
 	struct cep_cm_id *listener;    /* lock: an unanswered child: the listener
 					  it counts against (a CEP reference held) */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
@@ -424,6 +436,13 @@ uint32_t cm_be32(const uint8_t *p);
 int cm_unanswered(unsigned s);
 /* Locked: a child stops counting against its listener's backlog. */
 void cm_half_open_end(struct cep_cm_id *id);
+/* Locked, an active id that has just entered REP_RCVD (auto_mra): note
+ * its REP's arrival and the REPs ahead of it for the RTU pace (cm->rtu_fx,
+ * sampled when it is answered) and say whether its RTU will likely come
+ * after the responder repeats the REP - the REPs awaiting theirs, itself
+ * included, at the context's pace reach the responder's timeout - so that
+ * the automatic MRA should go at half that timeout, before the repeat. */
+int cm_rep_mra_due(struct cep_cm_id *id);
 /* Any thread, no engine lock held (takes @id's): the application has
  * taken @id's request (librdmacm: rdma_get_cm_event returned its
  * CONNECT_REQUEST), so it no longer counts against its listener's backlog,

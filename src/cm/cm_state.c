@@ -43,24 +43,53 @@ void cm_half_open_end(struct cep_cm_id *id)
 	cep_put(l->cep);
 }
 
+/* A pace (lis.svc_fx, cm->rtu_fx) takes one more sample: a message that
+ * came at @at (ms) and was answered now, with @ahead awaiting their
+ * answer when it came (itself included). Relaxed: a number for an
+ * estimate, ordering nothing; a sample that races another's store is
+ * lost (the fields' comments). Never 0: 0 says "none yet". */
+static void pace_sample(_Atomic uint32_t *fx, struct cep_cm *cm, uint64_t at, uint32_t ahead)
+{
+	uint64_t now = cep_clock_ms(cm->clock);
+	uint64_t per = ((now > at ? now - at : 0) << 10) / (ahead ? ahead : 1);
+	uint32_t old = atomic_load_explicit(fx, memory_order_relaxed);
+	uint64_t avg = old ? old - old / 8 + per / 8 : per; /* weight 1/8 */
+
+	atomic_store_explicit(fx, avg > UINT32_MAX ? UINT32_MAX : avg ? (uint32_t)avg : 1,
+			      memory_order_relaxed);
+}
+
 /* Locked, before cm_half_open_end when the application accepts: the
  * request's wait goes into its listener's svc_fx (cm_conn.c's
  * cm_mra_now reads it). */
 static void cm_mra_sample(struct cep_cm_id *id)
 {
-	struct cep_cm *cm = id->cm;
-	struct cep_cm_id *l = id->listener;
-	uint64_t now = cep_clock_ms(cm->clock);
-	uint64_t at = id->half_open_until - cm->half_open_ms; /* its arrival */
-	uint64_t per = ((now > at ? now - at : 0) << 10) / (id->req_ahead ? id->req_ahead : 1);
-	uint32_t old = atomic_load_explicit(&l->lis.svc_fx, memory_order_relaxed);
-	uint64_t avg = old ? old - old / 8 + per / 8 : per; /* weight 1/8 */
+	/* its arrival: half_open_until counts from it */
+	pace_sample(&id->listener->lis.svc_fx, id->cm, id->half_open_until - id->cm->half_open_ms,
+		    id->req_ahead);
+}
 
-	/* relaxed: a number for cm_mra_now, ordering nothing; a sample that
-	 * races another's store is lost (field comment). Never 0: 0 says
-	 * "none yet". */
-	atomic_store_explicit(&l->lis.svc_fx, avg > UINT32_MAX ? UINT32_MAX : avg ? (uint32_t)avg : 1,
-			      memory_order_relaxed);
+/* REPs of the context awaiting their RTU (REP_RCVD, MRA_REP_SENT): the
+ * workers' state counts, relaxed (an estimate). */
+static uint32_t reps_waiting(struct cep_cm *cm)
+{
+	int64_t n = 0;
+
+	for (unsigned w = 0; w < cm->nworkers; w++)
+		n += atomic_load_explicit(&cm->ws[w].states[CEP_CM_REP_RCVD], memory_order_relaxed) +
+		     atomic_load_explicit(&cm->ws[w].states[CEP_CM_MRA_REP_SENT],
+					  memory_order_relaxed);
+	return n > 0 ? (uint32_t)n : 1;
+}
+
+int cm_rep_mra_due(struct cep_cm_id *id)
+{
+	struct cep_cm *cm = id->cm;
+	uint64_t fx = atomic_load_explicit(&cm->rtu_fx, memory_order_relaxed);
+
+	id->rep_at = cep_clock_ms(cm->clock);
+	id->req_ahead = reps_waiting(cm);
+	return fx && ((uint64_t)id->req_ahead * fx >> 10) >= id->peer_timeout_ms;
 }
 
 void cm_request_taken(struct cep_cm_id *id)
@@ -121,6 +150,11 @@ void cm_set_state(struct cep_cm_id *id, unsigned s)
 	/* a REQ answered, given up or abandoned leaves its window */
 	if (id->dest && s != CEP_CM_REQ_SENT && s != CEP_CM_MRA_REQ_RCVD)
 		cm_pace_leave(id);
+	/* a REP answered with its RTU: its wait goes into rtu_fx
+	 * (cm_rep_mra_due reads it) */
+	if (s == CEP_CM_ESTABLISHED && id->cm->auto_mra &&
+	    (id->state == CEP_CM_REP_RCVD || id->state == CEP_CM_MRA_REP_SENT))
+		pace_sample(&id->cm->rtu_fx, id->cm, id->rep_at, id->req_ahead);
 
 	atomic_fetch_sub_explicit(&w->states[id->state], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&w->states[s], 1, memory_order_relaxed);

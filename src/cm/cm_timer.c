@@ -210,6 +210,9 @@ static void on_timeout(struct cep_cm_id *id)
 			cm_send_auto_mra(id, CEP_MSG_CODE_REQ);
 			cm_set_state(id, CEP_CM_MRA_REQ_SENT);
 			cm_req_expire_after_mra(id);
+		} else if (id->state == CEP_CM_REP_RCVD) {
+			cm_send_auto_mra(id, CEP_MSG_CODE_REP);
+			cm_set_state(id, CEP_CM_MRA_REP_SENT);
 		} else if (id->state == CEP_CM_ESTABLISHED && id->lap_state == CEP_CM_LAP_RCVD) {
 			cm_send_auto_mra(id, CEP_MSG_CODE_OTHER);
 			id->lap_state = CEP_CM_MRA_LAP_SENT;

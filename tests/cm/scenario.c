@@ -378,6 +378,58 @@ static void t_mra_rep_auto(void)
 	teardown_all();
 }
 
+/* auto_mra on the active side, behind (issue 27): once its application
+ * has answered a REP, the context knows its pace (10 ms a REP here), and
+ * a REP whose RTU will likely come after the responder's repeat - the REPs
+ * awaiting theirs, itself included, at that pace reach the responder's
+ * timeout (16 ms) - gets its MRA at half that timeout, before the repeat;
+ * the one that will likely be answered in time gets none, and its MRA
+ * only when the repeat comes. One worker: the REPs arrive one by one. */
+static void t_mra_rep_pace(void)
+{
+	struct cep_cm_conn_param p;
+	struct cep_cm_id *b[4];
+
+	setup(1, 1);
+	listen_on(&A, SID);
+	A.pol.on_req = ON_REQ_ACCEPT;
+	A.pol.accept_qpn = 0x101;
+	conn_param(&p, 0x100, LID_B, LID_A);
+	p.manual_rtu = 1;
+	p.local_cm_response_timeout = 12; /* A repeats its REP after 16.8 + 2 x 1 ms */
+	p.max_cm_retries = 2;
+	b[0] = make_id(&B);
+	CHECK_EQ(cep_cm_connect(b[0], &p), 0);
+	CHECK(wait_ev(&B, CEP_CM_EV_REP_RECEIVED, 1));
+	advance_ms(10); /* no pace yet: no MRA at half */
+	CHECK_EQ(cep_cm_rtu(b[0], NULL, 0), 0); /* the pace: 10 ms for 1 REP */
+	CHECK(wait_ev(&A, CEP_CM_EV_RTU_RECEIVED, 1));
+	for (int i = 1; i < 4; i++) { /* one after the other, no time passing */
+		b[i] = make_id(&B);
+		p.qpn = 0x101 + (uint32_t)i;
+		A.pol.accept_qpn = 0x109 + (uint32_t)i;
+		CHECK_EQ(cep_cm_connect(b[i], &p), 0);
+		CHECK(wait_ev(&B, CEP_CM_EV_REP_RECEIVED, i + 1));
+	}
+	CHECK_EQ(stats_of(&B).sent[CEP_MSG_MRA], 0);
+	/* expected waits 10, 20, 30 ms: the second and third reach 16 ms */
+	advance_ms(10); /* half A's timeout (8.4 ms) */
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 2));
+	CHECK_EQ(stats_of(&B).sent[CEP_MSG_MRA], 2);
+	CHECK_EQ(stats_of(&A).retries, 0);
+	advance_ms(15); /* A's repeat of the first, which B MRAs then */
+	CHECK(wait_ev(&A, CEP_CM_EV_MRA_RECEIVED, 3));
+	CHECK_EQ(stats_of(&A).retries, 1);
+	CHECK_EQ(stats_of(&B).sent[CEP_MSG_MRA], 3);
+	for (int i = 1; i < 4; i++) {
+		CHECK_EQ(cep_cm_id_state(b[i]), CEP_CM_MRA_REP_SENT);
+		CHECK_EQ(cep_cm_rtu(b[i], NULL, 0), 0);
+	}
+	CHECK(wait_ev(&A, CEP_CM_EV_RTU_RECEIVED, 4));
+	CHECK_EQ(count_ev(&A, CEP_CM_EV_REP_ERROR, NULL), 0);
+	teardown_all();
+}
+
 /* REQ to a peer that never answers: Max CM Retries resends, then REJ
  * "timeout" (ARI = our CA GUID) and REQ_ERROR; the QP is free again. */
 static void t_req_timeout(void)
@@ -3179,6 +3231,7 @@ static const struct {
 	{ "mra-pace", t_mra_pace },
 	{ "mra-rep", t_mra_rep },
 	{ "mra-rep-auto", t_mra_rep_auto },
+	{ "mra-rep-pace", t_mra_rep_pace },
 	{ "req-timeout", t_req_timeout },
 	{ "tid", t_tid },
 	{ "rep-timeout", t_rep_timeout },
