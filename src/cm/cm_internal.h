@@ -76,7 +76,8 @@ struct cep_cm {
 					  each RTU's REP waited over the REPs
 					  awaiting theirs when it came
 					  (req_ahead); 0 until the first RTU.
-					  Relaxed, as lis.svc_fx (cm_rtu_sample) */
+					  Relaxed, as lis.svc_fx (sampled in
+					  cm_set_state, read by cm_rep_mra_due) */
 	_Atomic int64_t ids;           /* ids allocated and not yet freed */
 	_Atomic uint32_t next_tid;     /* low halves of request TIDs */
 	struct cm_wstats *ws;          /* [nworkers] */
@@ -282,9 +283,10 @@ struct cep_cm_id {
 					  itself included (cm_mra_sample); an
 					  active one: its context's REPs awaiting
 					  their RTU when its REP came, itself
-					  included (cm_rtu_sample) */
+					  included (cm_rep_mra_due) */
 	uint64_t rep_at;               /* lock: an active id (auto_mra): ms its
-					  REP came (cm_rtu_sample) */
+					  REP came (cm_rep_mra_due; rtu_fx's
+					  sample at its RTU) */
 	struct cep_cm_id *listener;    /* lock: an unanswered child: the listener
 					  it counts against (a CEP reference held) */
 	uint8_t *retry;                /* lock: encoded MAD being retried */
