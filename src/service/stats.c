@@ -19,6 +19,16 @@
 
 /* ---- statistics ------------------------------------------------------------ */
 
+/* " @what" and each kind of MAD counted in @n with its count. */
+static void print_by_kind(FILE *f, const char *what, const uint64_t n[CEP_MSG_COUNT])
+{
+	fprintf(f, " %s", what);
+	for (unsigned m = 0; m < CEP_MSG_COUNT; m++)
+		if (n[m])
+			fprintf(f, " %s %llu", cep_msg_name((enum cep_msg_type)m),
+				(unsigned long long)n[m]);
+}
+
 void print_stats(FILE *f, const struct client *reader)
 {
 	unsigned n = 0;
@@ -51,16 +61,9 @@ void print_stats(FILE *f, const struct client *reader)
 			(unsigned long long)ts.qps,
 			(unsigned long long)atomic_load_explicit(&p->nmc, memory_order_relaxed));
 		/* what the MADs were (a run's MRAs, repeats and REJs) */
-		fprintf(f, "mads port %u sent", i);
-		for (unsigned m = 0; m < CEP_MSG_COUNT; m++)
-			if (st.sent[m])
-				fprintf(f, " %s %llu", cep_msg_name((enum cep_msg_type)m),
-					(unsigned long long)st.sent[m]);
-		fprintf(f, " received");
-		for (unsigned m = 0; m < CEP_MSG_COUNT; m++)
-			if (st.received[m])
-				fprintf(f, " %s %llu", cep_msg_name((enum cep_msg_type)m),
-					(unsigned long long)st.received[m]);
+		fprintf(f, "mads port %u", i);
+		print_by_kind(f, "sent", st.sent);
+		print_by_kind(f, "received", st.received);
 		fprintf(f, " duplicates %llu timeouts %llu\n", (unsigned long long)st.duplicates,
 			(unsigned long long)st.timeouts);
 	}
